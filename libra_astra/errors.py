@@ -1,0 +1,9 @@
+"""The one exception type for errors a user can cause."""
+
+
+class LibraError(Exception):
+    """Bad input, infeasible constraints, missing binary: anything the user can fix.
+
+    The message is one line that names the file or item at fault and says how to fix it;
+    the CLI prints it without a traceback and exits non-zero.
+    """

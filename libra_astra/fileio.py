@@ -1,0 +1,39 @@
+"""Atomic output: a file appears whole or not at all, and an existing one is kept unless asked."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .errors import LibraError
+
+
+def check_writable(path: str | Path, overwrite: bool) -> Path:
+    p = Path(path)
+    if p.exists() and not overwrite:
+        raise LibraError(f"{p}: already exists; choose another path or pass --force to overwrite it")
+    if not p.parent.exists():
+        raise LibraError(f"{p}: directory {p.parent} does not exist; create it first")
+    return p
+
+
+def write_text_atomic(path: str | Path, text: str | bytes, overwrite: bool = False) -> Path:
+    """Write via a temporary file in the same directory, then rename over the target."""
+    p = check_writable(path, overwrite)
+    data = text.encode() if isinstance(text, str) else text
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p
+
+
+def write_json_atomic(path: str | Path, data: Any, overwrite: bool = False) -> Path:
+    return write_text_atomic(path, json.dumps(data, indent=1) + "\n", overwrite)
