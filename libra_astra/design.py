@@ -1,0 +1,112 @@
+"""A network design: bandwidth per dimension for a network and the workloads it was made for.
+
+Design JSON, version 1 (``"format": "libra_astra.design"``), written by ``libra-astra optimize``
+and read by ``libra-astra emit``::
+
+    {
+      "format": "libra_astra.design", "version": 1,
+      "name": "gpt3-paper3d-perf",
+      "network": {...},                    # the network file's content (see network.py)
+      "bandwidth_gbps": [200.0, 100.0, 50.0],
+      "objective": "perf",
+      "time_model": "libra",
+      "predicted_time_ns": 1.23e9,
+      "cost_usd": 4.5e6,
+      "workloads": [
+        {"name": "gpt3", "weight": 1.0,
+         "demand": "/abs/path/demand.json",   # or null
+         "traces": "/abs/path/traces/gpt3",   # Chakra ET prefix, or null
+         "comm_groups": "/abs/path/groups.json"}  # or null
+      ],
+      "result": {...}                       # solver report and baselines (informational)
+    }
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import LibraError
+from .network import Network, network_from_dict
+
+FORMAT = "libra_astra.design"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class WorkloadRef:
+    """Where one workload of a design came from (absolute paths, or None)."""
+
+    name: str
+    weight: float = 1.0
+    demand: str | None = None
+    traces: str | None = None
+    comm_groups: str | None = None
+
+
+@dataclass(frozen=True)
+class Design:
+    name: str
+    network: Network
+    bandwidth_gbps: tuple[float, ...]
+    objective: str = "perf"
+    time_model: str = "libra"
+    predicted_time_ns: float = 0.0
+    cost_usd: float = 0.0
+    workloads: tuple[WorkloadRef, ...] = ()
+    result: Mapping[str, Any] = field(default_factory=dict)
+
+
+def design_to_dict(d: Design) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "name": d.name,
+        "network": d.network.to_dict(),
+        "bandwidth_gbps": list(d.bandwidth_gbps),
+        "objective": d.objective,
+        "time_model": d.time_model,
+        "predicted_time_ns": d.predicted_time_ns,
+        "cost_usd": d.cost_usd,
+        "workloads": [
+            {"name": w.name, "weight": w.weight, "demand": w.demand, "traces": w.traces, "comm_groups": w.comm_groups}
+            for w in d.workloads
+        ],
+        "result": dict(d.result),
+    }
+
+
+def design_from_dict(data: Any, source: str = "<design>") -> Design:
+    if not isinstance(data, Mapping) or data.get("format") != FORMAT:
+        raise LibraError(f"{source}: not a design file (\"format\" must be {FORMAT!r}); make one with 'libra-astra optimize -o'")
+    if data.get("version") != VERSION:
+        raise LibraError(f"{source}: design version {data.get('version')!r} is not supported; this libra_astra reads version {VERSION}")
+    net = network_from_dict(data.get("network"), f"{source}: network")
+    bw = data.get("bandwidth_gbps")
+    if (not isinstance(bw, list) or len(bw) != net.num_dims
+            or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0 for b in bw)):
+        raise LibraError(f"{source}: bandwidth_gbps must list {net.num_dims} positive numbers (one per dimension), got {bw!r}")
+    workloads = []
+    for i, w in enumerate(data.get("workloads", [])):
+        if not isinstance(w, Mapping):
+            raise LibraError(f"{source}: workloads[{i}] must be an object")
+        workloads.append(WorkloadRef(str(w.get("name", f"w{i}")), float(w.get("weight", 1.0)), w.get("demand"),
+                                     w.get("traces"), w.get("comm_groups")))
+    return Design(str(data.get("name", Path(source).stem)), net, tuple(float(b) for b in bw),
+                  str(data.get("objective", "perf")), str(data.get("time_model", "libra")),
+                  float(data.get("predicted_time_ns", 0.0)), float(data.get("cost_usd", 0.0)),
+                  tuple(workloads), data.get("result", {}))
+
+
+def load_design(path: str | Path) -> Design:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise LibraError(f"{p}: design file not found; make one with 'libra-astra optimize ... -o {p}'") from None
+    except json.JSONDecodeError as e:
+        raise LibraError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
+    return design_from_dict(data, str(p))
