@@ -1,0 +1,147 @@
+"""Time models T(B): how long a demand takes for per-dimension bandwidths B (GB/s = bytes/ns).
+
+Every model writes the time of one collective as a *max of affine functions of 1/B*::
+
+    time_ns(B) = max_r ( sum_d A[r, d] / B_d + c[r] )      A >= 0 in bytes, c in ns
+
+which is convex in B, so the optimizer can solve every model exactly. Models:
+
+``libra``
+    LIBRA's reference: one row per used dimension, A[r] = traffic in that dimension, no constants.
+    Collective time = max over dimensions of traffic_d / B_d (dimensions perfectly pipelined).
+``pipelined``
+    What ASTRA-sim's analytical backend does with the hierarchical ring algorithm and k =
+    preferred-dataset-splits chunks. Dimension stages i (in the algorithm's order) take
+    T_i = traffic_i / B_i plus a local reduction R_i = 3 * reduced bytes / local-mem-bw and
+    per-chunk ring latency L_i = steps * hops * latency; chunks flow through the stages, so::
+
+        time = max_i ( T_i + R_i + k L_i + sum_{j<i} ((T_j + R_j) / k + L_j) )
+
+    k = 1 gives the sum over dimensions; large k tends to LIBRA's max.
+
+The job time without overlap is compute + sum of count * collective time per rank class, and the
+slowest class sets the job time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from . import collectives as coll
+from .demand import Collective, Demand, RankClass
+from .errors import LibraError
+from .network import Network
+
+MODELS = ("libra", "pipelined")
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    """Which time model, and the simulator parameters the pipelined model needs."""
+
+    kind: str = "libra"
+    splits: int = 1
+    latency: bool = True
+    local_mem_bw_gbps: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in MODELS:
+            raise LibraError(f"unknown time model {self.kind!r}; use one of {list(MODELS)}")
+        if self.splits < 1:
+            raise LibraError(f"splits must be >= 1, got {self.splits}")
+        if self.local_mem_bw_gbps is not None and self.local_mem_bw_gbps <= 0:
+            raise LibraError(f"local_mem_bw_gbps must be > 0, got {self.local_mem_bw_gbps}")
+
+
+LIBRA = TimeModel()
+
+
+def _reduced_bytes(kind: str, carried: float, p: int) -> float:
+    # Reduce steps of a ring over p members add (p-1) chunks of carried/p bytes each.
+    if kind in (coll.ALL_REDUCE, coll.REDUCE_SCATTER) and p > 1:
+        return carried * (p - 1) / p
+    return 0.0
+
+
+def collective_rows(c: Collective, net: Network, model: TimeModel = LIBRA) -> tuple[np.ndarray, np.ndarray]:
+    """Rows (A, const) of one collective's time: time = max_r (A[r] @ (1/B) + const[r])."""
+    D = net.num_dims
+    traffic = np.asarray(c.traffic_bytes, dtype=float)
+    used = [d for d in range(D) if traffic[d] > 0]
+    if not used:
+        return np.zeros((1, D)), np.zeros(1)
+    if model.kind == "libra":
+        A = np.zeros((len(used), D))
+        for r, d in enumerate(used):
+            A[r, d] = traffic[d]
+        return A, np.zeros(len(used))
+    lat = np.array([dim.latency_ns for dim in net.dims]) if model.latency else np.zeros(D)
+    k = model.splits
+    mem = model.local_mem_bw_gbps
+    if c.algorithm != "hierarchical":
+        # One stage over all crossed dims (flat ring or P2P): the slowest crossed link sets the pace.
+        steps_lat = max(c.hops[d] * lat[d] for d in used)
+        red = 0.0
+        if mem is not None and c.algorithm == "flat_ring":
+            p = int(np.prod([max(1, x) for x in c.participants]))
+            red = 3.0 * _reduced_bytes(c.type, c.size_bytes, p) / mem
+        chunks = 1 if c.algorithm == "p2p" else k
+        A = np.zeros((len(used), D))
+        for r, d in enumerate(used):
+            A[r, d] = traffic[d]
+        return A, np.full(len(used), red + chunks * steps_lat)
+    order = [d for d in coll.dim_order(c.type, D) if traffic[d] > 0]
+    carried = c.size_bytes
+    stage_red, stage_lat = [], []
+    for d in coll.dim_order(c.type, D):
+        p = c.participants[d]
+        if traffic[d] > 0:
+            stage_red.append(3.0 * _reduced_bytes(c.type, carried, p) / mem if mem is not None else 0.0)
+            stage_lat.append(c.hops[d] * lat[d])
+        if c.type in (coll.ALL_REDUCE, coll.REDUCE_SCATTER):
+            carried /= p
+        elif c.type == coll.ALL_GATHER:
+            carried *= p
+    A = np.zeros((len(order), D))
+    const = np.zeros(len(order))
+    for i, d in enumerate(order):
+        A[i, d] = traffic[d]
+        const[i] = stage_red[i] + k * stage_lat[i]
+        for j in range(i):
+            A[i, order[j]] += traffic[order[j]] / k
+            const[i] += stage_red[j] / k + stage_lat[j]
+    return A, const
+
+
+def collective_time_ns(c: Collective, bw_gbps: Sequence[float], net: Network, model: TimeModel = LIBRA) -> float:
+    A, const = collective_rows(c, net, model)
+    inv = 1.0 / np.asarray(bw_gbps, dtype=float)
+    return float(np.max(A @ inv + const))
+
+
+def class_time_ns(rc: RankClass, bw_gbps: Sequence[float], net: Network, model: TimeModel = LIBRA) -> tuple[float, float]:
+    """(compute_ns, communication_ns) of one rank class without compute/communication overlap."""
+    comm = sum(c.count * collective_time_ns(c, bw_gbps, net, model) for c in rc.collectives)
+    return rc.compute_time_ns, float(comm)
+
+
+@dataclass(frozen=True)
+class TimeBreakdown:
+    total_ns: float
+    compute_ns: float
+    communication_ns: float
+    slowest_class: int
+
+
+def demand_time(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel = LIBRA) -> TimeBreakdown:
+    """Job time of a demand: the slowest rank class, compute plus communication."""
+    best = None
+    for i, rc in enumerate(d.rank_classes):
+        comp, comm = class_time_ns(rc, bw_gbps, net, model)
+        if best is None or comp + comm > best.total_ns:
+            best = TimeBreakdown(comp + comm, comp, comm, i)
+    assert best is not None
+    return best
