@@ -24,6 +24,10 @@ from .cost import CostModel
 from .demand import Demand
 from .errors import LibraError
 from .network import Network
+from dataclasses import replace
+
+from scipy.optimize import linprog
+
 from .solver import ConvexProblem, SolverResult, solve, term_values, unbounded_coordinates
 from .timing import LIBRA, TimeModel, collective_rows, demand_time
 
@@ -311,6 +315,8 @@ def _build(workloads: Sequence[Workload], net: Network, cost: CostModel, cons: C
         row[n_recip:] = weights
         G = np.vstack([G, row])
         h = np.r_[h, cons.time_target_ns / t0]
+    G, h, E, f = _promote_implicit_equalities(G, h, E, f, n_recip)
+    E, f = _independent_rows(E, f)
     problem = ConvexProblem(
         c=c, recip=recip,
         A=np.vstack(A_rows), g=np.concatenate(g_rows), owner=np.concatenate(owner),
@@ -335,6 +341,49 @@ def _build(workloads: Sequence[Workload], net: Network, cost: CostModel, cons: C
             x[s_idx] = 1.0 / cost_scaled
         full.append(x)
     return _Built(problem, D, b0, t0, c0, s_idx, full, n_coll, k)
+
+
+def _promote_implicit_equalities(G, h, E, f, n_recip):
+    """Move inequalities that hold with equality at every feasible point (bw_min == bw_max, or
+    'bw[0] >= bw[1]' with 'bw[1] >= bw[0]') into the equalities, so the barrier has an interior."""
+    if not G.shape[0]:
+        return G, h, E, f
+    n = G.shape[1]
+    norms = np.maximum(np.linalg.norm(G, axis=1), 1e-300)
+    # Quick test: the largest uniform slack; positive means there is an interior already.
+    cobj = np.zeros(n + 1)
+    cobj[-1] = -1.0
+    kw = dict(A_eq=np.hstack([E, np.zeros((E.shape[0], 1))]) if E.shape[0] else None,
+              b_eq=f if E.shape[0] else None, method="highs")
+    res = linprog(cobj, A_ub=np.hstack([G, norms[:, None]]), b_ub=h,
+                  bounds=[(None, None)] * n + [(None, 1.0)], **kw)
+    if res.status != 0 or res.x[-1] > 1e-9:
+        return G, h, E, f
+    tight = []
+    for i in range(G.shape[0]):
+        r = linprog(G[i], A_ub=G, b_ub=h, bounds=[(None, None)] * n, method="highs",
+                    A_eq=E if E.shape[0] else None, b_eq=f if E.shape[0] else None)
+        if r.status == 0 and h[i] - r.fun <= 1e-9 * max(1.0, abs(h[i])):
+            tight.append(i)
+    if not tight:
+        return G, h, E, f
+    keep = [i for i in range(G.shape[0]) if i not in tight]
+    # Keep non-negativity rows of reciprocal coordinates: they are never implicit equalities here.
+    return G[keep], h[keep], np.vstack([E, G[tight]]), np.r_[f, h[tight]]
+
+
+def _independent_rows(E: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop equality rows that repeat others (the Newton system needs full row rank)."""
+    keep: list[int] = []
+    for i in range(E.shape[0]):
+        trial = E[keep + [i]]
+        if np.linalg.matrix_rank(trial, tol=1e-10 * max(1.0, np.abs(trial).max())) == len(keep) + 1:
+            keep.append(i)
+        else:
+            aug = np.hstack([E[keep + [i]], f[keep + [i], None]])
+            if np.linalg.matrix_rank(aug, tol=1e-9 * max(1.0, np.abs(aug).max())) > len(keep):
+                raise LibraError("the equality constraints contradict each other; remove or fix one")
+    return E[keep], f[keep]
 
 
 def _check_bounded(b: _Built, net: Network, objective: str, workloads: Sequence[Workload]) -> None:
