@@ -1,0 +1,357 @@
+"""Emit ready-to-run ASTRA-sim inputs (analytical backend) for one workload of a design.
+
+The emitted directory, built in a temporary sibling and renamed into place::
+
+    DIR/network.yml         topology, npus_count, bandwidth (GiB/s, see below), latency (ns per hop)
+    DIR/system.json         ring collectives, one chunk in flight per dimension, localBWAware
+    DIR/memory.json         {"memory-type": "NO_MEMORY_EXPANSION"}
+    DIR/workload/NAME.r.et  one Chakra ET file per NPU (rewritten traces or synthesized, workload.py)
+    DIR/comm_groups.json    only if some communicator group must stay a flat ring
+    DIR/manifest.json       design, versions, logical network, settings, command line, notes
+    DIR/run.sh              the simulator command, runnable by hand from anywhere
+
+Choices that make the simulated time comparable with the time model:
+
+- Bandwidth: ASTRA-sim reads the ``bandwidth`` values as GiB/s (value * 2^30 / 1e9 bytes per ns), so
+  the design's B GB/s is written as B * 1e9 / 2^30; a comment keeps the GB/s value.
+- ``ring`` for every collective and dimension, ``active-chunks-per-dimension`` 1 and one queue per
+  dimension: the analytical backend gives concurrent chunks the full link bandwidth each, so
+  anything else would simulate more bandwidth than the design has.
+- ``preferred-dataset-splits`` k (default 1): with k = 1 a multi-dimensional collective takes the sum
+  of its per-dimension times; with larger k chunks pipeline across dimensions and the time tends to
+  the slowest dimension's (LIBRA's max).
+- ``local-mem-bw`` large by default, since every reducing step costs 3 * bytes / local-mem-bw.
+- ``endpoint-delay`` 1 ns by default: a dimension with latency 0 and endpoint-delay 0 aborts the
+  simulator, which is refused here.
+
+Communicator groups that cover part of a dimension are made whole by splitting that dimension in
+the emitted logical network (logical.py); the manifest records the split.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Sequence
+
+from .. import __version__
+from .. import chakra_io as cio
+from ..demand import load_demand
+from ..design import Design, WorkloadRef, design_to_dict, load_design
+from ..errors import LibraError
+from .logical import LogicalNetwork
+from .workload import WorkloadStats, plan_for_demand, plan_for_groups, rewrite_traces, synthesize
+
+MANIFEST_FORMAT = "libra_astra.astra_run"
+MANIFEST_VERSION = 1
+DEFAULT_BINARY = "AstraSim_Analytical_Congestion_Unaware"
+BINARY_ENV = "ASTRA_SIM_BIN"
+SCHEDULING_POLICIES = ("LIFO", "FIFO")
+
+
+@dataclass(frozen=True)
+class EmitResult:
+    """What :func:`emit` wrote. ``args`` are the simulator flags, relative to ``path``."""
+
+    path: Path
+    workload: str
+    source: str
+    network: LogicalNetwork
+    splits: int
+    args: tuple[str, ...]
+    logging_folder: str
+    notes: tuple[str, ...]
+    stats: dict[str, Any]
+
+    @property
+    def npus_count(self) -> int:
+        return self.network.npus_count
+
+    @property
+    def command_line(self) -> str:
+        return shlex.join((DEFAULT_BINARY,) + self.args + (f"--logging-folder={self.logging_folder}",))
+
+
+def _pick_workload(design: Design, name: str | None) -> WorkloadRef:
+    names = [w.name for w in design.workloads]
+    if not design.workloads:
+        raise LibraError(f"design {design.name!r} has no workload to emit; optimize it for a demand or traces first")
+    if name is None:
+        if len(design.workloads) > 1:
+            raise LibraError(f"design {design.name!r} has {len(names)} workloads {names}; choose one with --workload NAME")
+        return design.workloads[0]
+    for w in design.workloads:
+        if w.name == name:
+            return w
+    raise LibraError(f"design {design.name!r} has no workload {name!r}; choose one of {names}")
+
+
+def _num_list(xs: Sequence[float]) -> str:
+    return "[ " + ", ".join(repr(float(x)) for x in xs) + " ]"
+
+
+def network_yaml(lnet: LogicalNetwork, design_name: str) -> str:
+    """ASTRA-sim network YAML for the logical network (bandwidth converted to GiB/s)."""
+    lines = [
+        f"# ASTRA-sim analytical network for design {design_name!r}, emitted by libra_astra {__version__}.",
+        "# ASTRA-sim reads 'bandwidth' as GiB/s (2^30 bytes/s): each value is the design's GB/s * 1e9 / 2^30.",
+    ]
+    for i, d in enumerate(lnet.dims):
+        phys = lnet.physical.dims[d.physical_dim]
+        piece = "" if len(lnet.pieces(d.physical_dim)) == 1 else f", piece of '{phys.name}' with stride {d.stride}"
+        lines.append(f"# dim {i} '{d.name}': {d.topology} of {d.npus}, {d.bw_gbps!r} GB/s, "
+                     f"latency {d.latency_ns!r} ns per hop{piece}")
+    lines += [
+        "topology: [ " + ", ".join(d.topology for d in lnet.dims) + " ]",
+        "npus_count: [ " + ", ".join(str(d.npus) for d in lnet.dims) + " ]",
+        f"bandwidth: {_num_list(d.bw_config_gibps for d in lnet.dims)}"
+        f"  # GB/s: {_num_list(d.bw_gbps for d in lnet.dims)}",
+        f"latency: {_num_list(d.latency_ns for d in lnet.dims)}  # ns per hop",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def system_config(num_dims: int, *, splits: int, endpoint_delay_ns: int, local_mem_bw_gbps: float,
+                  peak_perf_tflops: float, scheduling_policy: str) -> dict[str, Any]:
+    ring = ["ring"] * num_dims
+    return {
+        "scheduling-policy": scheduling_policy,
+        "endpoint-delay": endpoint_delay_ns,
+        "active-chunks-per-dimension": 1,
+        "preferred-dataset-splits": splits,
+        "all-reduce-implementation": ring,
+        "all-gather-implementation": list(ring),
+        "reduce-scatter-implementation": list(ring),
+        "all-to-all-implementation": list(ring),
+        "collective-optimization": "localBWAware",
+        "local-mem-bw": local_mem_bw_gbps,
+        "roofline-enabled": 0,
+        "peak-perf": peak_perf_tflops,
+    }
+
+
+def _check_options(splits: int, endpoint_delay_ns: int, local_mem_bw_gbps: float, peak_perf_tflops: float,
+                   scheduling_policy: str, max_repeats: int) -> None:
+    if isinstance(splits, bool) or not isinstance(splits, int) or splits < 1:
+        raise LibraError(f"splits (preferred-dataset-splits) must be an integer >= 1, got {splits!r}")
+    if isinstance(endpoint_delay_ns, bool) or not isinstance(endpoint_delay_ns, int) or endpoint_delay_ns < 0:
+        raise LibraError(f"endpoint delay must be an integer number of ns >= 0, got {endpoint_delay_ns!r}")
+    if not local_mem_bw_gbps > 0:
+        raise LibraError(f"local memory bandwidth must be > 0 GB/s (ASTRA-sim divides by it), got {local_mem_bw_gbps!r}")
+    if not peak_perf_tflops > 0:
+        raise LibraError(f"peak performance must be > 0 TFLOPS, got {peak_perf_tflops!r}")
+    if scheduling_policy not in SCHEDULING_POLICIES:
+        raise LibraError(f"scheduling policy must be one of {list(SCHEDULING_POLICIES)}, got {scheduling_policy!r}")
+    if isinstance(max_repeats, bool) or not isinstance(max_repeats, int) or max_repeats < 1:
+        raise LibraError(f"max_repeats must be an integer >= 1, got {max_repeats!r}")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _workload_notes(source: str, lnet: LogicalNetwork, stats: WorkloadStats, splits: int) -> list[str]:
+    notes = []
+    if splits == 1:
+        notes.append("preferred-dataset-splits 1: a multi-dimensional collective takes the sum of its per-dimension times")
+    else:
+        notes.append(f"preferred-dataset-splits {splits}: chunks pipeline across dimensions "
+                     "(time about max_i(T_i + sum_{j<i} T_j / k))")
+    if lnet.is_split:
+        shape = " x ".join(f"{d.name}({d.npus})" for d in lnet.dims)
+        notes.append(f"dimensions split so communicator groups are whole logical dimensions: {shape}; NPU ids unchanged; "
+                     "each piece keeps its physical dimension's bandwidth, Ring pieces the latency of 'stride' hops")
+    s = stats
+    if s.nodes_removed:
+        notes.append(f"{s.nodes_removed} METADATA/INVALID nodes removed, dependencies re-linked through them")
+    if s.dangling_deps_dropped:
+        notes.append(f"{s.dangling_deps_dropped} dependencies on nodes absent from their file dropped")
+    if s.group_collectives_to_dims:
+        notes.append(f"{s.group_collectives_to_dims} group collectives turned into all-rank collectives over involved_dim")
+    if s.flat_ring_collectives:
+        notes.append(f"{s.flat_ring_collectives} collectives on irregular groups kept as communicator groups "
+                     "(ASTRA-sim runs them as one flat ring over the sorted members)")
+    if s.trivial_collectives_to_comp:
+        notes.append(f"{s.trivial_collectives_to_comp} collectives reaching no other NPU replaced by zero-time compute")
+    for name, n in sorted(s.converted_types.items()):
+        to = "REDUCE_SCATTER" if name == "REDUCE_SCATTER_BLOCK" else "zero-byte ALL_REDUCE"
+        notes.append(f"{n} {name} collectives emitted as {to} (ASTRA-sim aborts on {name})")
+    if s.chained_deps_added:
+        notes.append(f"{s.chained_deps_added} control dependencies added to chain collectives in issue order")
+    if source == "demand":
+        notes.append("workload synthesized from the demand: per rank class compute then collectives in order "
+                     "(or the class's dag); a collective with count c runs ceil(c) times with size * c / runs bytes; "
+                     "compute rounded to whole microseconds; counts below describe one rank per class")
+    if s.approximated_collectives:
+        notes.append(f"{s.approximated_collectives} collectives (flat-ring, or participants that fit no logical "
+                     "dimension) emitted as one collective per dimension with the demand's bytes per NPU there")
+    if s.capped_repeats:
+        notes.append(f"{s.capped_repeats} collectives with a count above max_repeats run fewer, larger times")
+    if s.compute_rounding_ns:
+        notes.append(f"compute rounded to whole microseconds: {s.compute_rounding_ns:.0f} ns of absolute rounding")
+    if s.empty_ranks:
+        notes.append(f"{s.empty_ranks} ranks had no node and got one zero-time compute node")
+    return notes
+
+
+def _run_sh(args: Sequence[str], logging_folder: str) -> str:
+    return (
+        "#!/bin/sh\n"
+        "# Runs ASTRA-sim on the inputs in this directory. Set ASTRA_SIM_BIN to the binary if it is not on PATH.\n"
+        "# The logging folder's parent must exist; unknown flags are silently ignored by the simulator.\n"
+        'cd "$(dirname "$0")" || exit 1\n'
+        f'exec "${{{BINARY_ENV}:-{DEFAULT_BINARY}}}" \\\n'
+        + "".join(f"  {shlex.quote(a)} \\\n" for a in args)
+        + f"  {shlex.quote('--logging-folder=' + logging_folder)}\n"
+    )
+
+
+def _safe_name(name: str) -> str:
+    out = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).strip(".")
+    return out or "workload"
+
+
+def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, workload: str | None = None,
+         overwrite: bool = False, endpoint_delay_ns: int = 1, local_mem_bw_gbps: float = 1e9,
+         peak_perf_tflops: float = 1000.0, scheduling_policy: str = "LIFO", max_repeats: int = 256) -> EmitResult:
+    """Write ASTRA-sim inputs for one workload of ``design`` into the new directory ``out_dir``.
+
+    Parameters
+    ----------
+    design
+        A Design, or the path of a design JSON file.
+    out_dir
+        Directory to create; an existing one is refused unless ``overwrite``.
+    splits
+        ``preferred-dataset-splits`` k (chunks per collective).
+    workload
+        Name of the design's workload to emit; needed when it has several.
+    endpoint_delay_ns, local_mem_bw_gbps, peak_perf_tflops, scheduling_policy
+        System settings (see the module docstring).
+    max_repeats
+        Most runs of one demand collective with a large ``count`` (synthesis only).
+
+    Raises
+    ------
+    LibraError
+        Bad options, a missing or inconsistent workload, or an existing ``out_dir``.
+    """
+    if not isinstance(design, Design):
+        design = load_design(design)
+    _check_options(splits, endpoint_delay_ns, local_mem_bw_gbps, peak_perf_tflops, scheduling_policy, max_repeats)
+    out = Path(out_dir)
+    if out.exists() and not overwrite:
+        raise LibraError(f"{out}: already exists; choose another directory or pass --force to replace it")
+    if out.exists() and not (out / "manifest.json").is_file():
+        raise LibraError(f"{out}: exists and is not an emitted directory (no manifest.json); refusing to replace it")
+    parent = out.absolute().parent
+    if not parent.is_dir():
+        raise LibraError(f"{out}: parent directory {parent} does not exist; create it first")
+    wl = _pick_workload(design, workload)
+    net, bw = design.network, design.bandwidth_gbps
+
+    groups: dict[int, tuple[int, ...]] = {}
+    if wl.traces:
+        source = "traces"
+        if wl.comm_groups:
+            groups = cio.load_comm_groups(wl.comm_groups)
+        lnet, masks = plan_for_groups(net, bw, groups)
+        demand = None
+    elif wl.demand:
+        source = "demand"
+        demand = load_demand(wl.demand)
+        demand.check_network(net, wl.demand)
+        lnet, masks = plan_for_demand(net, bw, demand), {}
+    else:
+        raise LibraError(f"design {design.name!r}: workload {wl.name!r} names neither traces nor a demand file; "
+                         f"nothing to emit")
+    if endpoint_delay_ns == 0 and any(d.latency_ns == 0 for d in lnet.dims):
+        raise LibraError("ASTRA-sim aborts when a dimension has latency 0 and endpoint-delay is 0; "
+                         "use an endpoint delay of at least 1 ns (--endpoint-delay) or give every dimension a latency")
+
+    name = _safe_name(Path(wl.traces).name if wl.traces else wl.name)
+    flat_groups = {g: m for g, m in groups.items() if masks.get(g) is None}
+    args = [f"--workload-configuration=workload/{name}", "--system-configuration=system.json",
+            "--network-configuration=network.yml", "--remote-memory-configuration=memory.json"]
+    if flat_groups:
+        args.append("--comm-group-configuration=comm_groups.json")
+    logging_folder = "log"
+    system = system_config(lnet.num_dims, splits=splits, endpoint_delay_ns=endpoint_delay_ns,
+                           local_mem_bw_gbps=float(local_mem_bw_gbps), peak_perf_tflops=float(peak_perf_tflops),
+                           scheduling_policy=scheduling_policy)
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
+    try:
+        (tmp / "workload").mkdir()
+        if source == "traces":
+            stats = rewrite_traces(wl.traces, tmp / "workload" / name, lnet, groups, masks)
+        else:
+            stats = synthesize(demand, tmp / "workload" / name, lnet, wl.demand, max_repeats=max_repeats)
+        if flat_groups:
+            cio.write_comm_groups(tmp / "comm_groups.json", flat_groups)
+        (tmp / "network.yml").write_text(network_yaml(lnet, design.name))
+        (tmp / "system.json").write_text(json.dumps(system, indent=1) + "\n")
+        (tmp / "memory.json").write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}) + "\n")
+        notes = _workload_notes(source, lnet, stats, splits)
+        result = EmitResult(out, wl.name, source, lnet, splits, tuple(args), logging_folder, tuple(notes),
+                            stats.to_dict())
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "version": MANIFEST_VERSION,
+            "libra_astra_version": __version__,
+            "mlc_chakra_version": _version("mlc-chakra"),
+            "design": design_to_dict(design),
+            "workload": {"name": wl.name, "source": source, "path": wl.traces if source == "traces" else wl.demand,
+                         "comm_groups": wl.comm_groups, "prefix": f"workload/{name}",
+                         "flat_ring_groups": sorted(flat_groups)},
+            "network": lnet.to_dict(),
+            "preferred_dataset_splits": splits,
+            "system": system,
+            "simulator": {"binary": DEFAULT_BINARY, "binary_env": BINARY_ENV, "args": args,
+                          "logging_folder": logging_folder, "run_from": ".", "command_line": result.command_line},
+            "workload_stats": stats.to_dict(),
+            "notes": notes,
+        }
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+        run_sh = tmp / "run.sh"
+        run_sh.write_text(_run_sh(args, logging_folder))
+        run_sh.chmod(run_sh.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        tmp.chmod(0o755)
+        if out.exists():
+            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=parent))
+            os.replace(out, trash / out.name)
+            os.replace(tmp, out)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            try:
+                os.rename(tmp, out)
+            except OSError:
+                raise LibraError(f"{out}: appeared while emitting; choose another directory or pass --force") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return result
+
+
+def load_manifest(run_dir: str | Path) -> dict[str, Any]:
+    """The manifest of an emitted directory; LibraError if it is not one."""
+    p = Path(run_dir) / "manifest.json"
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise LibraError(f"{run_dir}: not an emitted directory (no manifest.json); make one with 'libra-astra emit'") from None
+    except json.JSONDecodeError as e:
+        raise LibraError(f"{p}: not valid JSON (line {e.lineno}); re-emit the directory") from None
+    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
+        raise LibraError(f"{p}: not a libra_astra run manifest; make the directory with 'libra-astra emit'")
+    return data
