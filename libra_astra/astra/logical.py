@@ -216,8 +216,9 @@ class Splitter:
     def add_participants(self, participants: Sequence[int]) -> bool:
         """Make room for a group known only by its participant count per dimension.
 
-        ``p`` of ``n`` NPUs is taken as a contiguous aligned block (split point p) if that keeps a
-        chain, else as the strided set spanning the dimension (split point n / p).
+        ``p`` of ``n`` NPUs needs no new split point if a run of existing pieces holds p NPUs;
+        otherwise it is taken as a contiguous aligned block (split point p) if that keeps a chain,
+        else as the strided set spanning the dimension (split point n / p).
         """
         per_dim: list[set[int]] = []
         for d, (p, dim) in enumerate(zip(participants, self.net.dims)):
@@ -226,6 +227,10 @@ class Splitter:
                 continue
             if dim.npus % p != 0:
                 return False
+            pts = sorted(self.points[d])
+            if any(b == a * p for a in pts for b in pts):
+                per_dim.append(set())  # a run of existing pieces already holds p NPUs
+                continue
             for point in (p, dim.npus // p):
                 if _is_chain(self.points[d] | {point}):
                     per_dim.append({point})

@@ -1,0 +1,170 @@
+"""simulate() and the emit/simulate commands, with a stand-in binary replaying recorded output."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from libra_astra.astra import emit, simulate
+from libra_astra.cli_astra import emit_command, simulate_command
+from libra_astra.demand import demand_to_dict, make_collective, single_class
+from libra_astra.design import Design, WorkloadRef, design_to_dict
+from libra_astra.errors import LibraError
+from libra_astra.network import network_from_dict
+
+FIXTURES = Path(__file__).parent / "fixtures" / "astra"
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    """An emitted directory for 8 NPUs (Ring 8), the size of the recorded ring-8 outputs."""
+    net = network_from_dict({"name": "r8", "dimensions": [{"name": "a", "topology": "Ring", "npus": 8}]})
+    demand = tmp_path / "demand.json"
+    demand.write_text(json.dumps(demand_to_dict(single_class("ar", [8], 0.0, [make_collective("ALL_REDUCE", 2**30, [8])]))))
+    design = Design("r8", net, (100 * 2**30 / 1e9,), workloads=(WorkloadRef("ar", demand=str(demand)),))
+    (tmp_path / "design.json").write_text(json.dumps(design_to_dict(design)))
+    emit(design, tmp_path / "run")
+    return tmp_path / "run"
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """A stand-in simulator: checks its inputs exist, prints a recorded stdout/stderr, exits with a code."""
+    exe = tmp_path / "fake_astra"
+    exe.write_text(
+        f"#!{sys.executable}\n"
+        "import os, sys, time\n"
+        "args = dict(a[2:].split('=', 1) for a in sys.argv[1:])\n"
+        "assert os.path.isfile(args['workload-configuration'] + '.0.et'), 'no workload'\n"
+        "assert os.path.isdir(os.path.dirname(args['logging-folder'])), 'no logging parent'\n"
+        "time.sleep(float(os.environ.get('FAKE_SLEEP', '0')))\n"
+        "sys.stdout.write(open(os.environ['FAKE_STDOUT']).read())\n"
+        "err = os.environ.get('FAKE_STDERR')\n"
+        "sys.stderr.write(open(err).read() if err else '')\n"
+        "sys.exit(int(os.environ.get('FAKE_CODE', '0')))\n")
+    exe.chmod(0o755)
+
+    def use(stdout: str, code: int = 0, stderr: str | None = None, sleep: float = 0.0) -> str:
+        monkeypatch.setenv("FAKE_STDOUT", str(FIXTURES / stdout))
+        monkeypatch.setenv("FAKE_CODE", str(code))
+        monkeypatch.setenv("FAKE_SLEEP", str(sleep))
+        if stderr:
+            monkeypatch.setenv("FAKE_STDERR", str(FIXTURES / stderr))
+        return str(exe)
+    return use
+
+
+def test_missing_binary(run_dir, monkeypatch):
+    monkeypatch.delenv("ASTRA_SIM_BIN", raising=False)
+    with pytest.raises(LibraError) as e:
+        simulate(run_dir)
+    assert str(e.value) == ("no ASTRA-sim binary given: set ASTRA_SIM_BIN to the path of "
+                            "AstraSim_Analytical_Congestion_Unaware or pass --astra-sim BIN")
+    monkeypatch.setenv("ASTRA_SIM_BIN", str(run_dir / "nope"))
+    with pytest.raises(LibraError, match="nope' not found or not executable; set ASTRA_SIM_BIN"):
+        simulate(run_dir)
+
+
+def test_not_an_emitted_directory(tmp_path, fake):
+    with pytest.raises(LibraError, match="not an emitted directory .no manifest.json.; make one with 'libra-astra emit'"):
+        simulate(tmp_path, fake("real_ring8_allreduce.stdout"))
+
+
+def test_success_keeps_outputs_and_refuses_to_rerun(run_dir, fake, monkeypatch):
+    exe = fake("real_ring8_allreduce.stdout")
+    res = simulate(run_dir, exe)
+    assert res.simulated_time_ns == 17_500_015 and res.npus_count == 8 and res.exit_code == 0
+    assert res.finished_ns == (17_500_015,) * 8 and res.exposed_comm_ns == (17_500_015,) * 8
+    assert res.binary == str(Path(exe).resolve()) and res.splits == 1
+    assert res.command[-1] == "--logging-folder=sim/log"
+    sim = run_dir / "sim"
+    assert (sim / "stdout.txt").read_text() == (FIXTURES / "real_ring8_allreduce.stdout").read_text()
+    assert json.loads((sim / "result.json").read_text())["simulated_time_ns"] == 17_500_015
+    with pytest.raises(LibraError, match="sim: already exists .an earlier run.; pass --force to replace it"):
+        simulate(run_dir, exe)
+    monkeypatch.setenv("ASTRA_SIM_BIN", exe)  # found through the environment this time
+    assert simulate(run_dir, overwrite=True).simulated_time_ns == 17_500_015
+
+
+def test_abort_reports_exit_code_and_last_lines(run_dir, fake):
+    exe = fake("real_abort_latency0.stdout", code=134, stderr="real_abort_latency0.stderr")
+    with pytest.raises(LibraError) as e:
+        simulate(run_dir, exe)
+    msg = str(e.value)
+    assert "ASTRA-sim aborted (an assertion failed, or an unhandled error) (exit code 134)" in msg
+    assert "last output: AstraSim_Analytical_Congestion_Unaware: astra-sim/extern" in msg
+    assert "\n" not in msg
+
+
+def test_config_error_exit_255(run_dir, fake):
+    with pytest.raises(LibraError, match=r"ASTRA-sim stopped with a configuration error \(exit code 255\)"):
+        simulate(run_dir, fake("real_missing_finished.stdout", code=255))
+
+
+def test_exit_zero_with_missing_ranks_is_a_failure(run_dir, fake):
+    with pytest.raises(LibraError) as e:
+        simulate(run_dir, fake("real_missing_finished.stdout"))
+    msg = str(e.value)
+    assert "ASTRA-sim exited 0 but 8 of 8 ranks never finished (ranks 0, 1, 2, 3, 4, 5, 6, 7)" in msg
+    assert "[HardwareResource] [critical] GPU comm node id: 0" in msg
+
+
+def test_more_ranks_than_npus_is_a_failure(run_dir, fake):
+    with pytest.raises(LibraError, match="reported rank 8 but the network has 8 NPUs"):
+        simulate(run_dir, fake("real_ring4_switch4_k4.stdout"))
+
+
+def test_timeout_stops_the_simulator(run_dir, fake):
+    with pytest.raises(LibraError, match=r"did not finish within 0.3 s and was stopped; raise --timeout"):
+        simulate(run_dir, fake("real_ring8_allreduce.stdout", sleep=30), timeout_s=0.3)
+
+
+# ------------------------------------------------------------------ command line
+
+
+def cli():
+    group = click.Group()
+    group.add_command(emit_command)
+    group.add_command(simulate_command)
+    return group
+
+
+def test_cli_emit_and_simulate(run_dir, fake):
+    tmp = run_dir.parent
+    runner = CliRunner()
+    r = runner.invoke(cli(), ["emit", str(tmp / "design.json"), "--out", str(tmp / "run2"), "--splits", "4"])
+    assert r.exit_code == 0, r.output
+    assert "wrote" in r.output and "8 NPUs" in r.output and "splits 4" in r.output
+    exe = fake("real_ring8_allreduce.stdout")
+    r = runner.invoke(cli(), ["simulate", str(tmp / "run2"), "--astra-sim", exe])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("simulated time: 17.500015 ms")
+    r = runner.invoke(cli(), ["simulate", str(tmp / "run2"), "--astra-sim", exe, "--force", "--json"])
+    assert r.exit_code == 0
+    assert json.loads(r.output)["preferred_dataset_splits"] == 4
+
+
+def test_cli_errors_are_one_line(run_dir, fake, monkeypatch):
+    tmp = run_dir.parent
+    runner = CliRunner()
+    r = runner.invoke(cli(), ["emit", str(tmp / "design.json"), "--out", str(run_dir)])
+    assert r.exit_code == 1
+    assert r.output == f"Error: {run_dir}: already exists; choose another directory or pass --force to replace it\n"
+    monkeypatch.delenv("ASTRA_SIM_BIN", raising=False)
+    r = runner.invoke(cli(), ["simulate", str(run_dir)])
+    assert r.exit_code == 1 and r.output.count("\n") == 1 and "pass --astra-sim BIN" in r.output
+    r = runner.invoke(cli(), ["simulate", str(run_dir), "--astra-sim", fake("real_missing_finished.stdout")])
+    assert r.exit_code == 1 and r.output.count("\n") == 1 and "never finished" in r.output
+
+
+def test_cli_help_has_examples():
+    runner = CliRunner()
+    for cmd in ("emit", "simulate"):
+        r = runner.invoke(cli(), [cmd, "--help"])
+        assert r.exit_code == 0 and "Examples:" in r.output and f"libra-astra {cmd}" in r.output
