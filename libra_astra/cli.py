@@ -56,6 +56,12 @@ def _fmt_usd(usd: float) -> str:
     return f"${usd:,.0f}" if usd >= 100 else f"${usd:,.2f}"
 
 
+def default_groups_path(prefix: str) -> str | None:
+    """PREFIX.groups.json beside the traces (as 'libra-astra generate' writes it), if present."""
+    p = Path(f"{prefix}.groups.json")
+    return str(p) if p.is_file() else None
+
+
 def load_workloads(traces: tuple[str, ...], demands: tuple[str, ...], weights: tuple[float, ...], net,
                    comm_groups: str | None) -> tuple[list[Workload], list[WorkloadRef]]:
     """Workloads from trace prefixes (first) and demand files (then), with weights in that order."""
@@ -71,10 +77,11 @@ def load_workloads(traces: tuple[str, ...], demands: tuple[str, ...], weights: t
         from .trace_demand import demand_from_traces, is_trace_prefix
         if not is_trace_prefix(prefix):
             raise LibraError(f"{prefix}: no trace files {prefix}.0.et (or .et.gz); give the prefix of PREFIX.N.et files")
-        d, _ = demand_from_traces(prefix, net, comm_groups=comm_groups)
+        groups = comm_groups or default_groups_path(prefix)
+        d, _ = demand_from_traces(prefix, net, comm_groups=groups)
         out.append(Workload(d, ws[i], Path(prefix).name))
         refs.append(WorkloadRef(Path(prefix).name, ws[i], None, str(Path(prefix).resolve()),
-                                str(Path(comm_groups).resolve()) if comm_groups else None))
+                                str(Path(groups).resolve()) if groups else None))
     for j, path in enumerate(demands):
         d = load_demand(path)
         d.check_network(net, path)
@@ -108,7 +115,8 @@ _common = [
     click.option("--weight", "weights", multiple=True, type=float,
                  help="Weight per workload, in order: trace prefixes, then --demand files."),
     click.option("--comm-groups", type=click.Path(exists=True, dir_okay=False),
-                 help="ASTRA-sim communicator-group JSON for the trace prefixes."),
+                 help="ASTRA-sim communicator-group JSON for the trace prefixes [default: PREFIX.groups.json "
+                      "when it exists]."),
     click.option("--total-bw", type=float, help="Total bandwidth per NPU over all dimensions, GB/s (equality)."),
     click.option("--total-bw-max", type=float, help="Upper bound on total bandwidth per NPU, GB/s."),
     click.option("--constraint", "exprs", multiple=True, metavar="EXPR",
@@ -264,6 +272,15 @@ def pareto_cmd(traces, network_path, cost_path, demands, weights, comm_groups, t
         write_json_atomic(output, {"format": "libra_astra.pareto", "version": 1, "dimensions": list(net.dim_names),
                                    "points": rows}, overwrite=force)
         click.echo(f"wrote {output}")
+
+
+def _register() -> None:
+    # Commands of the other steps live beside the library parts they drive.
+    from .tracegen.cli import generate_command
+    main.add_command(generate_command, "generate")
+
+
+_register()
 
 
 def run() -> None:  # pragma: no cover - console entry
