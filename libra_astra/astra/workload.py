@@ -104,7 +104,8 @@ def plan_for_demand(net: Network, bw_gbps: Sequence[float], demand: Demand) -> L
 
 
 def _set_attrs(node: pb.Node, drop: Sequence[str], add: Sequence[pb.AttributeProto] = ()) -> None:
-    keep = [a for a in node.attr if a.name not in drop and a.name not in {x.name for x in add}]
+    gone = set(drop) | {x.name for x in add}
+    keep = [a for a in node.attr if a.name not in gone]
     del node.attr[:]
     node.attr.extend(keep)
     node.attr.extend(add)
