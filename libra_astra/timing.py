@@ -46,6 +46,9 @@ class TimeModel:
     splits: int = 1
     latency: bool = True
     local_mem_bw_gbps: float | None = None
+    # Fraction of its bandwidth each dimension delivers (fitted from the simulator by the loop);
+    # None means 1 everywhere.
+    efficiency: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in MODELS:
@@ -54,6 +57,8 @@ class TimeModel:
             raise LibraError(f"splits must be >= 1, got {self.splits}")
         if self.local_mem_bw_gbps is not None and self.local_mem_bw_gbps <= 0:
             raise LibraError(f"local_mem_bw_gbps must be > 0, got {self.local_mem_bw_gbps}")
+        if self.efficiency is not None and not all(e > 0 for e in self.efficiency):
+            raise LibraError(f"dimension efficiencies must be > 0, got {list(self.efficiency)}")
 
 
 LIBRA = TimeModel()
@@ -68,6 +73,13 @@ def _reduced_bytes(kind: str, carried: float, p: int) -> float:
 
 def collective_rows(c: Collective, net: Network, model: TimeModel = LIBRA) -> tuple[np.ndarray, np.ndarray]:
     """Rows (A, const) of one collective's time: time = max_r (A[r] @ (1/B) + const[r])."""
+    A, const = _rows(c, net, model)
+    if model.efficiency is not None:
+        A = A / np.asarray(model.efficiency, dtype=float)
+    return A, const
+
+
+def _rows(c: Collective, net: Network, model: TimeModel) -> tuple[np.ndarray, np.ndarray]:
     D = net.num_dims
     traffic = np.asarray(c.traffic_bytes, dtype=float)
     used = [d for d in range(D) if traffic[d] > 0]
