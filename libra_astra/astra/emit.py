@@ -20,6 +20,9 @@ Choices that make the simulated time comparable with the time model:
 - ``preferred-dataset-splits`` k (default 1): with k = 1 a multi-dimensional collective takes the sum
   of its per-dimension times; with larger k chunks pipeline across dimensions and the time tends to
   the slowest dimension's (LIBRA's max).
+- All-to-all with ``ring`` forwards data around the ring: ASTRA-sim charges m (p - 1) / 2 bytes per NPU
+  in a dimension of p, not the m (p - 1) / p of a direct exchange (``direct`` would give each
+  concurrent message the full bandwidth instead).
 - ``local-mem-bw`` large by default, since every reducing step costs 3 * bytes / local-mem-bw.
 - ``endpoint-delay`` 1 ns by default: a dimension with latency 0 and endpoint-delay 0 aborts the
   simulator, which is refused here.
@@ -165,8 +168,8 @@ def _workload_notes(source: str, lnet: LogicalNetwork, stats: WorkloadStats, spl
     if splits == 1:
         notes.append("preferred-dataset-splits 1: a multi-dimensional collective takes the sum of its per-dimension times")
     else:
-        notes.append(f"preferred-dataset-splits {splits}: chunks pipeline across dimensions "
-                     "(time about max_i(T_i + sum_{j<i} T_j / k))")
+        notes.append(f"preferred-dataset-splits {splits}: chunks pipeline across dimensions (all-reduce: "
+                     "max_i(T_i + sum_{j<i} T_j / k); reduce-scatter and all-gather: max_i(T_i + sum_{j>i} T_j / k))")
     if lnet.is_split:
         shape = " x ".join(f"{d.name}({d.npus})" for d in lnet.dims)
         notes.append(f"dimensions split so communicator groups are whole logical dimensions: {shape}; NPU ids unchanged; "
