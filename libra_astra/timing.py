@@ -15,9 +15,12 @@ which is convex in B, so the optimizer can solve every model exactly. Models:
     T_i = traffic_i / B_i plus a local reduction R_i = 3 * reduced bytes / local-mem-bw and
     per-chunk ring latency L_i = steps * hops * latency; chunks flow through the stages, so::
 
-        time = max_i ( T_i + R_i + k L_i + sum_{j<i} ((T_j + R_j) / k + L_j) )
+        time = max_i ( T_i + R_i + k L_i + sum_{j in F(i)} ((T_j + R_j) / k + L_j) )
 
-    k = 1 gives the sum over dimensions; large k tends to LIBRA's max.
+    with F(i) the dimensions below i for all-reduce and all-to-all and above i for reduce-scatter
+    and all-gather (measured on ASTRA-sim; reduce-scatter and all-gather also pay the latency of the
+    remaining dimensions once). k = 1 gives the sum over dimensions; large k tends to LIBRA's max.
+    All-to-all uses the ring algorithm's link load m (p - 1) / 2 (see collective_rows).
 
 The job time without overlap is compute + sum of count * collective time per rank class, and the
 slowest class sets the job time.
@@ -105,26 +108,37 @@ def _rows(c: Collective, net: Network, model: TimeModel) -> tuple[np.ndarray, np
         for r, d in enumerate(used):
             A[r, d] = traffic[d]
         return A, np.full(len(used), red + chunks * steps_lat)
-    order = [d for d in coll.dim_order(c.type, D) if traffic[d] > 0]
+    if c.type == coll.ALL_TO_ALL:
+        # ASTRA-sim's ring all-to-all forwards each block hop by hop round the ring: every link
+        # carries m (p - 1) / 2 bytes, p / 2 times the table's m (p - 1) / p.
+        traffic = traffic * np.array([max(p, 2) / 2.0 for p in c.participants])
+    order = [d for d in range(D) if traffic[d] > 0]
     carried = c.size_bytes
-    stage_red, stage_lat = [], []
+    red_by_dim, lat_by_dim = {}, {}
     for d in coll.dim_order(c.type, D):
         p = c.participants[d]
         if traffic[d] > 0:
-            stage_red.append(3.0 * _reduced_bytes(c.type, carried, p) / mem if mem is not None else 0.0)
-            stage_lat.append(c.hops[d] * lat[d])
+            red_by_dim[d] = 3.0 * _reduced_bytes(c.type, carried, p) / mem if mem is not None else 0.0
+            lat_by_dim[d] = c.hops[d] * lat[d]
         if c.type in (coll.ALL_REDUCE, coll.REDUCE_SCATTER):
             carried /= p
         elif c.type == coll.ALL_GATHER:
             carried *= p
+    # Chunks flow through the stages; the stages that fill the pipeline before the bottleneck
+    # stage i are, as measured on ASTRA-sim, the lower dimensions for all-reduce and all-to-all
+    # and the higher dimensions for reduce-scatter and all-gather.
+    fill_higher = c.type in (coll.REDUCE_SCATTER, coll.ALL_GATHER)
     A = np.zeros((len(order), D))
     const = np.zeros(len(order))
     for i, d in enumerate(order):
         A[i, d] = traffic[d]
-        const[i] = stage_red[i] + k * stage_lat[i]
-        for j in range(i):
-            A[i, order[j]] += traffic[order[j]] / k
-            const[i] += stage_red[j] / k + stage_lat[j]
+        const[i] = red_by_dim[d] + k * lat_by_dim[d]
+        for e in order:
+            if (e > d) if fill_higher else (e < d):
+                A[i, e] += traffic[e] / k
+                const[i] += red_by_dim[e] / k + lat_by_dim[e]
+            elif fill_higher and e < d:
+                const[i] += lat_by_dim[e]
     return A, const
 
 
