@@ -1,0 +1,164 @@
+"""Closed loop: optimize -> emit -> simulate -> compare -> (calibrate -> re-optimize).
+
+Iteration 0 optimizes with the time model that matches the emitted simulator settings (the
+``pipelined`` model with the same chunk count, latency and local memory bandwidth), then emits and
+simulates the optimized design and the baselines (EqualBW and TrafficProportional, same total
+bandwidth). Each later iteration calibrates: it simulates the current best design with one
+dimension's bandwidth raised by ``probe`` at a time, fits a per-dimension efficiency so the model's
+sensitivities match the simulator's, re-optimizes with it and simulates the new design. The loop
+stops when the simulated time no longer improves by ``min_gain`` or after ``calibrate`` iterations.
+
+Every run directory is kept under ``out_dir``: ``iter0/optimized/<workload>``, ``iter0/EqualBW/...``,
+``iter1/probe-<dim>/...``, ``iter1/optimized/...``, plus ``loop.json`` with the summary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .astra.emit import emit
+from .astra.run import resolve_binary, simulate
+from .cost import CostModel
+from .design import Design, WorkloadRef
+from .errors import LibraError
+from .network import Network
+from .optimize import Constraints, Workload, optimize
+from .predict import predict
+from .timing import TimeModel
+
+
+@dataclass(frozen=True)
+class LoopRow:
+    iteration: int
+    name: str
+    bw_gbps: tuple[float, ...]
+    cost_usd: float
+    predicted_ns: float
+    simulated_ns: float
+    run_dirs: tuple[str, ...]
+
+    @property
+    def error(self) -> float:
+        """Relative prediction error, (predicted - simulated) / simulated."""
+        return self.predicted_ns / self.simulated_ns - 1.0 if self.simulated_ns else math.nan
+
+
+@dataclass(frozen=True)
+class LoopResult:
+    rows: tuple[LoopRow, ...]
+    efficiency: tuple[tuple[float, ...], ...]     # per iteration
+    best: LoopRow
+    stop_reason: str
+    splits: int
+    binary: str
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self, net: Network) -> dict:
+        def row(r: LoopRow) -> dict:
+            return {"iteration": r.iteration, "name": r.name, "bandwidth_gbps": list(r.bw_gbps),
+                    "cost_usd": r.cost_usd, "predicted_ns": r.predicted_ns, "simulated_ns": r.simulated_ns,
+                    "relative_error": r.error, "run_dirs": list(r.run_dirs)}
+        base = {r.name: r for r in self.rows if r.iteration == 0}
+        opt0 = base.get("optimized")
+        speedups = {name: r.simulated_ns / self.best.simulated_ns for name, r in base.items() if name != "optimized"}
+        return {
+            "format": "libra_astra.loop", "version": 1,
+            "dimensions": list(net.dim_names), "splits": self.splits, "binary": self.binary,
+            "rows": [row(r) for r in self.rows],
+            "efficiency_per_iteration": [list(e) for e in self.efficiency],
+            "best": row(self.best),
+            "simulated_speedup_of_best_over": speedups,
+            "first_optimized_simulated_ns": opt0.simulated_ns if opt0 else None,
+            "stop_reason": self.stop_reason,
+            "notes": list(self.notes),
+        }
+
+
+def _sim_model(splits: int, local_mem_bw_gbps: float, efficiency: Sequence[float] | None) -> TimeModel:
+    return TimeModel("pipelined", splits=splits, latency=True, local_mem_bw_gbps=local_mem_bw_gbps,
+                     efficiency=tuple(efficiency) if efficiency is not None else None)
+
+
+def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Network, cost: CostModel, *,
+             out_dir: str | Path, objective: str = "perf", constraints: Constraints = Constraints(),
+             binary: str | None = None, splits: int = 1, local_mem_bw_gbps: float = 1e9, calibrate: int = 0,
+             probe: float = 1.25, min_gain: float = 1e-3, timeout_s: float = 3600.0, overwrite: bool = False,
+             on_event: Callable[[str], None] = lambda _msg: None) -> LoopResult:
+    """Run the closed loop; see the module docstring. ``on_event`` receives progress lines."""
+    if len(workloads) != len(refs) or not workloads:
+        raise LibraError("the loop needs at least one workload")
+    for ref in refs:
+        if ref.traces is None and ref.demand is None:
+            raise LibraError(f"workload {ref.name!r} has neither traces nor a demand file to emit")
+    bin_path = resolve_binary(binary)
+    out = Path(out_dir)
+    if out.exists() and not overwrite:
+        raise LibraError(f"{out}: already exists; choose a new --out directory or pass --force to replace runs in it")
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[LoopRow] = []
+
+    def run_design(iteration: int, name: str, bw: Sequence[float], model: TimeModel) -> LoopRow:
+        bw = tuple(float(b) for b in bw)
+        design = Design(f"{name}-it{iteration}", net, bw, objective, model.kind, 0.0,
+                        cost.network_cost_usd(net, bw), tuple(refs))
+        sim_total = pred_total = 0.0
+        dirs = []
+        for w, ref in zip(workloads, refs):
+            run_dir = out / f"iter{iteration}" / name / _safe(ref.name)
+            run_dir.parent.mkdir(parents=True, exist_ok=True)
+            emit(design, run_dir, splits=splits, workload=ref.name, overwrite=overwrite,
+                 local_mem_bw_gbps=local_mem_bw_gbps)
+            res = simulate(run_dir, bin_path, timeout_s=timeout_s, overwrite=overwrite)
+            sim_total += w.weight * res.simulated_time_ns
+            # The prediction always uses the simulator's own settings, without fitted efficiency.
+            pred_total += w.weight * predict(w.demand, bw, net, _sim_model(splits, local_mem_bw_gbps, None)).time_ns
+            dirs.append(str(run_dir))
+        row = LoopRow(iteration, name, bw, design.cost_usd, pred_total, sim_total, tuple(dirs))
+        on_event(f"iter {iteration} {name:<20} simulated {sim_total / 1e6:12.4f} ms  predicted "
+                 f"{pred_total / 1e6:12.4f} ms  error {row.error:+.3%}")
+        rows.append(row)
+        return row
+
+    eff = [1.0] * net.num_dims
+    model = _sim_model(splits, local_mem_bw_gbps, None)
+    on_event(f"optimizing ({objective}, pipelined model, {splits} chunk(s) per collective)")
+    r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model)
+    best = run_design(0, "optimized", r.bw_gbps, model)
+    for name, ev in r.baselines.items():
+        run_design(0, name, ev.bw_gbps, model)
+    efficiencies = [tuple(eff)]
+    stop = "no calibration asked (--calibrate 0)"
+    for it in range(1, calibrate + 1):
+        # Sensitivity of the simulated time to each dimension's bandwidth, versus the model's.
+        for d, dim in enumerate(net.dims):
+            bw = list(best.bw_gbps)
+            bw[d] *= probe
+            probe_row = run_design(it, f"probe-{dim.name}", bw, model)
+            ds = best.simulated_ns - probe_row.simulated_ns
+            cur = _sim_model(splits, local_mem_bw_gbps, eff)
+            dp = (sum(w.weight * predict(w.demand, best.bw_gbps, net, cur).time_ns for w in workloads)
+                  - sum(w.weight * predict(w.demand, bw, net, cur).time_ns for w in workloads))
+            if ds > 1e-6 * best.simulated_ns and dp > 1e-6 * best.simulated_ns:
+                eff[d] *= dp / ds
+        efficiencies.append(tuple(eff))
+        model = _sim_model(splits, local_mem_bw_gbps, eff)
+        r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model, baselines=False)
+        row = run_design(it, "optimized", r.bw_gbps, model)
+        if row.simulated_ns < best.simulated_ns * (1 - min_gain):
+            best = row
+            stop = f"reached --calibrate {calibrate} iterations"
+        else:
+            if row.simulated_ns < best.simulated_ns:
+                best = row
+            stop = f"simulated time improved by less than {min_gain:.1%} at iteration {it}"
+            break
+    notes = ("prediction: pipelined time model replayed over each rank's dependency graph "
+             "(one compute and one collective at a time); cross-rank waiting is not modelled",)
+    return LoopResult(tuple(rows), tuple(efficiencies), best, stop, splits, bin_path, notes)
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name) or "workload"
