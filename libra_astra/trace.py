@@ -812,6 +812,8 @@ def topological_order(prog: RankProgram) -> np.ndarray | None:
             parents = [int(p) for p in dep[ptr[u]:ptr[u + 1]] if int(p) in left]
             u = parents[0]
         cyc = path[seen[u]:][::-1]
+        k = cyc.index(min(cyc))  # start at the first node of the file, for a stable message
+        cyc = cyc[k:] + cyc[:k]
         ids = " -> ".join(str(int(prog.node_ids[i])) for i in cyc + [cyc[0]])
         raise LibraError(f"{prog.path}: dependency cycle through nodes {ids}; remove one of these dependencies")
     return np.asarray(out, dtype=np.int64)

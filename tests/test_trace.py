@@ -1,0 +1,278 @@
+"""Chakra ET reader: the compact program must say exactly what the schema's own parse says."""
+
+import gzip
+import io
+import json
+import random
+
+import numpy as np
+import pytest
+from chakra.schema.protobuf import et_def_pb2 as pb
+from chakra.src.third_party.utils.protolib import encodeMessage
+
+from libra_astra import chakra_io as cio
+from libra_astra.errors import LibraError
+from libra_astra.trace import (TraceReader, find_rank_files, is_trace_prefix, parse_pg_metadata, rank_files,
+                               topological_order)
+
+
+def encode(nodes, version="1"):
+    f = io.BytesIO()
+    encodeMessage(f, pb.GlobalMetadata(version=version))
+    for n in nodes:
+        encodeMessage(f, n)
+    return f.getvalue()
+
+
+def framed(payload: bytes) -> bytes:
+    return cio.frame(payload)
+
+
+WANTED = ("is_cpu_op", "num_ops", "tensor_size", "comm_type", "comm_size", "involved_dim", "pg_name",
+          "comm_src", "comm_dst")
+
+
+def random_node(rng, i, ids):
+    n = pb.Node(id=ids[i])
+    if rng.random() < 0.5:
+        n.name = "x" * rng.randint(0, 300)  # also forces two-byte length prefixes
+    n.type = rng.choice([0, 2, 3, 4, 4, 5, 6, 7])
+    if i and rng.random() < 0.8:
+        n.data_deps.extend(ids[rng.randrange(i)] for _ in range(rng.randint(1, 4)))
+    if i and rng.random() < 0.3:
+        n.ctrl_deps.extend(ids[rng.randrange(i)] for _ in range(rng.randint(1, 3)))
+    if rng.random() < 0.3:
+        n.start_time_micros = rng.randint(0, 2**40)
+    if rng.random() < 0.7:
+        n.duration_micros = rng.randint(0, 2**63)
+    if rng.random() < 0.2:
+        n.inputs.values = "abc" * rng.randint(0, 50)
+    if rng.random() < 0.2:
+        n.outputs.shapes = "[[1]]"
+    for _ in range(rng.randint(0, 6)):
+        k = rng.choice(WANTED + ("rf_id", "op_schema"))
+        a = n.attr.add(name=k)
+        if k in ("pg_name", "op_schema"):
+            a.string_val = str(rng.randint(0, 5))
+        elif k == "involved_dim":
+            a.bool_list.values.extend(rng.random() < 0.5 for _ in range(3))
+        elif k == "is_cpu_op":
+            a.bool_val = rng.random() < 0.5
+        elif k == "tensor_size":
+            a.uint64_val = rng.randint(0, 2**64 - 1)
+        elif k in ("comm_src", "comm_dst"):
+            a.int32_val = rng.randint(0, 100)
+        else:
+            a.int64_val = rng.randint(-5, 2**62)
+    return n
+
+
+def expected_attrs(node):
+    out = {}
+    for a in node.attr:
+        if a.name in WANTED:
+            kind = a.WhichOneof("value")
+            v = getattr(a, kind)
+            out[a.name] = tuple(v.values) if kind.endswith("_list") else v
+    return out
+
+
+def check_program(reader, prog, nodes):
+    assert prog.num_nodes == len(nodes)
+    for i, x in enumerate(nodes):
+        assert int(prog.node_ids[i]) == x.id
+        assert int(prog.types[i]) == x.type
+        assert int(prog.duration_micros[i]) == x.duration_micros
+        got = sorted(int(prog.node_ids[j]) for j in prog.dep_index[prog.dep_ptr[i]:prog.dep_ptr[i + 1]])
+        assert got == sorted(list(x.data_deps) + list(x.ctrl_deps))
+        row = reader.attrs.rows[prog.attr[i]]
+        for k, v in expected_attrs(x).items():
+            assert getattr(row, k) == v, (k, v, row)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_reader_matches_schema_parse(seed):
+    rng = random.Random(seed)
+    count = rng.randint(1, 300)
+    ids = rng.sample(range(1, 10**12 if seed % 2 else 1000), count)
+    if seed % 3 == 0:
+        ids.sort()
+    nodes = [random_node(rng, i, ids) for i in range(count)]
+    reader = TraceReader()
+    prog = reader.parse(encode(nodes), "t.0.et")
+    check_program(reader, prog, nodes)
+
+
+def test_out_of_order_and_unpacked_fields_take_the_schema_path():
+    # concatenated serialized pieces merge: attributes first, then id/type/deps
+    a = pb.Node(attr=[pb.AttributeProto(name="comm_size", int64_val=4096),
+                      pb.AttributeProto(name="comm_type", int64_val=2)]).SerializeToString()
+    b = pb.Node(id=7, type=pb.COMM_COLL_NODE, data_deps=[3]).SerializeToString()
+    # an unpacked repeated field (tag 5, wire type 0) and an unknown field number 20
+    unpacked = bytes([0x08, 9, 0x18, 4, 0x28, 3, 0x28, 7, 0xA0, 0x01, 5])
+    data = (cio.encode_metadata() + framed(pb.Node(id=3, type=pb.COMP_NODE, duration_micros=2).SerializeToString())
+            + framed(a + b) + framed(unpacked))
+    reader = TraceReader()
+    prog = reader.parse(data, "t")
+    assert prog.node_ids.tolist() == [3, 7, 9]
+    assert prog.types.tolist() == [4, 7, 4]
+    row = reader.attrs.rows[prog.attr[1]]
+    assert (row.comm_type, row.comm_size) == (2, 4096)
+    deps = [sorted(prog.node_ids[prog.dep_index[prog.dep_ptr[i]:prog.dep_ptr[i + 1]]].tolist()) for i in range(3)]
+    assert deps == [[], [3], [3, 7]]
+
+
+def test_identical_files_are_decoded_once(tmp_path):
+    nodes = [cio.comp_node(1, "c", 5), cio.coll_node(2, "ar", "ALL_REDUCE", 1024, data_deps=[1])]
+    for r in range(4):
+        cio.write_et(tmp_path / f"t.{r}.et", nodes)
+    reader = TraceReader()
+    progs = [reader.read(tmp_path / f"t.{r}.et") for r in range(4)]
+    assert reader.files_decoded == 1
+    assert all(p is progs[0] for p in progs)
+
+
+def test_gzipped_file_reads_the_same(tmp_path):
+    nodes = [cio.comp_node(1, "c", 5), cio.coll_node(2, "ag", "ALL_GATHER", 64, data_deps=[1], pg_name="3")]
+    (tmp_path / "z.0.et.gz").write_bytes(gzip.compress(cio.encode_et(nodes)))
+    cio.write_et(tmp_path / "p.0.et", nodes)
+    r1, r2 = TraceReader(), TraceReader()
+    a, b = r1.read(tmp_path / "z.0.et.gz"), r2.read(tmp_path / "p.0.et")
+    assert a.digest == b.digest
+    assert r1.attrs.rows[a.attr[1]].pg_name == "3"
+    assert is_trace_prefix(tmp_path / "z") and is_trace_prefix(tmp_path / "p") and not is_trace_prefix(tmp_path / "q")
+
+
+def test_topological_order_of_a_file_written_children_first():
+    nodes = [pb.Node(id=2, type=pb.COMP_NODE, data_deps=[1]), pb.Node(id=1, type=pb.COMP_NODE)]
+    prog = TraceReader().parse(encode(nodes), "t")
+    assert topological_order(prog).tolist() == [1, 0]
+    in_order = TraceReader().parse(encode(nodes[::-1]), "t")
+    assert topological_order(in_order) is None
+
+
+def test_metadata_process_groups_as_the_pytorch_converter_writes_them():
+    pgs = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "ranks": [],
+            "group_size": 4, "group_count": 3},
+           {"pg_name": "1", "pg_desc": "tp", "backend_config": "cuda:nccl", "ranks": [0, 1],
+            "group_size": 2, "group_count": 3}]
+    # PyTorch records json.dumps(pg_config_info); the converter stores str(inputs["values"])
+    values = str([json.dumps(pgs)])
+    node = pb.Node(id=5, name="## process_group:init ##", type=pb.METADATA_NODE)
+    node.inputs.values = values
+    reader = TraceReader()
+    prog = reader.parse(encode([node, pb.Node(id=6, type=pb.COMP_NODE, ctrl_deps=[5])]), "t")
+    assert prog.pg_info == (("0", ()), ("1", (0, 1)))
+    assert prog.types.tolist() == [1, 4]
+
+
+@pytest.mark.parametrize("values, groups", [
+    ('[[[{"pg_name": "2", "ranks": [3, 1]}]]]', (("2", (1, 3)),)),
+    (str([json.dumps([{"pg_id": 4, "ranks": {"0": 0, "2": 1}}])]), (("4", (0, 2)),)),
+    ("", ()),
+])
+def test_metadata_variants(values, groups):
+    assert parse_pg_metadata(values, "t") == groups
+
+
+def test_metadata_that_is_not_group_info_is_an_error():
+    with pytest.raises(LibraError) as e:
+        parse_pg_metadata("{not json", "t.0.et: node 5 (METADATA)")
+    assert str(e.value) == ("t.0.et: node 5 (METADATA): cannot read process-group info from inputs.values "
+                            "(not JSON or a Python literal); fix the trace or give the groups with --comm-groups")
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def raises(data, message, where="bad.0.et"):
+    with pytest.raises(LibraError) as e:
+        TraceReader().parse(data, where)
+    assert str(e.value) == message
+
+
+def good_bytes():
+    return cio.encode_et([cio.comp_node(1, "c", 5), cio.coll_node(2, "ar", "ALL_REDUCE", 1 << 20, data_deps=[1])])
+
+
+def test_truncated_file():
+    data = good_bytes()
+    meta_len = len(cio.encode_metadata())
+    cut = data[:-3]
+    last = meta_len + len(framed(cio.comp_node(1, "c", 5).SerializeToString()))
+    size = len(cio.coll_node(2, "ar", "ALL_REDUCE", 1 << 20, data_deps=[1]).SerializeToString())
+    raises(cut, f"bad.0.et: truncated: the message at byte offset {last} needs {size} bytes but only {size - 3} "
+                "remain; the file was cut short, re-create or re-copy it")
+
+
+def test_truncated_length_prefix():
+    raises(good_bytes() + b"\x80",
+           f"bad.0.et: truncated or corrupt length prefix at byte offset {len(good_bytes())}; the file was cut "
+           "short or damaged, re-create or re-copy it")
+
+
+def test_corrupt_node():
+    data = cio.encode_metadata() + framed(b"\x08\x01\x1a\x05ab")  # field 3 with a length: not a Node
+    raises(data, f"bad.0.et: corrupt node message at byte offset {len(cio.encode_metadata())} (protobuf cannot "
+                 "decode it); the file is damaged or not a Chakra ET file")
+
+
+def test_zero_length_message():
+    raises(good_bytes() + b"\x00" + framed(b"\x08\x05"),
+           f"bad.0.et: zero-length message at byte offset {len(good_bytes())}; readers (and ASTRA-sim) stop there, "
+           "so the rest of the file would be lost; never write a node with all fields at their defaults")
+
+
+def test_empty_file():
+    raises(b"", "bad.0.et: empty file; a trace file starts with a GlobalMetadata message")
+
+
+def test_corrupt_gzip(tmp_path):
+    p = tmp_path / "g.0.et"
+    p.write_bytes(gzip.compress(good_bytes())[:-10])
+    with pytest.raises(LibraError) as e:
+        TraceReader().read(p)
+    assert str(e.value).startswith(f"{p}: truncated or corrupt gzip data (")
+    assert str(e.value).endswith("); re-create or re-copy the file")
+
+
+def test_dangling_dependency():
+    data = cio.encode_et([cio.comp_node(10, "c", 5), cio.comp_node(11, "d", 5, data_deps=[10, 99])])
+    raises(data, "bad.0.et: node 11 depends on node 99, which is not in the file; remove the dependency or add the node")
+
+
+def test_duplicate_node_id():
+    data = cio.encode_et([cio.comp_node(3, "c", 5), cio.comp_node(3, "d", 5)])
+    raises(data, "bad.0.et: node id 3 appears twice; node ids must be unique within a file")
+
+
+def test_dependency_cycle():
+    data = cio.encode_et([cio.comp_node(1, "a", 1), cio.comp_node(2, "b", 1, data_deps=[1, 4]),
+                          cio.comp_node(3, "c", 1, data_deps=[2]), cio.comp_node(4, "d", 1, ctrl_deps=[3])])
+    prog = TraceReader().parse(data, "bad.0.et")
+    with pytest.raises(LibraError) as e:
+        topological_order(prog)
+    assert str(e.value) == "bad.0.et: dependency cycle through nodes 2 -> 3 -> 4 -> 2; remove one of these dependencies"
+
+
+def test_rank_files(tmp_path):
+    for r in (0, 1, 2, 3):
+        (tmp_path / f"s.{r}.et").write_bytes(b"")
+    (tmp_path / "s.2.et.gz").write_bytes(b"")
+    (tmp_path / "s.x.et").write_bytes(b"")
+    found = find_rank_files(tmp_path / "s")
+    assert sorted(found) == [0, 1, 2, 3] and found[2].name == "s.2.et"
+    assert [p.name for p in rank_files(tmp_path / "s", 4)] == ["s.0.et", "s.1.et", "s.2.et", "s.3.et"]
+    pre = tmp_path / "s"
+    with pytest.raises(LibraError) as e:
+        rank_files(pre, 8, "network 'x'")
+    assert str(e.value) == (f"{pre}: found 4 rank files (ranks up to 3) but network 'x' has 8 NPUs; use a network "
+                            "with 4 NPUs or traces for 8 ranks")
+    (tmp_path / "s.1.et").unlink()
+    with pytest.raises(LibraError) as e:
+        rank_files(pre, 4)
+    assert str(e.value) == f"{pre}: 1 rank file(s) missing: {pre}.1.et; every rank 0..3 needs a file"
+    with pytest.raises(LibraError) as e:
+        rank_files(tmp_path / "none", 4)
+    assert str(e.value) == (f"{tmp_path / 'none'}: no trace files {tmp_path / 'none'}.0.et .. "
+                            f"{tmp_path / 'none'}.3.et (or .et.gz); give the prefix without the '.RANK.et' suffix")
