@@ -52,6 +52,8 @@ class TimeModel:
     # Fraction of its bandwidth each dimension delivers (fitted from the simulator by the loop);
     # None means 1 everywhere.
     efficiency: tuple[float, ...] | None = None
+    # Follow each rank's dependency graph (compute/communication overlap) instead of summing.
+    overlap: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in MODELS:
@@ -108,10 +110,14 @@ def _rows(c: Collective, net: Network, model: TimeModel) -> tuple[np.ndarray, np
         for r, d in enumerate(used):
             A[r, d] = traffic[d]
         return A, np.full(len(used), red + chunks * steps_lat)
+    hops = np.asarray(c.hops, dtype=float)
     if c.type == coll.ALL_TO_ALL:
         # ASTRA-sim's ring all-to-all forwards each block hop by hop round the ring: every link
-        # carries m (p - 1) / 2 bytes, p / 2 times the table's m (p - 1) / p.
-        traffic = traffic * np.array([max(p, 2) / 2.0 for p in c.participants])
+        # carries m (p - 1) / 2 bytes, p / 2 times the table's m (p - 1) / p, and the ring pays
+        # p (p - 1) / 2 hop latencies instead of p - 1 (both measured).
+        ring_factor = np.array([max(p, 2) / 2.0 for p in c.participants])
+        traffic = traffic * ring_factor
+        hops = hops * ring_factor
     order = [d for d in range(D) if traffic[d] > 0]
     carried = c.size_bytes
     red_by_dim, lat_by_dim = {}, {}
@@ -119,7 +125,7 @@ def _rows(c: Collective, net: Network, model: TimeModel) -> tuple[np.ndarray, np
         p = c.participants[d]
         if traffic[d] > 0:
             red_by_dim[d] = 3.0 * _reduced_bytes(c.type, carried, p) / mem if mem is not None else 0.0
-            lat_by_dim[d] = c.hops[d] * lat[d]
+            lat_by_dim[d] = hops[d] * lat[d]
         if c.type in (coll.ALL_REDUCE, coll.REDUCE_SCATTER):
             carried /= p
         elif c.type == coll.ALL_GATHER:
