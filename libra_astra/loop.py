@@ -1,7 +1,8 @@
 """Closed loop: optimize -> emit -> simulate -> compare -> (calibrate -> re-optimize).
 
 Iteration 0 optimizes with the time model that matches the emitted simulator settings (the
-``pipelined`` model with the same chunk count, latency and local memory bandwidth), then emits and
+``pipelined`` model with the same chunk count, latency and local memory bandwidth, following each
+rank's dependency graph unless ``overlap`` is off), then emits and
 simulates the optimized design and the baselines (EqualBW and TrafficProportional, same total
 bandwidth). Each later iteration calibrates: it simulates the current best design with one
 dimension's bandwidth raised by ``probe`` at a time, fits a per-dimension efficiency so the model's
@@ -77,15 +78,17 @@ class LoopResult:
         }
 
 
-def _sim_model(splits: int, local_mem_bw_gbps: float, efficiency: Sequence[float] | None) -> TimeModel:
+def _sim_model(splits: int, local_mem_bw_gbps: float, efficiency: Sequence[float] | None,
+               overlap: bool = True) -> TimeModel:
     return TimeModel("pipelined", splits=splits, latency=True, local_mem_bw_gbps=local_mem_bw_gbps,
-                     efficiency=tuple(efficiency) if efficiency is not None else None)
+                     efficiency=tuple(efficiency) if efficiency is not None else None, overlap=overlap)
 
 
 def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Network, cost: CostModel, *,
              out_dir: str | Path, objective: str = "perf", constraints: Constraints = Constraints(),
              binary: str | None = None, splits: int = 1, local_mem_bw_gbps: float = 1e9, calibrate: int = 0,
              probe: float = 1.25, min_gain: float = 1e-3, timeout_s: float = 3600.0, overwrite: bool = False,
+             overlap: bool = True,
              on_event: Callable[[str], None] = lambda _msg: None) -> LoopResult:
     """Run the closed loop; see the module docstring. ``on_event`` receives progress lines."""
     if len(workloads) != len(refs) or not workloads:
@@ -123,8 +126,9 @@ def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Ne
         return row
 
     eff = [1.0] * net.num_dims
-    model = _sim_model(splits, local_mem_bw_gbps, None)
-    on_event(f"optimizing ({objective}, pipelined model, {splits} chunk(s) per collective)")
+    model = _sim_model(splits, local_mem_bw_gbps, None, overlap)
+    on_event(f"optimizing ({objective}, pipelined model, {splits} chunk(s) per collective, "
+             f"{'dependency-aware' if overlap else 'no overlap'})")
     r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model)
     best = run_design(0, "optimized", r.bw_gbps, model)
     for name, ev in r.baselines.items():
@@ -144,7 +148,7 @@ def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Ne
             if ds > 1e-6 * best.simulated_ns and dp > 1e-6 * best.simulated_ns:
                 eff[d] *= dp / ds
         efficiencies.append(tuple(eff))
-        model = _sim_model(splits, local_mem_bw_gbps, eff)
+        model = _sim_model(splits, local_mem_bw_gbps, eff, overlap)
         r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model, baselines=False)
         row = run_design(it, "optimized", r.bw_gbps, model)
         if row.simulated_ns < best.simulated_ns * (1 - min_gain):

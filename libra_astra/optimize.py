@@ -29,6 +29,7 @@ from dataclasses import replace
 from scipy.optimize import linprog
 
 from .solver import ConvexProblem, SolverResult, solve, term_values, unbounded_coordinates
+from .predict import critical_path, predict
 from .timing import LIBRA, TimeModel, collective_rows, demand_time
 
 OBJECTIVES = ("perf", "perf-per-cost", "min-cost")
@@ -96,6 +97,10 @@ def evaluate(workloads: Sequence[Workload], net: Network, cost: CostModel, bw_gb
     t = comp = comm = 0.0
     for w in workloads:
         br = demand_time(w.demand, bw, net, model)
+        if model.overlap:
+            # Communication here is what compute does not hide.
+            total = predict(w.demand, bw, net, model).time_ns
+            br = type(br)(total, br.compute_ns, total - br.compute_ns, br.slowest_class)
         t += w.weight * br.total_ns
         comp += w.weight * br.compute_ns
         comm += w.weight * br.communication_ns
@@ -134,33 +139,42 @@ class _Class:
     w: np.ndarray       # (K,)
 
 
-def _class_terms(demand: Demand, net: Network, model: TimeModel) -> tuple[list[tuple[float, list]], int]:
-    """Per rank class: compute and merged terms [(A, g, weight)]; terms equal up to scale merge."""
-    out = []
-    cache: dict = {}
-    n_coll = 0
-    for rc in demand.rank_classes:
-        merged: dict = {}
-        for c in rc.collectives:
-            n_coll += 1
-            if c.count <= 0:
-                continue
-            key = (c.type, c.size_bytes, c.participants, c.traffic_bytes, c.hops, c.algorithm)
-            rows = cache.get(key)
-            if rows is None:
-                A, g = collective_rows(c, net, model)
-                scale = float(A.max()) if not np.any(g) and A.max() > 0 else 1.0
-                An = A / scale
-                mkey = (An.shape, np.round(An, 12).tobytes(), g.tobytes())
-                rows = (mkey, An, g, scale)
-                cache[key] = rows
-            mkey, An, g, scale = rows
-            if mkey in merged:
-                merged[mkey][2] += c.count * scale
-            else:
-                merged[mkey] = [An, g, c.count * scale]
-        out.append((rc.compute_time_ns, list(merged.values())))
-    return out, n_coll
+def _merge_terms(items, net: Network, model: TimeModel, cache: dict) -> list:
+    """Terms [(A, g, weight)] of (collective, count) items; terms equal up to scale merge."""
+    merged: dict = {}
+    for c, count in items:
+        if count <= 0:
+            continue
+        key = (c.type, c.size_bytes, c.participants, c.traffic_bytes, c.hops, c.algorithm)
+        rows = cache.get(key)
+        if rows is None:
+            A, g = collective_rows(c, net, model)
+            scale = float(A.max()) if not np.any(g) and A.max() > 0 else 1.0
+            An = A / scale
+            mkey = (An.shape, np.round(An, 12).tobytes(), g.tobytes())
+            rows = (mkey, An, g, scale)
+            cache[key] = rows
+        mkey, An, g, scale = rows
+        if mkey in merged:
+            merged[mkey][2] += count * scale
+        else:
+            merged[mkey] = [An, g, count * scale]
+    return list(merged.values())
+
+
+def _class_terms(demand: Demand, net: Network, model: TimeModel, cache: dict) -> list[tuple[float, list]]:
+    """Per rank class (no overlap): compute and merged terms."""
+    return [(rc.compute_time_ns, _merge_terms(((c, c.count) for c in rc.collectives), net, model, cache))
+            for rc in demand.rank_classes]
+
+
+def _path_terms(rc, path: tuple[int, ...], net: Network, model: TimeModel, cache: dict) -> tuple[float, list]:
+    """Compute and merged terms of one dependency path of a rank class (its nodes run in sequence)."""
+    if rc.dag is None:
+        return rc.compute_time_ns, _merge_terms(((c, c.count) for c in rc.collectives), net, model, cache)
+    comp = sum(rc.dag.nodes[v][1] for v in path if rc.dag.nodes[v][0] == "comp")
+    colls = [(rc.collectives[int(rc.dag.nodes[v][1])], 1.0) for v in path if rc.dag.nodes[v][0] == "coll"]
+    return comp, _merge_terms(colls, net, model, cache)
 
 
 @dataclass(frozen=True)
@@ -227,7 +241,9 @@ def _scales(workloads, net, cost, cons) -> tuple[float, float]:
 
 
 def _build(workloads: Sequence[Workload], net: Network, cost: CostModel, cons: Constraints, objective: str,
-           model: TimeModel) -> _Built:
+           model: TimeModel, paths: Sequence[tuple[int, float, list]] | None = None) -> _Built:
+    """The scaled convex problem. ``paths`` (workload, compute, terms) replace the rank classes
+    when the time model follows dependency graphs: each path bounds its workload's time."""
     if objective not in OBJECTIVES:
         raise LibraError(f"unknown objective {objective!r}; use one of {list(OBJECTIVES)}")
     if not workloads:
@@ -241,13 +257,13 @@ def _build(workloads: Sequence[Workload], net: Network, cost: CostModel, cons: C
     # Time unit: the EqualBW time of the demand at b0, so scaled values are O(1).
     t_eq = sum(w.weight * demand_time(w.demand, [b0] * D, net, model).total_ns for w in workloads)
     t0 = t_eq if t_eq > 0 else 1.0
-    classes = []
-    n_coll = 0
-    for wi, w in enumerate(workloads):
-        per_class, nc = _class_terms(w.demand, net, model)
-        n_coll += nc
-        for comp, terms in per_class:
-            classes.append((wi, comp, terms))
+    n_coll = sum(len(rc.collectives) for w in workloads for rc in w.demand.rank_classes)
+    if paths is not None:
+        classes = list(paths)
+    else:
+        cache: dict = {}
+        classes = [(wi, comp, terms) for wi, w in enumerate(workloads)
+                   for comp, terms in _class_terms(w.demand, net, model, cache)]
     W = len(workloads)
     G0, h0, E0, f0, price = _linear_rows(net, cost, cons, b0, c0)
     cc = objective == "perf-per-cost"
@@ -415,38 +431,85 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
              baselines: bool = True) -> OptimizeResult:
     """Find the bandwidth per dimension that minimizes the objective under the constraints.
 
+    With ``model.overlap`` the time of a rank is its longest dependency path (compute and
+    communication overlap); that time is still convex in B, and the solver adds critical paths
+    until the one at the solution is already among them, which proves the optimum.
+
     Raises
     ------
     LibraError
         Infeasible or unbounded problems, bad weights, a demand for another network shape.
     """
+    start_for = None
     if objective == "min-cost":
-        return _min_cost(workloads, net, cost, constraints, model, rel_gap, baselines)
-    b = _build(workloads, net, cost, constraints, objective, model)
-    _check_bounded(b, net, objective, workloads)
-    res = solve(b.problem, b.guesses, rel_gap=rel_gap)
-    bw = _unscale(b, res, objective)
+        start_for = _min_cost_start(workloads, net, cost, constraints, model)
+    b, res, bw, n_paths = _solve_model(workloads, net, cost, constraints, objective, model, rel_gap, start_for)
     best = evaluate(workloads, net, cost, bw, constraints, model)
     if objective == "perf":
-        unit = b.t0
+        fun, unit = best.time_ns, b.t0
+    elif objective == "perf-per-cost":
+        fun, unit = best.time_cost_ns_usd, b.t0 * b.c0
     else:
-        unit = b.t0 * b.c0
-    fun = res.fun * unit
+        fun, unit = best.cost_usd, b.c0
     dual = res.dual_bound * unit
     rel = (fun - dual) / max(abs(fun), 1e-300) if math.isfinite(dual) else math.inf
-    out = OptimizeResult(objective, best, fun, dual, rel, res.success, res.status, res.message, res.solve_time_s,
+    msg = res.message + (f"; {n_paths} dependency paths" if model.overlap else "")
+    out = OptimizeResult(objective, best, fun, dual, rel, res.success, res.status, msg, res.solve_time_s,
                          res.newton_steps, b.num_collectives, b.num_terms)
     if baselines:
         out = _with_baselines(out, workloads, net, cost, constraints, model)
     return out
 
 
-def _min_cost(workloads, net, cost, cons: Constraints, model, rel_gap, baselines) -> OptimizeResult:
+def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_for=None):
+    """(built problem, solver result, bandwidths, number of dependency paths used)."""
+    checked = []
+
+    def run(paths):
+        b = _build(workloads, net, cost, cons, objective, model, paths)
+        if not checked:
+            _check_bounded(b, net, objective, workloads)
+            checked.append(True)
+        res = solve(b.problem, [start_for(b)] if start_for else b.guesses, rel_gap=rel_gap)
+        return b, res, _unscale(b, res, objective)
+
+    if not model.overlap:
+        b, res, bw = run(None)
+        return b, res, bw, 0
+    # Start from the no-overlap optimum, then add each rank class's critical path until the
+    # critical paths at the solution are all in the problem already.
+    _, _, bw, _ = _solve_model(workloads, net, cost, cons, objective, replace(model, overlap=False), rel_gap,
+                               start_for)
+    cache: dict = {}
+    paths: dict = {}
+    total_time = 0.0
+    b = res = None
+    for _ in range(500):
+        added = 0
+        for wi, w in enumerate(workloads):
+            for ci, rc in enumerate(w.demand.rank_classes):
+                _, path = critical_path(rc, bw, net, model)
+                key = (wi, ci, path)
+                if key not in paths:
+                    comp, terms = _path_terms(rc, path, net, model, cache)
+                    paths[key] = (wi, comp, terms)
+                    added += 1
+        if not added and b is not None:
+            break
+        b, res, bw = run(list(paths.values()))
+        total_time += res.solve_time_s
+    assert b is not None and res is not None
+    res = replace(res, solve_time_s=total_time)
+    return b, res, bw, len(paths)
+
+
+def _min_cost_start(workloads, net, cost, cons: Constraints, model):
+    """A function giving a strictly feasible start for min-cost: the fastest design under the
+    same constraints, whose time must beat the target (else the target is infeasible)."""
     if cons.time_target_ns is None or cons.time_target_ns <= 0:
         raise LibraError("objective min-cost needs a time target > 0: pass --time-target NS")
-    # The fastest design under the same constraints must beat the target, else it is infeasible.
     fast_cons = Constraints(cons.total_bw_gbps, cons.total_bw_is_upper_bound, cons.budget_usd, None, cons.linear)
-    fb = _build(workloads, net, cost, fast_cons, "perf", model)
+    fb = _build(workloads, net, cost, fast_cons, "perf", replace(model, overlap=False))
     p = fb.problem
     used = np.flatnonzero(p.A[:, :fb.D].max(axis=0) > 0)
     if unbounded_coordinates(p, used):
@@ -461,28 +524,38 @@ def _min_cost(workloads, net, cost, cons: Constraints, model, rel_gap, baselines
     if fast.best.time_ns >= cons.time_target_ns:
         raise LibraError(f"time target {cons.time_target_ns:.6g} ns is infeasible: the fastest design under these "
                          f"constraints takes {fast.best.time_ns:.6g} ns; raise --time-target or relax constraints")
-    b = _build(workloads, net, cost, cons, "min-cost", model)
-    start = np.zeros(b.problem.n)
-    start[:b.D] = np.array(fast.bw_gbps) / b.b0
-    start[b.D:] = 0.0
-    # Epigraph coordinates start at the workloads' times at the fast design (below the target).
-    tv = term_values(b.problem, start)
-    cls_vals = np.bincount(b.problem.term_class, weights=b.problem.w * tv) + b.problem.class_e
-    for q, j in enumerate(b.problem.class_z):
-        start[j] = max(start[j], cls_vals[q]) if start[j] else cls_vals[q]
-    slack = (cons.time_target_ns / b.t0 - float(b.problem.G[-1] @ start))
-    start[b.D:] += 0.5 * slack / max(1e-300, float(np.sum(b.problem.G[-1, b.D:])))
-    res = solve(b.problem, [start], rel_gap=rel_gap)
-    bw = _unscale(b, res, "min-cost")
-    best = evaluate(workloads, net, cost, bw, cons, model)
-    fun = res.fun * b.c0
-    dual = res.dual_bound * b.c0
-    rel = (fun - dual) / max(abs(fun), 1e-300) if math.isfinite(dual) else math.inf
-    out = OptimizeResult("min-cost", best, fun, dual, rel, res.success, res.status, res.message, res.solve_time_s,
-                         res.newton_steps, b.num_collectives, b.num_terms)
-    if baselines:
-        out = _with_baselines(out, workloads, net, cost, cons, model)
-    return out
+    bw0 = np.array(fast.bw_gbps)
+    if fast_cons is not None and any(lc.text == "cap" for lc in fast_cons.linear):
+        # The capped fastest design is absurdly fast and expensive; shrink it toward the target
+        # (time and linear constraints checked strictly) so the barrier starts well scaled.
+        goal = cons.time_target_ns - 0.25 * (cons.time_target_ns - fast.best.time_ns)
+        lo, hi = 1e-12, 1.0
+        for _ in range(200):
+            mid = math.sqrt(lo * hi)
+            x = np.zeros(fb.problem.n)
+            x[:fb.D] = bw0 * mid / fb.b0
+            ok = np.all(fb.problem.G[:, :fb.D] @ x[:fb.D] < fb.problem.h) and \
+                evaluate(workloads, net, cost, bw0 * mid, Constraints(), model).time_ns <= goal
+            lo, hi = (lo, mid) if ok else (mid, hi)
+            if hi / lo < 1 + 1e-6:
+                break
+        bw0 = bw0 * hi
+
+    def start_for(b: _Built) -> np.ndarray:
+        start = np.zeros(b.problem.n)
+        start[:b.D] = bw0 / b.b0
+        # Epigraph coordinates start at the workloads' times at the fast design (below the target).
+        tv = term_values(b.problem, start)
+        cls_vals = np.bincount(b.problem.term_class, weights=b.problem.w * tv) + b.problem.class_e
+        zmax = np.full(b.problem.n, -np.inf)
+        np.maximum.at(zmax, b.problem.class_z, cls_vals)
+        zs = np.unique(b.problem.class_z)
+        start[zs] = zmax[zs]
+        slack = cons.time_target_ns / b.t0 - float(b.problem.G[-1] @ start)
+        start[b.D:] += 0.5 * slack / max(1e-300, float(np.sum(b.problem.G[-1, b.D:])))
+        return start
+
+    return start_for
 
 
 def _with_baselines(out: OptimizeResult, workloads, net, cost, cons, model) -> OptimizeResult:

@@ -28,28 +28,58 @@ class Prediction:
     overlap_aware: bool
 
 
+def _replay(rc: RankClass, bw_gbps: Sequence[float], net: Network, model: TimeModel):
+    """Finish times and, per node, the predecessor that made it wait (-1 if none)."""
+    assert rc.dag is not None
+    coll_ns = [collective_time_ns(c, bw_gbps, net, model) for c in rc.collectives]
+    preds: list[list[int]] = [[] for _ in rc.dag.nodes]
+    for u, v in rc.dag.deps:
+        preds[v].append(u)
+    n = len(rc.dag.nodes)
+    finish = [0.0] * n
+    cause = [-1] * n
+    last = {"comp": -1, "coll": -1}
+    busy_comp = 0.0
+    for v, (kind, value) in enumerate(rc.dag.nodes):
+        # Waiting on the resource is an edge from the previous node of the same kind.
+        start, why = 0.0, -1
+        for u in preds[v] + ([last[kind]] if last[kind] >= 0 else []):
+            if finish[u] > start:
+                start, why = finish[u], u
+        dur = float(value) if kind == "comp" else coll_ns[int(value)]
+        finish[v] = start + dur
+        cause[v] = why
+        last[kind] = v
+        if kind == "comp":
+            busy_comp += dur
+    return finish, cause, busy_comp
+
+
 def class_time_with_overlap(rc: RankClass, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> tuple[float, float]:
     """(finish time, exposed communication) of one rank class replayed over its DAG."""
     if rc.dag is None:
         comp, comm = class_time_ns(rc, bw_gbps, net, model)
         return comp + comm, comm
-    coll_ns = [collective_time_ns(c, bw_gbps, net, model) for c in rc.collectives]
-    preds: list[list[int]] = [[] for _ in rc.dag.nodes]
-    for u, v in rc.dag.deps:
-        preds[v].append(u)
-    finish = [0.0] * len(rc.dag.nodes)
-    free = {"comp": 0.0, "coll": 0.0}
-    busy_comp = 0.0
-    for v, (kind, value) in enumerate(rc.dag.nodes):
-        ready = max((finish[u] for u in preds[v]), default=0.0)
-        start = max(ready, free[kind])
-        dur = float(value) if kind == "comp" else coll_ns[int(value)]
-        finish[v] = start + dur
-        free[kind] = finish[v]
-        if kind == "comp":
-            busy_comp += dur
+    finish, _, busy_comp = _replay(rc, bw_gbps, net, model)
     end = max(finish, default=0.0)
     return end, end - busy_comp
+
+
+def critical_path(rc: RankClass, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> tuple[float, tuple[int, ...]]:
+    """(finish time, node indices of a longest path) of one rank class; the path's time is
+    its compute plus its collectives, and the class time is the maximum over all such paths."""
+    if rc.dag is None:
+        comp, comm = class_time_ns(rc, bw_gbps, net, model)
+        return comp + comm, ()
+    finish, cause, _ = _replay(rc, bw_gbps, net, model)
+    if not finish:
+        return 0.0, ()
+    v = max(range(len(finish)), key=finish.__getitem__)
+    path = []
+    while v >= 0:
+        path.append(v)
+        v = cause[v]
+    return finish[path[0]], tuple(reversed(path))
 
 
 def predict(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> Prediction:
