@@ -339,8 +339,10 @@ def loop_cmd(traces, network_path, cost_path, demands, weights, comm_groups, tot
 def _register() -> None:
     # Commands of the other steps live beside the library parts they drive.
     from .cli_astra import emit_command, simulate_command
+    from .cli_demand import demand_command
     from .tracegen.cli import generate_command
     main.add_command(generate_command, "generate")
+    main.add_command(demand_command, "demand")
     main.add_command(emit_command, "emit")
     main.add_command(simulate_command, "simulate")
 
