@@ -17,9 +17,9 @@ which is convex in B, so the optimizer can solve every model exactly. Models:
 
         time = max_i ( T_i + R_i + k L_i + sum_{j in F(i)} ((T_j + R_j) / k + L_j) )
 
-    with F(i) the dimensions below i for all-reduce and all-to-all and above i for reduce-scatter
-    and all-gather (measured on ASTRA-sim; reduce-scatter and all-gather also pay the latency of the
-    remaining dimensions once). k = 1 gives the sum over dimensions; large k tends to LIBRA's max.
+    with F(i) the dimensions below i for all-reduce and all dimensions but i for reduce-scatter,
+    all-gather and all-to-all (measured on ASTRA-sim). k = 1 gives the sum over dimensions; large
+    k tends to LIBRA's max.
     All-to-all uses the ring algorithm's link load m (p - 1) / 2 (see collective_rows).
 
 The job time without overlap is compute + sum of count * collective time per rank class, and the
@@ -130,21 +130,19 @@ def _rows(c: Collective, net: Network, model: TimeModel) -> tuple[np.ndarray, np
             carried /= p
         elif c.type == coll.ALL_GATHER:
             carried *= p
-    # Chunks flow through the stages; the stages that fill the pipeline before the bottleneck
-    # stage i are, as measured on ASTRA-sim, the lower dimensions for all-reduce and all-to-all
-    # and the higher dimensions for reduce-scatter and all-gather.
-    fill_higher = c.type in (coll.REDUCE_SCATTER, coll.ALL_GATHER)
+    # Chunks flow through the stages. As measured on ASTRA-sim, the stages that add a chunk's
+    # share to the bottleneck stage i are the lower dimensions for all-reduce and every other
+    # dimension for reduce-scatter, all-gather and all-to-all.
+    fill_all = c.type != coll.ALL_REDUCE
     A = np.zeros((len(order), D))
     const = np.zeros(len(order))
     for i, d in enumerate(order):
         A[i, d] = traffic[d]
         const[i] = red_by_dim[d] + k * lat_by_dim[d]
         for e in order:
-            if (e > d) if fill_higher else (e < d):
+            if e != d and (fill_all or e < d):
                 A[i, e] += traffic[e] / k
                 const[i] += red_by_dim[e] / k + lat_by_dim[e]
-            elif fill_higher and e < d:
-                const[i] += lat_by_dim[e]
     return A, const
 
 
