@@ -29,7 +29,7 @@ import zlib
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -164,6 +164,8 @@ _INT_FIELDS = ("num_ops", "tensor_size", "comm_type", "comm_size", "comm_src", "
 # Bound on the per-read cache of distinct attribute blocks: PyTorch traces carry per-node
 # attributes (rf_id, seq_id) that never repeat, and caching those would only cost memory.
 _BLOCK_CACHE_LIMIT = 1 << 18
+# Files are decoded together until this many bytes: enough to amortize the array walk's fixed cost
+_BATCH_BYTES = 8 << 20
 
 
 class AttrTable:
@@ -172,7 +174,8 @@ class AttrTable:
     def __init__(self) -> None:
         self.rows: list[NodeAttrs] = [_EMPTY_ATTRS]
         self._index: dict[NodeAttrs, int] = {_EMPTY_ATTRS: 0}
-        self.blocks: dict[bytes, int] = {}
+        self.blocks: dict[bytes, int] = {}     # serialized attribute block -> row
+        self.single: dict[bytes, tuple] = {}   # serialized attribute -> (field, value) or ()
         self._columns: dict[str, np.ndarray] | None = None
         self.pg_names: list[str | None] = [None]
         self._pg_index: dict[str | None, int] = {None: 0}
@@ -225,40 +228,39 @@ def _attr_value(a: Any) -> Any:
     return v
 
 
+def _normalize(name: str, v: Any, where: str | Callable[[], str]) -> Any:
+    """Checked value of one wanted attribute (None: leave the field at its default).
+
+    ``where`` (or a function giving it, called only on error) names the node in messages.
+    """
+    if v is None:
+        return None
+    if name in _INT_FIELDS:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
+            w = where() if callable(where) else where
+            raise LibraError(f"{w}: attribute {name} must be an integer, got {v!r}; fix the trace generator")
+        return int(v)
+    if name == "is_cpu_op":
+        return bool(v)
+    if name == "involved_dim":
+        if not isinstance(v, tuple) or not all(isinstance(b, bool) for b in v):
+            w = where() if callable(where) else where
+            raise LibraError(f"{w}: attribute involved_dim must be a bool_list, got {v!r}; fix the trace generator")
+        return v
+    # pg_name: ASTRA-sim needs a string; an integer-typed pg_name still names a group unambiguously
+    return v if isinstance(v, str) else str(v)
+
+
 def _attrs_from_protos(attrs: Any, where: str) -> NodeAttrs:
     """NodeAttrs from parsed AttributeProto messages (the schema's classes)."""
     vals: dict[str, Any] = {}
     for a in attrs:
         name = a.name
-        if name not in _WANTED:
-            continue
-        vals[name] = _attr_value(a)
-    return _attrs_from_values(vals, where)
-
-
-def _attrs_from_values(vals: dict[str, Any], where: str) -> NodeAttrs:
-    if not vals:
-        return _EMPTY_ATTRS
-    out: dict[str, Any] = {}
-    for f in _INT_FIELDS:
-        v = vals.get(f)
-        if v is None:
-            continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
-            raise LibraError(f"{where}: attribute {f} must be an integer, got {v!r}; fix the trace generator")
-        out[f] = int(v)
-    if "is_cpu_op" in vals:
-        out["is_cpu_op"] = bool(vals["is_cpu_op"])
-    if "involved_dim" in vals and vals["involved_dim"] is not None:
-        v = vals["involved_dim"]
-        if not isinstance(v, tuple) or not all(isinstance(b, bool) for b in v):
-            raise LibraError(f"{where}: attribute involved_dim must be a bool_list, got {v!r}; fix the trace generator")
-        out["involved_dim"] = v
-    if "pg_name" in vals and vals["pg_name"] is not None:
-        v = vals["pg_name"]
-        # ASTRA-sim needs a string; an integer-typed pg_name still names a group unambiguously
-        out["pg_name"] = v if isinstance(v, str) else str(v)
-    return NodeAttrs(**out)
+        if name in _WANTED:
+            v = _normalize(name, _attr_value(a), where)
+            if v is not None:
+                vals[name] = v
+    return NodeAttrs(**vals) if vals else _EMPTY_ATTRS
 
 
 # ---------------------------------------------------------------- program
@@ -426,25 +428,66 @@ class TraceReader:
         self.files_decoded = 0
 
     def read(self, path: str | Path) -> RankProgram:
-        data = read_file_bytes(path)
-        key = hashlib.blake2b(data, digest_size=20).digest()
-        prog = self._by_bytes.get(key)
-        if prog is None:
-            prog = self.parse(data, str(path))
-            self._by_bytes[key] = prog
-            self.files_decoded += 1
-        return prog
+        return self.read_many([path])[0]
+
+    def read_many(self, paths: Sequence[str | Path]) -> list[RankProgram]:
+        """Programs of ``paths`` in order. Files with identical bytes are decoded once, and small
+        files are decoded in batches: the per-call overhead of the array walk is paid per batch."""
+        out: list[RankProgram | bytes] = []
+        batch: dict[bytes, tuple[bytes, str]] = {}
+        size = 0
+        for p in paths:
+            data = read_file_bytes(p)
+            key = hashlib.blake2b(data, digest_size=20).digest()
+            out.append(key)
+            if key not in self._by_bytes and key not in batch:
+                batch[key] = (data, str(p))
+                size += len(data)
+                if size >= _BATCH_BYTES:
+                    self._decode_batch(batch)
+                    batch, size = {}, 0
+        if batch:
+            self._decode_batch(batch)
+        return [self._by_bytes[k] for k in out]
+
+    def _decode_batch(self, batch: dict[bytes, tuple[bytes, str]]) -> None:
+        keys = list(batch)
+        progs = self.parse_many([batch[k][0] for k in keys], [batch[k][1] for k in keys])
+        for k, prog in zip(keys, progs):
+            self._by_bytes[k] = prog
+        self.files_decoded += len(keys)
 
     def parse(self, buf: bytes, where: str) -> RankProgram:
         """Decode one rank file's bytes (already gunzipped); ``where`` names it in errors."""
-        if len(buf) == 0:
-            raise LibraError(f"{where}: empty file; a trace file starts with a GlobalMetadata message")
-        version, pos = self._global_metadata(buf, where)
-        starts, ends = _frames(buf, pos, where)
+        return self.parse_many([buf], [where])[0]
+
+    def parse_many(self, bufs: Sequence[bytes], wheres: Sequence[str]) -> list[RankProgram]:
+        """Decode several rank files at once (their messages are walked together)."""
+        versions, starts_l, ends_l, heads_l = [], [], [], []
+        base = 0
+        for buf, where in zip(bufs, wheres):
+            if len(buf) == 0:
+                raise LibraError(f"{where}: empty file; a trace file starts with a GlobalMetadata message")
+            version, pos = self._global_metadata(buf, where)
+            s, e, h = _frames(buf, pos, where)
+            versions.append(version)
+            starts_l.append(s + base)
+            ends_l.append(e + base)
+            heads_l.append(h)
+            base += len(buf)
+        buf = bufs[0] if len(bufs) == 1 else b"".join(bufs)
+        starts, ends = np.concatenate(starts_l), np.concatenate(ends_l)
+        counts = np.asarray([x.size for x in starts_l], dtype=np.int64)
+        first = np.zeros(len(bufs) + 1, dtype=np.int64)
+        np.cumsum(counts, out=first[1:])
         n = starts.size
         arr = np.frombuffer(buf, dtype=np.uint8)
         w = _walk(arr, starts, ends, _TAGS)
         slow = w.slow | (w.types == METADATA_NODE)
+
+        def where_of(i: int) -> tuple[int, str]:
+            f = int(np.searchsorted(first, i, side="right")) - 1
+            return f, wheres[f]
 
         # attribute blocks: one dict lookup per node, schema decode once per distinct block
         aid = np.zeros(n, dtype=np.int64)
@@ -452,33 +495,32 @@ class TraceReader:
         if idx.size:
             blocks = self.attrs.blocks
             bget = blocks.get
-            out = []
-            oa = out.append
-            node_ids = w.ids
-            for i, s, e in zip(idx.tolist(), w.attr_start[idx].tolist(), ends[idx].tolist()):
-                blk = buf[s:e]
+            bs, be = w.attr_start[idx].tolist(), ends[idx].tolist()
+            got = np.asarray([bget(buf[s:e], -1) for s, e in zip(bs, be)], dtype=np.int64)
+            for j in np.nonzero(got < 0)[0].tolist():  # first sight of a block: decode it
+                blk = buf[bs[j]:be[j]]
                 a = bget(blk)
                 if a is None:
-                    a = self._block(blk, where, int(node_ids[i]))
+                    i = int(idx[j])
+                    a = self._block(blk, lambda i=i: f"{where_of(i)[1]}: node {int(w.ids[i])}")
                     if a >= 0 and len(blocks) < _BLOCK_CACHE_LIMIT:
                         blocks[blk] = a
-                oa(a)
-            got = np.asarray(out, dtype=np.int64)
+                got[j] = a
             aid[idx] = got
             slow[idx[got < 0]] = True
 
         dep_frame, dep_vals = w.dep_frame, w.dep_vals
-        pg_info: list[tuple[str, tuple[int, ...]]] = []
+        pg_info: list[list[tuple[str, tuple[int, ...]]]] = [[] for _ in bufs]
         slow_idx = np.nonzero(slow)[0]
         if slow_idx.size:
             keep = ~slow[dep_frame]
             frames_l, vals_l = [dep_frame[keep]], [dep_vals[keep]]
             for i in slow_idx.tolist():
-                fstart = int(starts[i])
-                got = _generic_node(buf[fstart:int(ends[i])], where)
+                f, where = where_of(i)
+                got = _generic_node(buf[int(starts[i]):int(ends[i])], where)
                 if got is None:
                     raise LibraError(
-                        f"{where}: corrupt node message at byte offset {_header_offset(buf, fstart)} "
+                        f"{where}: corrupt node message at byte offset {int(heads_l[f][i - first[f]])} "
                         "(protobuf cannot decode it); the file is damaged or not a Chakra ET file"
                     )
                 nid, typ, dur, extra, attrs, node = got
@@ -488,14 +530,23 @@ class TraceReader:
                     frames_l.append(np.full(len(extra), i, dtype=np.int64))
                     vals_l.append(np.asarray(extra, dtype=np.uint64))
                 if typ == METADATA_NODE:
-                    pg_info.extend(_metadata_groups(node, f"{where}: node {nid} (METADATA)"))
+                    pg_info[f].extend(_metadata_groups(node, f"{where}: node {nid} (METADATA)"))
             dep_frame = np.concatenate(frames_l)
             dep_vals = np.concatenate(vals_l)
-        order = np.argsort(dep_frame, kind="stable")
-        dep_frame, dep_vals = dep_frame[order], dep_vals[order]
-        dep_ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(dep_frame, minlength=n), out=dep_ptr[1:])
-        return self._finish(where, version, w.ids, w.durs, w.types, aid, dep_vals, dep_ptr, tuple(pg_info))
+        if dep_frame.size > 1 and not bool(np.all(dep_frame[1:] >= dep_frame[:-1])):
+            order = np.argsort(dep_frame, kind="stable")
+            dep_frame, dep_vals = dep_frame[order], dep_vals[order]
+        dep_count = np.bincount(dep_frame, minlength=n)
+        dep_first = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(dep_count, out=dep_first[1:])
+        progs = []
+        for f, where in enumerate(wheres):
+            lo, hi = int(first[f]), int(first[f + 1])
+            d_lo = int(dep_first[lo])
+            dep_ptr = dep_first[lo:hi + 1] - d_lo
+            progs.append(self._finish(where, versions[f], w.ids[lo:hi], w.durs[lo:hi], w.types[lo:hi], aid[lo:hi],
+                                      dep_vals[d_lo:int(dep_first[hi])], dep_ptr, tuple(pg_info[f])))
+        return progs
 
     def _global_metadata(self, buf: bytes, where: str) -> tuple[str, int]:
         try:
@@ -516,13 +567,17 @@ class TraceReader:
             raise LibraError(f"{where}: corrupt GlobalMetadata message at byte offset 0; not a Chakra ET file") from None
         return meta.version, pos + size
 
-    def _block(self, blk: bytes, where: str, nid: int) -> int:
-        """Decode an attribute block (consecutive ``attr`` fields) with the schema; -1 if not one."""
+    def _block(self, blk: bytes, where: Callable[[], str]) -> int:
+        """Decode an attribute block (consecutive ``attr`` fields) with the schema; -1 if not one.
+
+        Blocks of different nodes often differ in one attribute only (pg_name, comm_dst), so
+        single attributes are cached too.
+        """
         vals: dict[str, Any] = {}
         pos = 0
         n = len(blk)
         t_attr = _TAGS.attr
-        APF = pb.AttributeProto.FromString
+        cache = self.attrs.single
         while pos < n:
             if blk[pos] != t_attr:
                 return -1
@@ -533,19 +588,33 @@ class TraceReader:
             end = pos + ln
             if end > n:
                 return -1
-            # the name is field 1, written first; skip attributes we do not need without parsing
-            if ln >= 2 and blk[pos] == 0x0A and blk[pos + 1] < 0x80:
-                if blk[pos + 2:pos + 2 + blk[pos + 1]] not in _WANTED_BYTES:
-                    pos = end
-                    continue
-            try:
-                a = APF(blk[pos:end])
-            except Exception:
-                return -1
-            if a.name in _WANTED:
-                vals[a.name] = _attr_value(a)
+            ab = blk[pos:end]
+            hit = cache.get(ab)
+            if hit is None:
+                hit = self._single(ab, where)
+                if hit is None:
+                    return -1
+                if len(cache) < _BLOCK_CACHE_LIMIT:
+                    cache[ab] = hit
+            if hit:
+                vals[hit[0]] = hit[1]
             pos = end
-        return self.attrs.intern(_attrs_from_values(vals, f"{where}: node {nid}"))
+        return self.attrs.intern(NodeAttrs(**vals)) if vals else 0
+
+    @staticmethod
+    def _single(ab: bytes, where: str | Callable[[], str]) -> tuple | None:
+        """(field, value) of one serialized AttributeProto; () if not wanted; None if undecodable."""
+        # the name is field 1, written first: skip attributes we do not need without parsing them
+        if len(ab) >= 2 and ab[0] == 0x0A and ab[1] < 0x80 and ab[2:2 + ab[1]] not in _WANTED_BYTES:
+            return ()
+        try:
+            a = pb.AttributeProto.FromString(ab)
+        except Exception:
+            return None
+        if a.name not in _WANTED:
+            return ()
+        v = _normalize(a.name, _attr_value(a), where)
+        return () if v is None else (a.name, v)
 
     def _finish(self, where: str, version: str, node_ids: np.ndarray, durations: np.ndarray, types: np.ndarray,
                 aid: np.ndarray, dep_ids: np.ndarray, dep_ptr: np.ndarray, pg_info: tuple) -> RankProgram:
@@ -564,55 +633,47 @@ class TraceReader:
         return RankProgram(where, node_ids, prog_types, durations, attr, dep_ptr, dep_index, pg_info, h.digest(), version)
 
 
-def _header_offset(buf: bytes, body_start: int) -> int:
-    """Byte offset of a message's length prefix, given where its body starts."""
-    off = body_start - 1
-    while off > 0 and buf[off - 1] >= 0x80:
-        off -= 1
-    return off
-
-
-def _frames(buf: bytes, pos: int, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """Body start and end of every length-prefixed message from ``pos`` on.
+def _frames(buf: bytes, pos: int, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Body start, body end and header offset of every length-prefixed message from ``pos`` on.
 
     The only per-message Python loop of the reader: the length prefixes chain, so they
     cannot be found in bulk.
     """
     n = len(buf)
-    starts = array("q")
-    ends = array("q")
-    sa, ea = starts.append, ends.append
-    fstart = pos
+    heads = array("q")
+    ha = heads.append
     try:
         while pos < n:
-            fstart = pos
+            ha(pos)
             size = buf[pos]
-            pos += 1
-            if size >= 0x80:
-                size, pos = _varint_more(buf, pos, size)
-            sa(pos)
-            pos += size
-            ea(pos)
+            if size < 0x80:
+                pos += 1 + size
+            else:
+                size, pos = _varint_more(buf, pos + 1, size)
+                pos += size
     except (IndexError, ValueError):
         raise LibraError(
-            f"{where}: truncated or corrupt length prefix at byte offset {fstart}; the file was cut short or "
+            f"{where}: truncated or corrupt length prefix at byte offset {heads[-1]}; the file was cut short or "
             "damaged, re-create or re-copy it"
         ) from None
-    s = np.frombuffer(starts, dtype=np.int64) if len(starts) else np.zeros(0, np.int64)
-    e = np.frombuffer(ends, dtype=np.int64) if len(ends) else np.zeros(0, np.int64)
+    # the loop above only finds where each message starts; decode the length prefixes in bulk
+    h = np.frombuffer(heads, dtype=np.int64) if len(heads) else np.zeros(0, np.int64)
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    size, s, _ = _varints(arr, h, np.full(h.shape, n, dtype=np.int64))
+    e = s + size.astype(np.int64)
     if e.size and e[-1] > n:
         raise LibraError(
-            f"{where}: truncated: the message at byte offset {_header_offset(buf, int(s[-1]))} needs "
+            f"{where}: truncated: the message at byte offset {int(h[-1])} needs "
             f"{int(e[-1] - s[-1])} bytes but only {n - int(s[-1])} remain; the file was cut short, re-create or re-copy it"
         )
     empty = np.nonzero(e == s)[0]
     if empty.size:
         raise LibraError(
-            f"{where}: zero-length message at byte offset {_header_offset(buf, int(s[empty[0]]))}; readers (and "
+            f"{where}: zero-length message at byte offset {int(h[empty[0]])}; readers (and "
             "ASTRA-sim) stop there, so the rest of the file would be lost; never write a node with all fields "
             "at their defaults"
         )
-    return s, e
+    return s, e, h
 
 
 def _varints(arr: np.ndarray, pos: np.ndarray, limit: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -94,30 +94,38 @@ class TraceSummary:
 
 @dataclass
 class _Program:
-    """Everything about one distinct compact program that does not depend on the rank."""
+    """Everything about one distinct compact program that does not depend on the rank.
+
+    Comm nodes are the collectives and the sends that name a destination, in issue
+    (topological) order; per comm node the arrays below hold its attribute row, group key and
+    physics id (sends: -1, resolved per rank).
+    """
 
     prog: RankProgram
     ranks: list[int]
     struct: bytes = b""                 # digest of graph shape + compute times
-    comm_pos: np.ndarray = None         # topo index of each comm node (COLL or charged SEND), in order
-    comm_is_send: np.ndarray = None     # bool per comm node
-    coll_key: np.ndarray = None         # group key index (into _Ctx.keys) per comm node; -1 for sends
-    coll_pid: np.ndarray = None         # physics id per COLL comm node (sends: -1)
-    send_size: np.ndarray = None
-    send_dst: np.ndarray = None
-    send_src: np.ndarray = None
-    send_node: np.ndarray = None        # node position (file order) of each send, for errors
+    comm_pos: np.ndarray = None         # topo index of each comm node
+    comm_is_send: np.ndarray = None
+    comm_row: np.ndarray = None         # attribute row
+    comm_node: np.ndarray = None        # node position in the file (for messages)
+    coll_key: np.ndarray = None         # group key index (into _Ctx.keys); -1 for sends
+    coll_pid: np.ndarray = None         # physics id; -1 for sends
+    coll_sem: np.ndarray = None         # (type, size, involved_dim) id, for the member check
     comp_ns: np.ndarray = None          # per topo node
     kinds_coll: np.ndarray = None       # bool per topo node: is a comm node
     edges_u: np.ndarray = None
     edges_v: np.ndarray = None
-    seq_hash: dict = field(default_factory=dict)  # group key index -> digest of its (type, size, dims) sequence
+    seq_hash: dict = field(default_factory=dict)  # group key index -> digest of its collective sequence
     used_keys: tuple = ()
     key_node: dict = field(default_factory=dict)  # group key index -> first node position using it
-    group_use: dict = field(default_factory=dict)  # (key idx, involved idx) -> count
+    group_use: dict = field(default_factory=dict)  # (key idx, involved idx or -1) -> count
     counts: dict = field(default_factory=dict)
     compute_ns: float = 0.0
     cpu_ns: float = 0.0
+
+    @property
+    def has_sends(self) -> bool:
+        return bool(self.comm_is_send.any())
 
 
 class _Ctx:
@@ -134,9 +142,21 @@ class _Ctx:
         self.keys: list[str] = []
         self._key_index: dict[str, int] = {}
         self.shapes: dict[tuple[int, int], grp.GroupShape] = {}
+        self.shapes_by_key: dict[bytes, Any] = {}  # program shape digest -> _Shape
         self.physics: list[Collective] = []
         self._phys_index: dict[tuple, int] = {}
         self._coll_cache: dict[tuple, int] = {}
+        self._sem_index: dict[tuple, int] = {}
+        self.sems: list[tuple[str, int, int]] = []
+
+    def sem(self, ctype: int, size: int, inv_idx: int) -> int:
+        """Id of a (collective type, size, involved_dim) triple: what group members must agree on."""
+        k = (ctype, size, inv_idx)
+        i = self._sem_index.get(k)
+        if i is None:
+            i = self._sem_index[k] = len(self.sems)
+            self.sems.append((COMM_TYPE_NAMES[ctype], size, inv_idx))
+        return i
 
     def key_index(self, key: str) -> int:
         i = self._key_index.get(key)
@@ -223,158 +243,193 @@ def _compute_ns(ctx: _Ctx, prog: RankProgram, cols: dict[str, np.ndarray], comp:
     return out
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """The part of a program's analysis that does not depend on its groups or peers: ranks of
+    one pipeline stage share it even though their files differ (pg_name, comm_dst)."""
+
+    comm_pos: np.ndarray     # topo index of each comm node
+    comm_node: np.ndarray    # its file position
+    comp_ns: np.ndarray      # per topo node
+    kinds_coll: np.ndarray   # bool per topo node
+    edges_u: np.ndarray
+    edges_v: np.ndarray
+    struct: bytes
+    compute_ns: float
+    cpu_ns: float
+    counts: dict
+
+
+def _shape(ctx: _Ctx, prog: RankProgram, cols: dict[str, np.ndarray]) -> _Shape:
+    types = prog.types
+    a = prog.attr
+    n = prog.num_nodes
+    comp = types == COMP_NODE
+    is_send = types == COMM_SEND_NODE
+    send_ok = is_send & (cols["comm_dst"][a] >= 0)
+    comm_mask = (types == COMM_COLL_NODE) | send_ok
+    # compute times depend on COMP attributes only (is_cpu_op, num_ops, tensor_size)
+    key = _digest(types, prog.duration_micros, prog.dep_ptr, prog.dep_index, np.where(comp, a, -1), comm_mask)
+    sh = ctx.shapes_by_key.get(key)
+    if sh is not None:
+        return sh
+    counts: dict[str, Any] = {"types": np.bincount(types.astype(np.int64), minlength=8)}
+    order = topological_order(prog)
+    comp_ns_file = _compute_ns(ctx, prog, cols, comp, counts)
+    counts["send_no_dst"] = int(is_send.sum() - send_ok.sum())
+    if order is None:
+        comm_pos = np.nonzero(comm_mask)[0]
+        comm_node = comm_pos
+    else:
+        comm_pos = np.nonzero(comm_mask[order])[0]
+        comm_node = order[comm_pos]
+    # dependency graph in topo order, edges deduplicated
+    owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(prog.dep_ptr))
+    dep = prog.dep_index
+    if order is None:
+        u, v = dep, owner
+    else:
+        pos_of = np.empty(n, dtype=np.int64)
+        pos_of[order] = np.arange(n, dtype=np.int64)
+        u, v = pos_of[dep], pos_of[owner]
+    if u.size:
+        k = v * n + u
+        if order is not None or not bool(np.all(k[1:] > k[:-1])):
+            k = np.unique(k)
+        u, v = k % n, k // n
+    kinds_coll = np.zeros(n, dtype=bool)
+    kinds_coll[comm_pos] = True
+    comp_ns = comp_ns_file if order is None else comp_ns_file[order]
+    cpu_ns = counts.pop("cpu_ns")
+    struct = _digest(kinds_coll, np.where(kinds_coll, 0.0, comp_ns), u, v)
+    sh = _Shape(comm_pos, comm_node, comp_ns, kinds_coll, u, v, struct, float(comp_ns_file.sum()), cpu_ns, counts)
+    ctx.shapes_by_key[key] = sh
+    return sh
+
+
+def _first_node(mask: np.ndarray, comm_node: np.ndarray) -> int:
+    return int(comm_node[mask].min())
+
+
 def _analyze(ctx: _Ctx, info: _Program) -> None:
-    """Rank-independent analysis of one program (runs once per distinct program)."""
+    """Rank-independent analysis of one program (runs once per distinct program).
+
+    Per-node work is numpy over the program's arrays; Python only loops over the distinct
+    attribute rows (a handful: every all-reduce of one size on one group shares a row).
+    """
     prog = info.prog
     where = prog.path
-    n = prog.num_nodes
-    cols = ctx.reader.attrs.columns()
-    types = prog.types.astype(np.int64)
+    attrs = ctx.reader.attrs
+    cols = attrs.columns()
+    nrows = cols["comm_type"].size
     a = prog.attr
-    counts: dict[str, Any] = {"types": np.bincount(types, minlength=8)}
 
-    order = topological_order(prog)
-    comp = types == COMP_NODE
-    comp_ns_file = _compute_ns(ctx, prog, cols, comp, counts)
+    sh = _shape(ctx, prog, cols)
+    comm_pos, comm_node = sh.comm_pos, sh.comm_node
+    counts = dict(sh.counts)
+    c_send = prog.types[comm_node] == COMM_SEND_NODE
+    ca = a[comm_node].astype(np.int64)
+    c_coll = ~c_send
 
-    # collectives: supported types, known groups
-    is_coll = types == COMM_COLL_NODE
-    coll_idx = np.nonzero(is_coll)[0]
-    ctype = cols["comm_type"][a[coll_idx]]
-    ctype = np.where(ctype < 0, 0, ctype)  # absent comm_type reads as 0 (ALL_REDUCE), as in ASTRA-sim
-    ok = np.isin(ctype, list(COMM_TYPE_NAMES))
-    if not ok.all():
-        i = int(coll_idx[np.argmin(ok)])
-        bad = int(ctype[np.argmin(ok)])
+    # distinct attribute rows of the collectives: check and resolve each once
+    used = np.zeros(nrows, dtype=bool)
+    used[ca[c_coll]] = True
+    rows = np.nonzero(used)[0]
+    ctype_r = np.maximum(cols["comm_type"][rows], 0)  # absent comm_type reads as 0 (ALL_REDUCE), as in ASTRA-sim
+    bad = ~np.isin(ctype_r, list(COMM_TYPE_NAMES))
+    if bad.any():
+        bad_rows = set(rows[bad].tolist())
+        mask = c_coll & np.isin(ca, list(bad_rows))
+        i = _first_node(mask, comm_node)
+        t = int(max(cols["comm_type"][a[i]], 0))
         raise LibraError(
-            f"{where}: node {int(prog.node_ids[i])} is a {comm_type_name(bad)} collective, which ASTRA-sim does not "
+            f"{where}: node {int(prog.node_ids[i])} is a {comm_type_name(t)} collective, which ASTRA-sim does not "
             f"simulate; supported: {', '.join(SUPPORTED_COMM_TYPES)}; rewrite it as one of these"
         )
-    csize = np.maximum(cols["comm_size"][a[coll_idx]], 0)
-    counts["zero_size"] = int((csize == 0).sum())
-    pg_local = cols["pg"][a[coll_idx]]
-    inv = cols["involved"][a[coll_idx]]
-    pg_names = ctx.reader.attrs.pg_names
-    # map attribute pg indices to group keys (and check they are defined)
-    uniq_pg = np.unique(pg_local)
-    key_of_pg = {}
-    for pgi in uniq_pg.tolist():
-        key = grp.normalize_key(pg_names[pgi])
+    row_key = {}
+    undefined = []
+    for row in rows.tolist():
+        key = grp.normalize_key(attrs.rows[row].pg_name)
         if key != grp.ALL_RANKS and ctx.members(key) is None:
-            i = int(coll_idx[np.argmax(pg_local == pgi)])
-            have = sorted(set(ctx.file_groups) | set(ctx.meta_groups), key=lambda s: (len(s), s))
-            known = f"known groups: {', '.join(have[:10])}" if have else "no groups are defined"
-            raise LibraError(
-                f"{where}: node {int(prog.node_ids[i])} uses communicator group {key!r}, which is not defined "
-                f"({known}); give it in --comm-groups or fix pg_name"
-            )
-        key_of_pg[pgi] = ctx.key_index(key)
-    lut = np.zeros(int(uniq_pg.max()) + 1 if uniq_pg.size else 1, dtype=np.int64)
-    for pgi, k in key_of_pg.items():
-        lut[pgi] = k
-    ckey = lut[pg_local] if coll_idx.size else np.zeros(0, np.int64)
+            undefined.append(row)
+        row_key[row] = key
+    if undefined:
+        i = _first_node(c_coll & np.isin(ca, undefined), comm_node)
+        key = grp.normalize_key(attrs.rows[int(a[i])].pg_name)
+        have = sorted(set(ctx.file_groups) | set(ctx.meta_groups), key=lambda s: (len(s), s))
+        known = f"known groups: {', '.join(have[:10])}" if have else "no groups are defined"
+        raise LibraError(
+            f"{where}: node {int(prog.node_ids[i])} uses communicator group {key!r}, which is not defined "
+            f"({known}); give it in --comm-groups or fix pg_name"
+        )
+    key_lut = np.full(nrows, -1, dtype=np.int64)
+    pid_lut = np.full(nrows, -1, dtype=np.int64)
+    sem_lut = np.full(nrows, -1, dtype=np.int64)
+    for row, t in zip(rows.tolist(), ctype_r.tolist()):
+        kidx = ctx.key_index(row_key[row])
+        inv = int(cols["involved"][row])
+        size = max(int(cols["comm_size"][row]), 0)
+        key_lut[row] = kidx
+        pid_lut[row] = ctx.coll_pid(int(t), size, kidx, inv)
+        sem_lut[row] = ctx.sem(int(t), size, inv)
+    counts["zero_size"] = int((c_coll & (np.maximum(cols["comm_size"][ca], 0) == 0)).sum())
+    ckey = np.where(c_send, -1, key_lut[ca])
+    info.comm_pos, info.comm_is_send, info.comm_row, info.comm_node = comm_pos, c_send, ca, comm_node
+    info.coll_key = ckey
+    info.coll_pid = np.where(c_send, -1, pid_lut[ca])
+    info.coll_sem = np.where(c_send, -1, sem_lut[ca])
 
-    # sends: charged when they name a destination
-    is_send = types == COMM_SEND_NODE
-    send_all = np.nonzero(is_send)[0]
-    dst = cols["comm_dst"][a[send_all]]
-    has_dst = dst >= 0
-    counts["send_no_dst"] = int((~has_dst).sum())
-    send_idx = send_all[has_dst]
+    # per-group issue sequences (for the member check) and usage counts (for the summary)
+    per_row = np.bincount(ca[c_coll], minlength=nrows)
+    for row in rows.tolist():
+        kidx = int(key_lut[row])
+        k = (kidx, int(cols["involved"][row]) if row_key[row] == grp.ALL_RANKS else -1)
+        info.group_use[k] = info.group_use.get(k, 0) + int(per_row[row])
+    info.used_keys = tuple(sorted({int(key_lut[r]) for r in rows.tolist()}))
+    for kidx in info.used_keys:
+        sel = ckey == kidx
+        info.seq_hash[kidx] = _digest(info.coll_sem[sel])
+        info.key_node[kidx] = _first_node(sel, comm_node)
 
-    # topo positions
-    pos_of = np.empty(n, dtype=np.int64)
-    if order is None:
-        pos_of = np.arange(n, dtype=np.int64)
-    else:
-        pos_of[order] = np.arange(n, dtype=np.int64)
-    comm_nodes = np.concatenate([coll_idx, send_idx])
-    comm_is_send = np.concatenate([np.zeros(coll_idx.size, bool), np.ones(send_idx.size, bool)])
-    comm_topo = pos_of[comm_nodes]
-    srt = np.argsort(comm_topo, kind="stable")
-    info.comm_pos = comm_topo[srt]
-    info.comm_is_send = comm_is_send[srt]
-
-    # physics ids of collectives (rank independent)
-    pids = np.full(comm_nodes.size, -1, dtype=np.int64)
-    if coll_idx.size:
-        combo = np.stack([ctype, csize, ckey, inv.astype(np.int64)], axis=1)
-        uniq, inverse = np.unique(combo, axis=0, return_inverse=True)
-        upid = np.asarray([ctx.coll_pid(int(t), int(s), int(k), int(v)) for t, s, k, v in uniq.tolist()], dtype=np.int64)
-        pids[:coll_idx.size] = upid[inverse.reshape(-1)]
-    info.coll_pid = pids[srt]
-    keys_all = np.concatenate([ckey, np.full(send_idx.size, -1, dtype=np.int64)])
-    info.coll_key = keys_all[srt]
-
-    # per-group issue sequences, for the consistency check across members
-    info.used_keys = tuple(sorted(set(ckey.tolist())))
-    if coll_idx.size:
-        cpos = pos_of[coll_idx]
-        corder = np.argsort(cpos, kind="stable")
-        sig = np.stack([ctype, csize, inv.astype(np.int64)], axis=1)[corder]
-        skey = ckey[corder]
-        for k in info.used_keys:
-            sel = skey == k
-            info.seq_hash[k] = _digest(sig[sel])
-            info.key_node[k] = int(coll_idx[corder][np.argmax(sel)])
-        pairs, cnt = np.unique(np.stack([ckey, inv.astype(np.int64)], axis=1), axis=0, return_counts=True)
-        for (k, v), c in zip(pairs.tolist(), cnt.tolist()):
-            info.group_use[(k, v if ctx.keys[k] == grp.ALL_RANKS else -1)] = info.group_use.get(
-                (k, v if ctx.keys[k] == grp.ALL_RANKS else -1), 0) + c
-
-    sorder = np.argsort(pos_of[send_idx], kind="stable")
-    info.send_size = np.maximum(cols["comm_size"][a[send_idx]], 0)[sorder]
-    info.send_dst = cols["comm_dst"][a[send_idx]][sorder]
-    info.send_src = cols["comm_src"][a[send_idx]][sorder]
-    info.send_node = send_idx[sorder]
-
-    # dependency graph in topo order
-    kinds_coll = np.zeros(n, dtype=bool)
-    kinds_coll[info.comm_pos] = True
-    comp_ns = np.empty(n, dtype=np.float64)
-    comp_ns[pos_of] = comp_ns_file
-    owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(prog.dep_ptr))
-    u = pos_of[prog.dep_index]
-    v = pos_of[owner]
-    if u.size:
-        e = np.unique(u * max(n, 1) + v)
-        u, v = e // max(n, 1), e % max(n, 1)
-    info.edges_u, info.edges_v = u, v
-    info.kinds_coll = kinds_coll
-    info.comp_ns = comp_ns
-    info.compute_ns = float(comp_ns_file.sum())
-    info.cpu_ns = counts.pop("cpu_ns")
+    info.edges_u, info.edges_v = sh.edges_u, sh.edges_v
+    info.kinds_coll = sh.kinds_coll
+    info.comp_ns = sh.comp_ns
+    info.compute_ns = sh.compute_ns
+    info.cpu_ns = sh.cpu_ns
     info.counts = counts
-    info.struct = _digest(kinds_coll, np.where(kinds_coll, 0.0, comp_ns), u, v)
+    info.struct = sh.struct
 
 
 def _send_pids(ctx: _Ctx, info: _Program, rank: int) -> np.ndarray:
     """Physics ids of a rank's sends (they depend on where the rank sits in the network)."""
-    dst = info.send_dst
-    if dst.size == 0:
-        return np.zeros(0, dtype=np.int64)
+    rows = info.comm_row[info.comm_is_send]
+    uniq, inverse = np.unique(rows, return_inverse=True)
+    cols = ctx.reader.attrs.columns()
+    dst, src = cols["comm_dst"][uniq], cols["comm_src"][uniq]
     prog = info.prog
     n_npus = ctx.net.npus_count
-    bad_src = (info.send_src >= 0) & (info.send_src != rank)
+
+    def node_of(j: int) -> int:
+        mask = np.zeros(info.comm_row.size, dtype=bool)
+        mask[info.comm_is_send] = rows == uniq[j]
+        return int(prog.node_ids[_first_node(mask, info.comm_node)])
+
+    bad_src = (src >= 0) & (src != rank)
     if bad_src.any():
-        i = int(np.argmax(bad_src))
+        j = int(np.argmax(bad_src))
         raise LibraError(
-            f"{prog.path}: send node {int(prog.node_ids[info.send_node[i]])} has comm_src {int(info.send_src[i])} but "
-            f"the file is rank {rank}; a send is issued by its sender, fix comm_src"
+            f"{prog.path}: send node {node_of(j)} has comm_src {int(src[j])} but the file is rank {rank}; "
+            "a send is issued by its sender, fix comm_src"
         )
     bad = (dst >= n_npus) | (dst == rank)
     if bad.any():
-        i = int(np.argmax(bad))
-        why = "is the sending rank itself" if int(dst[i]) == rank else f"is outside 0..{n_npus - 1}"
-        raise LibraError(
-            f"{prog.path}: send node {int(prog.node_ids[info.send_node[i]])} has comm_dst {int(dst[i])}, which {why}; "
-            "fix comm_dst"
-        )
+        j = int(np.argmax(bad))
+        why = "is the sending rank itself" if int(dst[j]) == rank else f"is outside 0..{n_npus - 1}"
+        raise LibraError(f"{prog.path}: send node {node_of(j)} has comm_dst {int(dst[j])}, which {why}; fix comm_dst")
     dims, hops = grp.p2p_dims(ctx.net, np.full(dst.shape, rank), dst)
-    combo = np.stack([info.send_size, dims, hops], axis=1)
-    uniq, inverse = np.unique(combo, axis=0, return_inverse=True)
+    sizes = np.maximum(cols["comm_size"][uniq], 0)
     upid = []
-    for s, d, h in uniq.tolist():
+    for s, d, h in zip(sizes.tolist(), dims.tolist(), hops.tolist()):
         key = ("P2P", s, d, h)
         pid = ctx._coll_cache.get(key)
         if pid is None:
@@ -414,87 +469,93 @@ def _merge_metadata(ctx: _Ctx, programs: Sequence[_Program]) -> None:
             )
 
 
-def _describe_seq(ctx: _Ctx, info: _Program, kidx: int) -> list[tuple[str, int]]:
-    """(type, size) sequence of a program's collectives on one group, in issue order."""
-    sel = (info.coll_key == kidx) & ~info.comm_is_send
-    pids = info.coll_pid[sel]
-    return [(ctx.physics[p].type, int(ctx.physics[p].size_bytes)) for p in pids.tolist()]
+def _describe_seq(ctx: _Ctx, info: _Program, kidx: int) -> list[tuple[str, int, int]]:
+    """(type, size, involved_dim) sequence of a program's collectives on one group, in issue order."""
+    return [ctx.sems[i] for i in info.coll_sem[info.coll_key == kidx].tolist()]
 
 
 def _check_group_sequences(ctx: _Ctx, programs: list[_Program], rank_prog: np.ndarray) -> None:
     """Members of a group must issue the same collectives on it in the same order."""
     n = ctx.net.npus_count
+    # a rank that issues on a named group must be one of its members
+    member_sets: dict[int, frozenset[int]] = {}
+    for info in programs:
+        for kidx in info.used_keys:
+            key = ctx.keys[kidx]
+            if key == grp.ALL_RANKS:
+                continue
+            ms = member_sets.get(kidx)
+            if ms is None:
+                ms = member_sets[kidx] = frozenset(ctx.members(key))
+            outside = [r for r in info.ranks if r not in ms]
+            if outside:
+                r = outside[0]
+                node = int(info.prog.node_ids[info.key_node[kidx]])
+                shown = sorted(ms)
+                raise LibraError(
+                    f"{info.prog.path}: node {node} of rank {r} runs a collective on group {key}, whose "
+                    f"members {shown[:8]}{'...' if len(shown) > 8 else ''} do not include rank {r}; "
+                    "add the rank to the group or fix pg_name"
+                )
+    # every member issues the same sequence (members that never issue on it have the empty one)
     used = sorted({k for info in programs for k in info.used_keys})
     for kidx in used:
         key = ctx.keys[kidx]
         members = np.arange(n) if key == grp.ALL_RANKS else np.asarray(ctx.members(key), dtype=np.int64)
-        member_mask = np.zeros(n, dtype=bool)
-        member_mask[members] = True
-        # ranks that issue on the group but are not members
-        if key != grp.ALL_RANKS:
-            for pi, info in enumerate(programs):
-                if kidx in info.seq_hash:
-                    ranks = np.asarray(info.ranks)
-                    outside = ranks[~member_mask[ranks]]
-                    if outside.size:
-                        r = int(outside[0])
-                        node = int(info.prog.node_ids[info.key_node[kidx]])
-                        raise LibraError(
-                            f"{info.prog.path}: node {node} of rank {r} runs a collective on group {key}, whose "
-                            f"members {list(ctx.members(key))[:8]}{'...' if len(ctx.members(key)) > 8 else ''} do not "
-                            f"include rank {r}; add the rank to the group or fix pg_name"
-                        )
-        progs = rank_prog[members]
-        uniq = np.unique(progs)
-        hashes = {int(p): programs[int(p)].seq_hash.get(kidx, b"") for p in uniq.tolist()}
+        uniq = np.unique(rank_prog[members])
+        hashes = {p: programs[p].seq_hash.get(kidx, b"") for p in uniq.tolist()}
         if len(set(hashes.values())) <= 1:
             continue
         first = int(members[0])
         ref = hashes[int(rank_prog[first])]
         other = next(int(r) for r in members.tolist() if hashes[int(rank_prog[r])] != ref)
+        path = programs[int(rank_prog[other])].prog.path
         sa = _describe_seq(ctx, programs[int(rank_prog[first])], kidx)
         sb = _describe_seq(ctx, programs[int(rank_prog[other])], kidx)
         label = "all ranks" if key == grp.ALL_RANKS else f"group {key}"
         for j, (x, y) in enumerate(zip(sa, sb)):
-            if x != y:
+            if x[:2] != y[:2]:
                 raise LibraError(
-                    f"{programs[int(rank_prog[other])].prog.path}: rank {other} issues {y[0]} of {y[1]} B as its "
-                    f"collective #{j + 1} on {label}, but rank {first} issues {x[0]} of {x[1]} B; members of a group "
-                    "must issue the same collectives in the same order"
+                    f"{path}: rank {other} issues {y[0]} of {y[1]} B as its collective #{j + 1} on {label}, but rank "
+                    f"{first} issues {x[0]} of {x[1]} B; members of a group must issue the same collectives in the "
+                    "same order"
                 )
         if len(sa) != len(sb):
             raise LibraError(
-                f"{programs[int(rank_prog[other])].prog.path}: rank {other} issues {len(sb)} collectives on {label} "
-                f"but rank {first} issues {len(sa)}; members of a group must issue the same collectives in the same order"
+                f"{path}: rank {other} issues {len(sb)} collectives on {label} but rank {first} issues {len(sa)}; "
+                "members of a group must issue the same collectives in the same order"
             )
-        # same types and sizes, different involved_dim
+        j = next(j for j, (x, y) in enumerate(zip(sa, sb)) if x != y)
         raise LibraError(
-            f"{programs[int(rank_prog[other])].prog.path}: rank {other} issues its collectives on {label} over "
-            f"different dimensions (involved_dim) than rank {first}; members must agree"
+            f"{path}: rank {other} runs its collective #{j + 1} on {label} over other dimensions (involved_dim) than "
+            f"rank {first}; members of a group must issue the same collectives in the same order"
         )
 
 
-def _labels(ctx: _Ctx, infos: Sequence[_Program]) -> list[str]:
-    """Group label per comm position of a class: the group id, or the ids when members differ."""
+def _labels(ctx: _Ctx, infos: Sequence[_Program], names: list[str], index: dict[str, int]) -> np.ndarray:
+    """Group label id (into ``names``) per comm position of a class: the group id, or the ids when
+    the class's ranks use different groups at that position (e.g. one tensor-parallel group each)."""
     keys = np.stack([i.coll_key for i in infos]) if len(infos) > 1 else infos[0].coll_key[None, :]
-    out: list[str] = []
-    same = np.all(keys == keys[0], axis=0)
-    first = keys[0].tolist()
-    cache: dict[tuple, str] = {}
-    for j, k in enumerate(first):
-        if k < 0:
-            out.append("")
-        elif same[j]:
-            out.append(grp.group_label(ctx.keys[k]))
-        else:
-            ks = tuple(sorted({int(x) for x in keys[:, j].tolist()}))
-            lab = cache.get(ks)
-            if lab is None:
-                names = sorted((ctx.keys[x] for x in ks), key=lambda s: (len(s), s))
-                lab = ",".join(grp.group_label(s) for s in names) if len(names) <= 4 else \
-                    f"{grp.group_label(names[0])}..{grp.group_label(names[-1])} ({len(names)} groups)"
-                cache[ks] = lab
-            out.append(lab)
+
+    def label_id(text: str) -> int:
+        j = index.get(text)
+        if j is None:
+            j = index[text] = len(names)
+            names.append(text)
+        return j
+
+    table = np.asarray([label_id(grp.group_label(k)) for k in ctx.keys] + [label_id("")], dtype=np.int64)
+    out = table[keys[0]]  # key -1 (a send) picks the last entry, ""
+    mixed = np.nonzero(~np.all(keys == keys[0], axis=0))[0]
+    if mixed.size:
+        combos, inverse = np.unique(keys[:, mixed].T, axis=0, return_inverse=True)
+        ids = []
+        for combo in combos.tolist():
+            names_k = sorted({ctx.keys[k] for k in combo}, key=lambda s: (len(s), s))
+            text = (",".join(grp.group_label(x) for x in names_k) if len(names_k) <= 4 else
+                    f"{grp.group_label(names_k[0])}..{grp.group_label(names_k[-1])} ({len(names_k)} groups)")
+            ids.append(label_id(text))
+        out[mixed] = np.asarray(ids, dtype=np.int64)[inverse.reshape(-1)]
     return out
 
 
@@ -555,8 +616,7 @@ def demand_from_traces(prefix: str | Path, network: Network,
     programs: list[_Program] = []
     by_digest: dict[bytes, int] = {}
     rank_prog = np.zeros(n_npus, dtype=np.int64)
-    for r, path in enumerate(paths):
-        prog = reader.read(path)
+    for r, prog in enumerate(reader.read_many(paths)):
         pi = by_digest.get(prog.digest)
         if pi is None:
             pi = by_digest[prog.digest] = len(programs)
@@ -573,8 +633,8 @@ def demand_from_traces(prefix: str | Path, network: Network,
     # 3. per rank: sends -> classes of identical demand
     classes: dict[tuple[bytes, bytes], list[int]] = {}
     class_pids: dict[tuple[bytes, bytes], np.ndarray] = {}
-    for pi, info in enumerate(programs):
-        has_send = info.send_dst.size > 0
+    for info in programs:
+        has_send = info.has_sends
         base = info.coll_pid
         for r in info.ranks:
             if has_send:
@@ -591,32 +651,38 @@ def demand_from_traces(prefix: str | Path, network: Network,
 
     # 4. build rank classes
     phys_traffic = np.asarray([c.traffic_bytes for c in ctx.physics], dtype=np.float64).reshape(-1, network.num_dims)
+    label_names: list[str] = []
+    label_index: dict[str, int] = {}
+    coll_obj: dict[tuple[int, int], Collective] = {}
     rank_classes: list[RankClass] = []
     class_summaries: list[ClassSummary] = []
-    coll_obj: dict[tuple[int, str], Collective] = {}
     for key, ranks in classes.items():
         pids = class_pids[key]
-        member_progs = sorted({int(rank_prog[r]) for r in ranks})
-        infos = [programs[p] for p in member_progs]
+        infos = [programs[p] for p in sorted({int(rank_prog[r]) for r in ranks})]
         rep = infos[0]
-        labels = _labels(ctx, infos)
-        colls = []
-        for pid, lab in zip(pids.tolist(), labels):
-            c = coll_obj.get((pid, lab))
-            if c is None:
-                c = coll_obj[(pid, lab)] = replace(ctx.physics[pid], group=lab)
-            colls.append(c)
+        labels = _labels(ctx, infos, label_names, label_index)
+        # one Collective object per distinct (physics, label); positions index into them
+        combo = pids * (len(label_names) + 1) + labels
+        uniq, inverse = np.unique(combo, return_inverse=True)
+        objs = np.empty(uniq.size, dtype=object)
+        for j, c in enumerate(uniq.tolist()):
+            pid, lab = divmod(c, len(label_names) + 1)
+            obj = coll_obj.get((pid, lab))
+            if obj is None:
+                obj = coll_obj[(pid, lab)] = replace(ctx.physics[pid], group=label_names[lab])
+            objs[j] = obj
+        colls = tuple(objs[inverse.reshape(-1)].tolist())
         n = rep.kinds_coll.size
-        coll_index = np.full(n, -1, dtype=np.int64)
-        coll_index[rep.comm_pos] = np.arange(rep.comm_pos.size)
+        coll_index = np.zeros(n, dtype=np.float64)
+        coll_index[rep.comm_pos] = np.arange(rep.comm_pos.size, dtype=np.float64)
         kinds = np.where(rep.kinds_coll, "coll", "comp").astype(object).tolist()
-        values = np.where(rep.kinds_coll, coll_index.astype(np.float64), rep.comp_ns).tolist()
+        values = np.where(rep.kinds_coll, coll_index, rep.comp_ns).tolist()
         dag = Dag(tuple(zip(kinds, values)), tuple(zip(rep.edges_u.tolist(), rep.edges_v.tolist())))
-        rc = RankClass(rep.compute_ns, tuple(colls), len(ranks), tuple(ranks), dag)
-        rank_classes.append(rc)
-        uniq, cnt = np.unique(pids, return_counts=True)
-        traffic = (phys_traffic[uniq] * cnt[:, None]).sum(axis=0) if uniq.size else np.zeros(network.num_dims)
-        class_summaries.append(ClassSummary(len(ranks), tuple(ranks), rep.compute_ns, len(colls), tuple(traffic.tolist())))
+        rank_classes.append(RankClass(rep.compute_ns, colls, len(ranks), tuple(ranks), dag))
+        up, cnt = np.unique(pids, return_counts=True)
+        traffic = (phys_traffic[up] * cnt[:, None]).sum(axis=0) if up.size else np.zeros(network.num_dims)
+        class_summaries.append(ClassSummary(len(ranks), tuple(ranks), rep.compute_ns, len(colls),
+                                            tuple(traffic.tolist())))
     order = sorted(range(len(rank_classes)), key=lambda i: rank_classes[i].ranks[0])
     rank_classes = [rank_classes[i] for i in order]
     class_summaries = [class_summaries[i] for i in order]
