@@ -276,3 +276,30 @@ def test_rank_files(tmp_path):
         rank_files(tmp_path / "none", 4)
     assert str(e.value) == (f"{tmp_path / 'none'}: no trace files {tmp_path / 'none'}.0.et .. "
                             f"{tmp_path / 'none'}.3.et (or .et.gz); give the prefix without the '.RANK.et' suffix")
+
+
+def test_errors_in_a_batch_name_the_right_file():
+    good = good_bytes()
+    bad = cio.encode_metadata() + framed(pb.Node(id=1, type=pb.COMP_NODE).SerializeToString()) + framed(b"\x08\x01\x1a\x05ab")
+    offset = len(cio.encode_metadata()) + len(framed(pb.Node(id=1, type=pb.COMP_NODE).SerializeToString()))
+    with pytest.raises(LibraError) as e:
+        TraceReader().parse_many([good, good + b"", bad], ["a.0.et", "a.1.et", "a.2.et"])
+    assert str(e.value) == (f"a.2.et: corrupt node message at byte offset {offset} (protobuf cannot decode it); "
+                            "the file is damaged or not a Chakra ET file")
+    progs = TraceReader().parse_many([good, cio.encode_et([cio.comp_node(4, "x", 9)])], ["a.0.et", "a.1.et"])
+    assert [p.node_ids.tolist() for p in progs] == [[1, 2], [4]]
+    assert progs[1].duration_micros.tolist() == [9]
+
+
+def test_attribute_of_the_wrong_type():
+    node = cio.coll_node(2, "ar", "ALL_REDUCE", 8)
+    node.attr.append(pb.AttributeProto(name="comm_dst", string_val="3"))
+    with pytest.raises(LibraError) as e:
+        TraceReader().parse(cio.encode_et([cio.comp_node(1, "c", 1), node]), "bad.0.et")
+    assert str(e.value) == "bad.0.et: node 2: attribute comm_dst must be an integer, got '3'; fix the trace generator"
+    node = cio.coll_node(2, "ar", "ALL_REDUCE", 8)
+    node.attr.append(pb.AttributeProto(name="involved_dim", int64_val=3))
+    with pytest.raises(LibraError) as e:
+        TraceReader().parse(cio.encode_et([node]), "bad.0.et")
+    assert str(e.value) == ("bad.0.et: node 2: attribute involved_dim must be a bool_list, got 3; "
+                            "fix the trace generator")

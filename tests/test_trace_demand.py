@@ -370,3 +370,37 @@ def test_cli_json_and_errors(cli_set):
     assert res.output == "Error: give --peak-tflops and --mem-bw-gbps together (roofline timing), or neither\n"
     res = CliRunner().invoke(demand_command, ["--help"])
     assert "Example:" in res.output and "libra-astra demand" in res.output
+
+
+def test_committed_gpt3_sample(tmp_path):
+    """The shipped GPT-3 TP 8 x DP 8 traces: tensor-parallel groups on dim 0, data-parallel on dim 1."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent / "traces" / "gpt3_tp8_dp8"
+    net = Network("8x8", (Dimension("tp", "Ring", 8, 0.0), Dimension("dp", "Switch", 8, 0.0)))
+    d, s = demand_from_traces(root / "gpt3", net, comm_groups=root / "gpt3.groups.json")
+    assert len(d.rank_classes) == 1 and d.rank_classes[0].num_ranks == 64
+    parts = {c.participants for c in d.rank_classes[0].collectives}
+    assert parts == {(8, 1), (1, 8)}
+    assert {(g.size, g.participants) for g in s.groups} == {(8, (8, 1)), (8, (1, 8))}
+    assert s.skipped == {}
+
+
+def test_cpu_ops_stay_in_the_graph_with_zero_time(tmp_path):
+    cpu = cio.comp_node(1, "launch", 50)
+    cpu.attr[0].bool_val = True  # is_cpu_op
+    nodes = [cpu, cio.comp_node(2, "kernel", 7, data_deps=[1])]
+    d, s = demand_from_traces(write_set(tmp_path, "c", [nodes] * 8), NET)
+    rc = d.rank_classes[0]
+    assert rc.compute_time_ns == 7000.0 and rc.dag.nodes == (("comp", 0.0), ("comp", 7000.0))
+    assert s.skipped == {"COMP on CPU (is_cpu_op; not in compute time)": 8}
+    assert s.notes == ("8 CPU op(s) (0.400 ms over all ranks) kept as dependencies with 0 ns; ASTRA-sim runs them "
+                       "on a separate CPU resource",)
+
+
+def test_identical_programs_are_analysed_once(tmp_path):
+    # same program, node ids shifted per rank (as Chakra's Text converter writes them): one shape
+    per_rank = [[cio.comp_node(100 * r + 1, "c", 3), cio.coll_node(100 * r + 2, "ar", "ALL_REDUCE", 64,
+                                                                   data_deps=[100 * r + 1])] for r in range(8)]
+    d, s = demand_from_traces(write_set(tmp_path, "s", per_rank), NET)
+    assert (s.files_decoded, s.programs) == (8, 1)
+    assert len(d.rank_classes) == 1 and d.rank_classes[0].ranks == tuple(range(8))
