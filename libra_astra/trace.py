@@ -3,15 +3,19 @@
 A rank file is a stream of varint32-length-prefixed protobuf messages (mlc-chakra's
 ``et_def.proto``): one ``GlobalMetadata``, then one ``Node`` per message; plain or gzipped.
 
-Why the reader does not simply call ``Node.ParseFromString`` and read attributes: with the
-upb backend the parse itself is cheap (~0.4 us per node), but every repeated field or attribute
-touched from Python costs 150-300 ns, which would make reading 3-4x slower than a bare parse.
-So each message is walked once at the wire level for the few top-level scalars we need (id,
-type, duration, dependencies), while the attribute block -- the part that needs the schema's
-oneof handling -- is decoded with the schema's own ``AttributeProto`` class, once per distinct
-block (blocks repeat: every all-reduce of one size carries the same bytes). Field numbers come
-from the schema's descriptors. Anything unusual (METADATA nodes, out-of-order or unknown fields)
-falls back to a full ``Node`` parse of that message, so the fast path never changes the result.
+Why the reader does not call ``Node.ParseFromString`` per node and read its fields: with the upb
+backend the parse itself is cheap (~0.4 us per node), but every repeated field or attribute
+touched from Python costs 150-300 ns, which makes such a reader 3-4x slower than a bare parse.
+Instead:
+
+- one Python loop finds where each message starts (the length prefixes chain);
+- the top-level fields of all messages (id, type, duration, dependencies) are read in lockstep
+  with numpy, in the schema's field order, with tags taken from the schema's descriptors;
+- the attribute block of each node is looked up by its bytes, and decoded with the schema's own
+  ``AttributeProto`` class only the first time a block (or a single attribute) is seen: every
+  all-reduce of one size on one group carries the same bytes;
+- anything unusual (METADATA nodes, repeated, unknown or out-of-order fields) falls back to a
+  full ``Node`` parse of that message, so the fast path never changes the result.
 
 The output is one :class:`RankProgram` per distinct file: numpy arrays indexed by node position
 (file order), not a Python object per node. Attribute values live in a table shared by all files
@@ -27,9 +31,9 @@ import json
 import re
 import zlib
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -878,8 +882,3 @@ def topological_order(prog: RankProgram) -> np.ndarray | None:
         ids = " -> ".join(str(int(prog.node_ids[i])) for i in cyc + [cyc[0]])
         raise LibraError(f"{prog.path}: dependency cycle through nodes {ids}; remove one of these dependencies")
     return np.asarray(out, dtype=np.int64)
-
-
-def iter_rank_programs(reader: TraceReader, paths: list[Path]) -> Iterator[tuple[int, RankProgram]]:
-    for rank, p in enumerate(paths):
-        yield rank, reader.read(p)

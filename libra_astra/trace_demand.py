@@ -445,11 +445,6 @@ def _merge_metadata(ctx: _Ctx, programs: Sequence[_Program]) -> None:
             key = grp.normalize_key(name)
             if key == grp.ALL_RANKS:
                 continue
-            if not key.isdigit():
-                raise LibraError(
-                    f"{info.prog.path}: METADATA process group {name!r} does not have an integer name; "
-                    "ASTRA-sim needs integer group ids, give the groups with --comm-groups"
-                )
             members = tuple(sorted(set(ranks)))
             prev = ctx.meta_groups.get(key)
             if prev is not None and prev != members:

@@ -189,8 +189,9 @@ def main() -> None:
               f"(interpreter + imports alone {base:.0f} MiB; target < 1024 MiB)")
 
         if not args.skip_4096:
-            from libra_astra.tracegen import generate, spec_from_dict
             import yaml
+
+            from libra_astra.tracegen import generate
 
             spec = yaml.safe_load((Path(__file__).resolve().parent.parent / "traces/large/gpt3_175b_4096.yml").read_text())
             spec["model"]["layers"] = args.gpt_layers
