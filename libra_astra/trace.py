@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import gzip
 import hashlib
+import heapq
 import json
 import re
 import zlib
@@ -847,23 +848,23 @@ def topological_order(prog: RankProgram) -> np.ndarray | None:
     owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))
     if bool(np.all(dep < owner)):
         return None
-    # Kahn's algorithm; rare (writers usually emit parents first), so plain Python is fine.
+    # Kahn's algorithm, always taking the ready node that comes first in the file, so the issue
+    # order stays as close to the file order as the dependencies allow. Rare (writers usually
+    # emit parents first), so plain Python is fine.
     children: list[list[int]] = [[] for _ in range(n)]
-    indeg = np.zeros(n, np.int64)
+    indeg_l = [0] * n
     for u, v in zip(dep.tolist(), owner.tolist()):
         children[u].append(v)
-        indeg[v] += 1
-    indeg_l = indeg.tolist()
+        indeg_l[v] += 1
     ready = [i for i in range(n) if indeg_l[i] == 0]
-    ready.reverse()
     out: list[int] = []
     while ready:
-        u = ready.pop()
+        u = heapq.heappop(ready)
         out.append(u)
-        for v in reversed(children[u]):
+        for v in children[u]:
             indeg_l[v] -= 1
             if indeg_l[v] == 0:
-                ready.append(v)
+                heapq.heappush(ready, v)
     if len(out) < n:
         left = {i for i in range(n) if indeg_l[i] > 0}
         # walk parents inside the unfinished set until a node repeats: that is a cycle

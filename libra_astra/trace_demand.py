@@ -110,12 +110,13 @@ class _Program:
     comm_node: np.ndarray = None        # node position in the file (for messages)
     coll_key: np.ndarray = None         # group key index (into _Ctx.keys); -1 for sends
     coll_pid: np.ndarray = None         # physics id; -1 for sends
-    coll_sem: np.ndarray = None         # (type, size, involved_dim) id, for the member check
+    coll_sem: np.ndarray = None         # (type, size) id, for the member check
+    coll_comm: tuple = ()               # (group key idx, involved idx or -1) arrays per comm node
     comp_ns: np.ndarray = None          # per topo node
     kinds_coll: np.ndarray = None       # bool per topo node: is a comm node
     edges_u: np.ndarray = None
     edges_v: np.ndarray = None
-    seq_hash: dict = field(default_factory=dict)  # group key index -> digest of its collective sequence
+    seq_hash: dict = field(default_factory=dict)  # communicator -> digest of its collective sequence
     used_keys: tuple = ()
     key_node: dict = field(default_factory=dict)  # group key index -> first node position using it
     group_use: dict = field(default_factory=dict)  # (key idx, involved idx or -1) -> count
@@ -147,15 +148,15 @@ class _Ctx:
         self._phys_index: dict[tuple, int] = {}
         self._coll_cache: dict[tuple, int] = {}
         self._sem_index: dict[tuple, int] = {}
-        self.sems: list[tuple[str, int, int]] = []
+        self.sems: list[tuple[str, int]] = []
 
-    def sem(self, ctype: int, size: int, inv_idx: int) -> int:
-        """Id of a (collective type, size, involved_dim) triple: what group members must agree on."""
-        k = (ctype, size, inv_idx)
+    def sem(self, ctype: int, size: int) -> int:
+        """Id of a (collective type, size) pair: what members of a communicator must agree on."""
+        k = (ctype, size)
         i = self._sem_index.get(k)
         if i is None:
             i = self._sem_index[k] = len(self.sems)
-            self.sems.append((COMM_TYPE_NAMES[ctype], size, inv_idx))
+            self.sems.append((COMM_TYPE_NAMES[ctype], size))
         return i
 
     def key_index(self, key: str) -> int:
@@ -365,31 +366,37 @@ def _analyze(ctx: _Ctx, info: _Program) -> None:
     key_lut = np.full(nrows, -1, dtype=np.int64)
     pid_lut = np.full(nrows, -1, dtype=np.int64)
     sem_lut = np.full(nrows, -1, dtype=np.int64)
+    inv_lut = np.full(nrows, -1, dtype=np.int64)  # involved_dim matters on all-ranks collectives only
     for row, t in zip(rows.tolist(), ctype_r.tolist()):
         kidx = ctx.key_index(row_key[row])
         inv = int(cols["involved"][row])
         size = max(int(cols["comm_size"][row]), 0)
         key_lut[row] = kidx
         pid_lut[row] = ctx.coll_pid(int(t), size, kidx, inv)
-        sem_lut[row] = ctx.sem(int(t), size, inv)
+        sem_lut[row] = ctx.sem(int(t), size)
+        if row_key[row] == grp.ALL_RANKS:
+            inv_lut[row] = inv
     counts["zero_size"] = int((c_coll & (np.maximum(cols["comm_size"][ca], 0) == 0)).sum())
     ckey = np.where(c_send, -1, key_lut[ca])
     info.comm_pos, info.comm_is_send, info.comm_row, info.comm_node = comm_pos, c_send, ca, comm_node
     info.coll_key = ckey
     info.coll_pid = np.where(c_send, -1, pid_lut[ca])
     info.coll_sem = np.where(c_send, -1, sem_lut[ca])
+    cinv = np.where(c_send, -1, inv_lut[ca])
 
     # per-group issue sequences (for the member check) and usage counts (for the summary)
     per_row = np.bincount(ca[c_coll], minlength=nrows)
+    comms = set()
     for row in rows.tolist():
-        kidx = int(key_lut[row])
-        k = (kidx, int(cols["involved"][row]) if row_key[row] == grp.ALL_RANKS else -1)
+        k = (int(key_lut[row]), int(inv_lut[row]))
+        comms.add(k)
         info.group_use[k] = info.group_use.get(k, 0) + int(per_row[row])
-    info.used_keys = tuple(sorted({int(key_lut[r]) for r in rows.tolist()}))
+    info.used_keys = tuple(sorted({k for k, _ in comms}))
     for kidx in info.used_keys:
-        sel = ckey == kidx
-        info.seq_hash[kidx] = _digest(info.coll_sem[sel])
-        info.key_node[kidx] = _first_node(sel, comm_node)
+        info.key_node[kidx] = _first_node(ckey == kidx, comm_node)
+    info.coll_comm = (ckey, cinv)
+    for k in sorted(comms):
+        info.seq_hash[k] = _digest(info.coll_sem[(ckey == k[0]) & (cinv == k[1])])
 
     info.edges_u, info.edges_v = sh.edges_u, sh.edges_v
     info.kinds_coll = sh.kinds_coll
@@ -464,14 +471,42 @@ def _merge_metadata(ctx: _Ctx, programs: Sequence[_Program]) -> None:
             )
 
 
-def _describe_seq(ctx: _Ctx, info: _Program, kidx: int) -> list[tuple[str, int, int]]:
-    """(type, size, involved_dim) sequence of a program's collectives on one group, in issue order."""
-    return [ctx.sems[i] for i in info.coll_sem[info.coll_key == kidx].tolist()]
+def _describe_seq(ctx: _Ctx, info: _Program, comm: tuple[int, int]) -> list[tuple[str, int]]:
+    """(type, size) sequence of a program's collectives on one communicator, in issue order."""
+    ckey, cinv = info.coll_comm
+    return [ctx.sems[i] for i in info.coll_sem[(ckey == comm[0]) & (cinv == comm[1])].tolist()]
+
+
+def _communicators(ctx: _Ctx, comm: tuple[int, int]) -> tuple[np.ndarray, str]:
+    """Communicator id per rank (-1: not a member) for a group key, and its name for messages.
+
+    An all-ranks collective with ``involved_dim`` runs among the ranks that share their
+    coordinates in the dimensions it does not involve: one communicator per such sub-grid.
+    """
+    net = ctx.net
+    n = net.npus_count
+    kidx, inv = comm
+    key = ctx.keys[kidx]
+    if key != grp.ALL_RANKS:
+        cid = np.full(n, -1, dtype=np.int64)
+        cid[np.asarray(ctx.members(key), dtype=np.int64)] = 0
+        return cid, f"group {key}"
+    parts = grp.all_ranks_participants(net, ctx.reader.attrs.involved[inv])
+    ranks = np.arange(n, dtype=np.int64)
+    cid = np.zeros(n, dtype=np.int64)
+    stride = 1
+    for d, dim in enumerate(net.dims):
+        coord = ranks % dim.npus
+        ranks = ranks // dim.npus
+        if parts[d] == 1:  # not involved: ranks that differ here are in different communicators
+            cid += coord * stride
+            stride *= dim.npus
+    dims = [d for d, p in enumerate(parts) if p > 1]
+    return cid, f"all ranks over dimension(s) {dims}"
 
 
 def _check_group_sequences(ctx: _Ctx, programs: list[_Program], rank_prog: np.ndarray) -> None:
-    """Members of a group must issue the same collectives on it in the same order."""
-    n = ctx.net.npus_count
+    """Members of a communicator must issue the same collectives on it in the same order."""
     # a rank that issues on a named group must be one of its members
     member_sets: dict[int, frozenset[int]] = {}
     for info in programs:
@@ -492,38 +527,37 @@ def _check_group_sequences(ctx: _Ctx, programs: list[_Program], rank_prog: np.nd
                     f"members {shown[:8]}{'...' if len(shown) > 8 else ''} do not include rank {r}; "
                     "add the rank to the group or fix pg_name"
                 )
-    # every member issues the same sequence (members that never issue on it have the empty one)
-    used = sorted({k for info in programs for k in info.used_keys})
-    for kidx in used:
-        key = ctx.keys[kidx]
-        members = np.arange(n) if key == grp.ALL_RANKS else np.asarray(ctx.members(key), dtype=np.int64)
-        uniq = np.unique(rank_prog[members])
-        hashes = {p: programs[p].seq_hash.get(kidx, b"") for p in uniq.tolist()}
-        if len(set(hashes.values())) <= 1:
+    # every member of a communicator issues the same sequence on it (a member that never
+    # issues on it has the empty sequence)
+    for comm in sorted({k for info in programs for k in info.seq_hash}):
+        hash_ids: dict[bytes, int] = {}
+        per_prog = np.asarray([hash_ids.setdefault(info.seq_hash.get(comm, b""), len(hash_ids)) for info in programs])
+        if len(hash_ids) == 1:
             continue
-        first = int(members[0])
-        ref = hashes[int(rank_prog[first])]
-        other = next(int(r) for r in members.tolist() if hashes[int(rank_prog[r])] != ref)
+        cid, label = _communicators(ctx, comm)
+        rank_hash = per_prog[rank_prog]
+        members = np.nonzero(cid >= 0)[0]
+        order = members[np.argsort(cid[members], kind="stable")]
+        c_sorted = cid[order]
+        starts = np.concatenate(([0], np.nonzero(c_sorted[1:] != c_sorted[:-1])[0] + 1))
+        first_of = np.repeat(order[starts], np.diff(np.concatenate((starts, [order.size]))))
+        bad = np.nonzero(rank_hash[order] != rank_hash[first_of])[0]
+        if bad.size == 0:
+            continue
+        other, first = int(order[bad[0]]), int(first_of[bad[0]])
         path = programs[int(rank_prog[other])].prog.path
-        sa = _describe_seq(ctx, programs[int(rank_prog[first])], kidx)
-        sb = _describe_seq(ctx, programs[int(rank_prog[other])], kidx)
-        label = "all ranks" if key == grp.ALL_RANKS else f"group {key}"
+        sa = _describe_seq(ctx, programs[int(rank_prog[first])], comm)
+        sb = _describe_seq(ctx, programs[int(rank_prog[other])], comm)
         for j, (x, y) in enumerate(zip(sa, sb)):
-            if x[:2] != y[:2]:
+            if x != y:
                 raise LibraError(
                     f"{path}: rank {other} issues {y[0]} of {y[1]} B as its collective #{j + 1} on {label}, but rank "
                     f"{first} issues {x[0]} of {x[1]} B; members of a group must issue the same collectives in the "
                     "same order"
                 )
-        if len(sa) != len(sb):
-            raise LibraError(
-                f"{path}: rank {other} issues {len(sb)} collectives on {label} but rank {first} issues {len(sa)}; "
-                "members of a group must issue the same collectives in the same order"
-            )
-        j = next(j for j, (x, y) in enumerate(zip(sa, sb)) if x != y)
         raise LibraError(
-            f"{path}: rank {other} runs its collective #{j + 1} on {label} over other dimensions (involved_dim) than "
-            f"rank {first}; members of a group must issue the same collectives in the same order"
+            f"{path}: rank {other} issues {len(sb)} collectives on {label} but rank {first} issues {len(sa)}; "
+            "members of a group must issue the same collectives in the same order"
         )
 
 

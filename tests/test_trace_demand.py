@@ -297,8 +297,17 @@ def test_all_ranks_collectives_must_agree(tmp_path):
     per_rank[7][2] = cio.coll_node(3, "ag", "ALL_GATHER", 128, involved_dim=[False, True], data_deps=[2])
     prefix = write_set(tmp_path, "t", per_rank)
     assert err(prefix, comm_groups=GROUPS) == (
-        f"{prefix}.7.et: rank 7 issues ALL_GATHER of 128 B as its collective #1 on all ranks, but rank 0 issues "
-        "ALL_GATHER of 256 B; members of a group must issue the same collectives in the same order")
+        f"{prefix}.7.et: rank 7 issues ALL_GATHER of 128 B as its collective #1 on all ranks over dimension(s) [1], "
+        "but rank 3 issues ALL_GATHER of 256 B; members of a group must issue the same collectives in the same order")
+
+
+def test_all_ranks_collectives_agree_per_sub_grid(tmp_path):
+    # involved_dim [T, F]: each row of the Ring is its own communicator, so rows may differ
+    per_rank = [[cio.coll_node(1, "ag", "ALL_GATHER", 256 * (1 + r // 4), involved_dim=[True, False])]
+                for r in range(8)]
+    d, s = demand_from_traces(write_set(tmp_path, "rows", per_rank), NET)
+    assert [(rc.ranks, rc.collectives[0].traffic_bytes) for rc in d.rank_classes] == [
+        ((0, 1, 2, 3), (768.0, 0.0)), ((4, 5, 6, 7), (1536.0, 0.0))]
 
 
 def test_rank_outside_its_group(tmp_path):
