@@ -413,3 +413,55 @@ def test_identical_programs_are_analysed_once(tmp_path):
     d, s = demand_from_traces(write_set(tmp_path, "s", per_rank), NET)
     assert (s.files_decoded, s.programs) == (8, 1)
     assert len(d.rank_classes) == 1 and d.rank_classes[0].ranks == tuple(range(8))
+
+
+def pytorch_host_device_trace(rank, groups):
+    """A minimal linked PyTorch host + device trace (the input of Chakra's PyTorch converter)."""
+    def attrs(rf, op_schema=""):
+        return [{"name": k, "type": "uint64", "value": v} for k, v in
+                (("rf_id", rf), ("fw_parent", 0), ("seq_id", -1), ("scope", 0), ("tid", 1), ("fw_tid", 0))] + \
+               [{"name": "op_schema", "type": "string", "value": op_schema}]
+
+    def io(values=(), shapes=(), types=()):
+        return {"values": list(values), "shapes": list(shapes), "types": list(types)}
+    pg = next(name for name, members in groups if rank in members)
+    pgs = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "ranks": [], "group_size": 4,
+            "group_count": 3}] + [{"pg_name": name, "pg_desc": "undefined", "backend_config": "cuda:nccl",
+                                   "ranks": members, "group_size": 2, "group_count": 3} for name, members in groups]
+    nodes = [
+        {"id": 1, "name": "[pytorch|profiler|execution_trace|thread]", "ctrl_deps": 0, "inputs": io(),
+         "outputs": io(), "attrs": attrs(1)},
+        {"id": 2, "name": "## process_group:init ##", "ctrl_deps": 1, "inputs": io([json.dumps(pgs)], [[]], ["String"]),
+         "outputs": io(), "attrs": attrs(2), "ts": 10},
+        {"id": 3, "name": "aten::mm", "ctrl_deps": 1, "inputs": io(), "outputs": io(),
+         "attrs": attrs(3, "aten::mm(Tensor self, Tensor mat2) -> Tensor"), "exclusive_dur": 5, "ts": 20},
+        {"id": 4, "name": "ampere_sgemm_128x64_nn", "ctrl_deps": 3, "inputs": io(), "outputs": io(), "attrs": attrs(4),
+         "cat": "kernel", "exclusive_dur": 100, "ts": 30, "stream": 7},
+        {"id": 5, "name": "record_param_comms", "ctrl_deps": 1, "inputs": io(), "outputs": io(),
+         "attrs": attrs(5, "c10d::allreduce_"), "exclusive_dur": 3, "ts": 140},
+        {"id": 6, "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+         "ctrl_deps": 5, "inputs": io([[1, 2, 0, 262144, 4, "cuda:0"]], [[262144]], ["Tensor(float)"]),
+         "outputs": io(), "attrs": attrs(6), "cat": "kernel", "exclusive_dur": 50, "ts": 150, "stream": 20,
+         "pg_name": pg},
+    ]
+    return {"schema": "1.1.1-chakra.0.0.4", "pid": 1, "time": "t", "start_ts": 0, "finish_ts": 1000, "nodes": nodes}
+
+
+def test_chakra_pytorch_converter_process_groups(tmp_path):
+    from chakra.src.converter.pytorch_converter import PyTorchConverter
+    groups = [("1", [0, 1]), ("2", [2, 3])]
+    for r in range(4):
+        src = tmp_path / f"host_device.{r}.json"
+        src.write_text(json.dumps(pytorch_host_device_trace(r, groups)))
+        PyTorchConverter().convert(str(src), str(tmp_path / f"pt.{r}.et"), False)
+    net = Network("2x2", (Dimension("a", "Ring", 2, 0.0), Dimension("b", "Switch", 2, 0.0)))
+    d, s = demand_from_traces(tmp_path / "pt", net)
+    assert [rc.ranks for rc in d.rank_classes] == [(0, 1, 2, 3)]
+    rc = d.rank_classes[0]
+    # the NCCL all-reduce of 262144 float32 on a group of two ring neighbours: 2 * 1 MiB * 1/2 on dim 0
+    (c,) = rc.collectives
+    assert (c.type, c.size_bytes, c.participants, c.traffic_bytes, c.group) == \
+        ("ALL_REDUCE", 1048576.0, (2, 1), (1048576.0, 0.0), "1,2")
+    assert rc.compute_time_ns == 100000.0  # the GPU kernel; CPU ops are kept with 0 ns
+    assert [(g.key, g.source, g.size) for g in s.groups] == [("1", "trace METADATA", 2), ("2", "trace METADATA", 2)]
+    assert s.skipped == {"METADATA": 4, "COMP on CPU (is_cpu_op; not in compute time)": 12}
