@@ -52,7 +52,8 @@ def comm_groups_from_dict(data: Any, source: str) -> dict[str, tuple[int, ...]]:
     for key, members in data.items():
         k = str(key)
         if not k.isdigit() or int(k) <= 0:
-            raise LibraError(f"{source}: group id {k!r} must be a positive integer written as a string (ASTRA-sim reserves 0 for all ranks)")
+            raise LibraError(f"{source}: group id {k!r} must be a positive integer written as a string "
+                             "(ASTRA-sim reserves 0 for all ranks)")
         if (not isinstance(members, list) or not members
                 or not all(isinstance(m, int) and not isinstance(m, bool) for m in members)):
             raise LibraError(f"{source}: group {k} must be a non-empty list of NPU ids (integers), got {members!r}")

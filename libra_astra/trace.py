@@ -380,7 +380,9 @@ def parse_pg_metadata(values: str, where: str) -> tuple[tuple[str, tuple[int, ..
             try:
                 members = tuple(sorted(int(r) for r in ranks))
             except (TypeError, ValueError):
-                raise LibraError(f"{where}: process group {name!r} has non-integer ranks {ranks!r}; fix the trace") from None
+                raise LibraError(
+                    f"{where}: process group {name!r} has non-integer ranks {ranks!r}; fix the trace"
+                ) from None
             groups.append((str(name), members))
 
     if values.strip():
@@ -569,7 +571,9 @@ class TraceReader:
         try:
             meta = pb.GlobalMetadata.FromString(buf[pos:pos + size])
         except Exception:
-            raise LibraError(f"{where}: corrupt GlobalMetadata message at byte offset 0; not a Chakra ET file") from None
+            raise LibraError(
+                f"{where}: corrupt GlobalMetadata message at byte offset 0; not a Chakra ET file"
+            ) from None
         return meta.version, pos + size
 
     def _block(self, blk: bytes, where: Callable[[], str]) -> int:
@@ -626,7 +630,9 @@ class TraceReader:
         bad = (types < 0) | (types > 7)
         if bad.any():
             i = int(np.argmax(bad))
-            raise LibraError(f"{where}: node {int(node_ids[i])} has unknown node type {int(types[i])}; the schema defines 0..7")
+            raise LibraError(
+                f"{where}: node {int(node_ids[i])} has unknown node type {int(types[i])}; the schema defines 0..7"
+            )
         dep_index = resolve_deps(node_ids, dep_ids, dep_ptr, where)
         prog_types = types.astype(np.int8)
         attr = aid.astype(np.int32)
@@ -635,7 +641,8 @@ class TraceReader:
             h.update(np.ascontiguousarray(a).tobytes())
             h.update(b"|")
         h.update(repr(pg_info).encode())
-        return RankProgram(where, node_ids, prog_types, durations, attr, dep_ptr, dep_index, pg_info, h.digest(), version)
+        return RankProgram(where, node_ids, prog_types, durations, attr, dep_ptr, dep_index, pg_info, h.digest(),
+                           version)
 
 
 def _frames(buf: bytes, pos: int, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -669,7 +676,8 @@ def _frames(buf: bytes, pos: int, where: str) -> tuple[np.ndarray, np.ndarray, n
     if e.size and e[-1] > n:
         raise LibraError(
             f"{where}: truncated: the message at byte offset {int(h[-1])} needs "
-            f"{int(e[-1] - s[-1])} bytes but only {n - int(s[-1])} remain; the file was cut short, re-create or re-copy it"
+            f"{int(e[-1] - s[-1])} bytes but only {n - int(s[-1])} remain; the file was cut short, re-create or "
+            "re-copy it"
         )
     empty = np.nonzero(e == s)[0]
     if empty.size:
@@ -816,7 +824,9 @@ def resolve_deps(node_ids: np.ndarray, dep_ids: np.ndarray, dep_ptr: np.ndarray,
         sorted_ids = node_ids[order]
         dup = np.nonzero(sorted_ids[1:] == sorted_ids[:-1])[0]
         if dup.size:
-            raise LibraError(f"{where}: node id {int(sorted_ids[dup[0]])} appears twice; node ids must be unique within a file")
+            raise LibraError(
+                f"{where}: node id {int(sorted_ids[dup[0]])} appears twice; node ids must be unique within a file"
+            )
     if dep_ids.size == 0:
         return np.zeros(0, np.int64)
     if n == 0:

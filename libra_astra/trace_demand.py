@@ -7,12 +7,12 @@ Ranks whose demand comes out identical -- same dependency graph, same collective
 per-dimension traffic -- form one rank class, computed and written once. The job time is the
 slowest class's; the optimizer takes the max over classes.
 
-Modelling choices (they follow ASTRA-sim, see docs/astra-sim.md):
+Modelling choices (they follow ASTRA-sim's workload layer and analytical network backend):
 
 - COMP: ``duration_micros`` x 1000 ns; with ``peak_tflops`` and ``mem_bw_gbps`` the roofline
-  time ``num_ops / min(peak, mem_bw * num_ops / tensor_size)``; a node without tensor_size
-  then takes 0 ns, as in ASTRA-sim. CPU ops (``is_cpu_op``) run on a separate resource in
-  ASTRA-sim; they stay in the dependency graph with 0 ns and are reported, not added.
+  time ``num_ops / min(peak, mem_bw * num_ops / tensor_size)``; a node without num_ops or
+  tensor_size then takes 0 ns, as in ASTRA-sim. CPU ops (``is_cpu_op``) run on a separate
+  resource in ASTRA-sim; they stay in the dependency graph with 0 ns and are reported, not added.
 - COMM_COLL on a group: hierarchical traffic on a sub-grid, one flat ring on any other member
   set; on all ranks, over the dimensions ``involved_dim`` marks.
 - COMM_SEND: a P2P transfer charged on the lowest dimension where source and destination
@@ -240,7 +240,7 @@ def _compute_ns(ctx: _Ctx, prog: RankProgram, cols: dict[str, np.ndarray], comp:
     has = gpu & (tsize > 0) & (ops > 0)
     perf = np.minimum(peak, membw * ops[has] / tsize[has])
     out[has] = ops[has] / perf
-    counts["roofline_zero"] = int((gpu & (tsize <= 0)).sum())
+    counts["roofline_zero"] = int((gpu & ~has).sum())
     return out
 
 
@@ -457,7 +457,8 @@ def _merge_metadata(ctx: _Ctx, programs: Sequence[_Program]) -> None:
             if prev is not None and prev != members:
                 raise LibraError(
                     f"{info.prog.path}: METADATA defines process group {key} with ranks {list(members)[:8]} but "
-                    f"{ctx.meta_where[key]} defines it with {list(prev)[:8]}; every rank must describe a group the same way"
+                    f"{ctx.meta_where[key]} defines it with {list(prev)[:8]}; every rank must describe a group the "
+                    "same way"
                 )
             ctx.meta_groups[key] = members
             ctx.meta_where.setdefault(key, info.prog.path)
@@ -751,7 +752,7 @@ def _summarize(ctx: _Ctx, prefix: str, programs: list[_Program], rank_classes: l
     if agg["cpu_ops"]:
         skipped["COMP on CPU (is_cpu_op; not in compute time)"] = agg["cpu_ops"]
     if agg["roofline_zero"]:
-        skipped["COMP without tensor_size (0 ns under roofline)"] = agg["roofline_zero"]
+        skipped["COMP without num_ops or tensor_size (0 ns under roofline, as in ASTRA-sim)"] = agg["roofline_zero"]
 
     # bytes per NPU per dimension by collective type, mean over ranks
     by_type: dict[str, np.ndarray] = {}
@@ -766,7 +767,11 @@ def _summarize(ctx: _Ctx, prefix: str, programs: list[_Program], rank_classes: l
     bytes_by_type = {k: tuple((v / n_npus).tolist()) for k, v in sorted(by_type.items())}
 
     group_summaries = []
-    for (kidx, inv), count in sorted(use.items(), key=lambda kv: (len(ctx.keys[kv[0][0]]), ctx.keys[kv[0][0]], kv[0][1])):
+    def order(item: tuple) -> tuple:
+        (kidx, inv), _ = item
+        return len(ctx.keys[kidx]), ctx.keys[kidx], inv
+
+    for (kidx, inv), count in sorted(use.items(), key=order):
         s = ctx.shape(kidx, inv if inv >= 0 else 0)
         key = ctx.keys[kidx]
         involved = reader.attrs.involved[inv] if key == grp.ALL_RANKS else None

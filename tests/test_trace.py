@@ -238,7 +238,8 @@ def test_corrupt_gzip(tmp_path):
 
 def test_dangling_dependency():
     data = cio.encode_et([cio.comp_node(10, "c", 5), cio.comp_node(11, "d", 5, data_deps=[10, 99])])
-    raises(data, "bad.0.et: node 11 depends on node 99, which is not in the file; remove the dependency or add the node")
+    raises(data, "bad.0.et: node 11 depends on node 99, which is not in the file; remove the dependency or add "
+                 "the node")
 
 
 def test_duplicate_node_id():
@@ -280,7 +281,8 @@ def test_rank_files(tmp_path):
 
 def test_errors_in_a_batch_name_the_right_file():
     good = good_bytes()
-    bad = cio.encode_metadata() + framed(pb.Node(id=1, type=pb.COMP_NODE).SerializeToString()) + framed(b"\x08\x01\x1a\x05ab")
+    first = framed(pb.Node(id=1, type=pb.COMP_NODE).SerializeToString())
+    bad = cio.encode_metadata() + first + framed(b"\x08\x01\x1a\x05ab")
     offset = len(cio.encode_metadata()) + len(framed(pb.Node(id=1, type=pb.COMP_NODE).SerializeToString()))
     with pytest.raises(LibraError) as e:
         TraceReader().parse_many([good, good + b"", bad], ["a.0.et", "a.1.et", "a.2.et"])

@@ -193,7 +193,8 @@ def main() -> None:
 
             from libra_astra.tracegen import generate
 
-            spec = yaml.safe_load((Path(__file__).resolve().parent.parent / "traces/large/gpt3_175b_4096.yml").read_text())
+            spec_path = Path(__file__).resolve().parent.parent / "traces" / "large" / "gpt3_175b_4096.yml"
+            spec = yaml.safe_load(spec_path.read_text())
             spec["model"]["layers"] = args.gpt_layers
             spec["name"] = f"gpt3_{args.gpt_layers}l_4096"
             t_gen, gen = timed(generate, spec, work / "gpt" / "gpt3", True)
