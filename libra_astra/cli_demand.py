@@ -56,8 +56,8 @@ def _table(rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
 def format_summary(s: TraceSummary, net: Network) -> str:
     """The human-readable report printed by ``libra-astra demand``."""
     lines = [
-        f"Trace set {s.prefix}: {s.num_ranks} ranks, {s.nodes_total:,} nodes "
-        f"({s.files_decoded} distinct files decoded, {s.programs} distinct programs)",
+        f"Trace set {s.prefix}: {s.num_ranks:,} ranks, {s.nodes_total:,} nodes "
+        f"({s.files_decoded:,} distinct files decoded, {s.programs:,} distinct programs)",
         "Nodes: " + ", ".join(f"{k} {v:,}" for k, v in s.node_counts.items()),
         "",
         "Bytes sent per NPU per dimension (mean over ranks):",
@@ -102,7 +102,7 @@ def format_summary(s: TraceSummary, net: Network) -> str:
     rows = [["ranks", "count", "compute", "collectives"] + [f"bytes {d.name}" for d in net.dims]]
     shown = s.rank_classes[:12]
     for c in shown:
-        rows.append([_ranges(c.ranks), str(c.num_ranks), _time(c.compute_time_ns), f"{c.num_collectives:,}"]
+        rows.append([_ranges(c.ranks), f"{c.num_ranks:,}", _time(c.compute_time_ns), f"{c.num_collectives:,}"]
                     + [_bytes(t) for t in c.traffic_bytes])
     lines += _table(rows, right=set(range(1, 4 + net.num_dims)))
     if len(s.rank_classes) > len(shown):

@@ -84,10 +84,6 @@ class TraceSummary:
     compute_time_ns: tuple[float, float]  # (min, max) over ranks
     notes: tuple[str, ...] = ()
 
-    @property
-    def dims(self) -> int:
-        return len(next(iter(self.bytes_by_type.values()), ()))
-
 
 # ---------------------------------------------------------------- program analysis
 
