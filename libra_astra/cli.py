@@ -56,12 +56,6 @@ def _fmt_usd(usd: float) -> str:
     return f"${usd:,.0f}" if usd >= 100 else f"${usd:,.2f}"
 
 
-def default_groups_path(prefix: str) -> str | None:
-    """PREFIX.groups.json beside the traces (as 'libra-astra generate' writes it), if present."""
-    p = Path(f"{prefix}.groups.json")
-    return str(p) if p.is_file() else None
-
-
 def load_workloads(traces: tuple[str, ...], demands: tuple[str, ...], weights: tuple[float, ...], net,
                    comm_groups: str | None) -> tuple[list[Workload], list[WorkloadRef]]:
     """Workloads from trace prefixes (first) and demand files (then), with weights in that order."""
@@ -74,7 +68,7 @@ def load_workloads(traces: tuple[str, ...], demands: tuple[str, ...], weights: t
     ws = list(weights) if weights else [1.0] * n
     out, refs = [], []
     for i, prefix in enumerate(traces):
-        from .trace_demand import demand_from_traces, is_trace_prefix
+        from .trace_demand import default_groups_path, demand_from_traces, is_trace_prefix
         if not is_trace_prefix(prefix):
             raise LibraError(f"{prefix}: no trace files {prefix}.0.et (or .et.gz); give the prefix of PREFIX.N.et files")
         groups = comm_groups or default_groups_path(prefix)

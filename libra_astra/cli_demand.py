@@ -11,7 +11,7 @@ from .demand import demand_to_dict
 from .errors import LibraError
 from .fileio import check_writable, write_json_atomic
 from .network import Network, load_network
-from .trace_demand import TraceSummary, demand_from_traces, summary_to_dict
+from .trace_demand import TraceSummary, default_groups_path, demand_from_traces, summary_to_dict
 
 
 def _bytes(x: float) -> str:
@@ -118,7 +118,8 @@ def format_summary(s: TraceSummary, net: Network) -> str:
 @click.option("--network", "-n", "network_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="Network YAML (dimensions, topology, NPUs); its NPU count must match the trace set.")
 @click.option("--comm-groups", type=click.Path(exists=True, dir_okay=False),
-              help='ASTRA-sim communicator-group JSON {"1": [0, 1, ...], ...}; overrides METADATA process groups.')
+              help='ASTRA-sim communicator-group JSON {"1": [0, 1, ...], ...}; overrides METADATA process groups '
+                   "[default: PREFIX.groups.json when it exists].")
 @click.option("--peak-tflops", type=float, help="Time COMP nodes with the roofline model: peak compute, TFLOPS.")
 @click.option("--mem-bw-gbps", type=float, help="Roofline memory bandwidth, GB/s (give with --peak-tflops).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the demand JSON here.")
@@ -135,15 +136,15 @@ def demand_command(prefix: str, network_path: str, comm_groups: str | None, peak
 
     \b
     Example:
-      libra-astra demand traces/gpt3_tp8_dp8/gpt3 --network net.yml \\
-          --comm-groups traces/gpt3_tp8_dp8/gpt3.groups.json -o gpt3.demand.json
+      libra-astra demand traces/gpt3_tp8_dp8/gpt3 --network network_configs/sample_8x8.yml \\
+          -o gpt3.demand.json
     """
     try:
         if (peak_tflops is None) != (mem_bw_gbps is None):
             raise LibraError("give --peak-tflops and --mem-bw-gbps together (roofline timing), or neither")
         out = check_writable(output, force) if output else None
         net = load_network(network_path)
-        demand, summary = demand_from_traces(prefix, net, comm_groups=comm_groups,
+        demand, summary = demand_from_traces(prefix, net, comm_groups=comm_groups or default_groups_path(prefix),
                                              peak_tflops=peak_tflops, mem_bw_gbps=mem_bw_gbps)
         if out is not None:
             write_json_atomic(out, demand_to_dict(demand), overwrite=force)

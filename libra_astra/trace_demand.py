@@ -832,3 +832,9 @@ def summary_to_dict(s: TraceSummary) -> dict[str, Any]:
         "compute_time_ns": list(s.compute_time_ns),
         "notes": list(s.notes),
     }
+
+
+def default_groups_path(prefix: str | Path) -> str | None:
+    """PREFIX.groups.json beside the traces (as the trace generator writes it), if present."""
+    p = Path(f"{prefix}.groups.json")
+    return str(p) if p.is_file() else None
