@@ -9,13 +9,27 @@ Problem (all data already scaled to O(1) by the caller)::
 
 Rows only touch "reciprocal" coordinates (bandwidths, or the Charnes-Cooper variables); class
 constraints tie an epigraph coordinate z to the weighted sum of its terms. Every function here is
-convex, so a barrier method reaches the global optimum. Newton steps eliminate the K term
-variables analytically (their Hessian is diagonal plus one rank-one block per class), so a step
-costs O(M n^2) for M rows and n coordinates, and 10,000 collectives solve in milliseconds.
+convex, so an interior-point method reaches the global optimum.
 
-The result carries a certificate: a Lagrange dual bound computed in closed form from the
-barrier's multipliers (inf over x_j > 0 of a x_j + b / x_j is 2 sqrt(a b)), so the reported gap
-is a proven bound on the distance to the optimum, not an estimate.
+Method. ``-log(t - a/x)`` is not a self-concordant barrier (it equals ``-log(t x - a) + log x``),
+and Newton steps on it can crawl for hundreds of iterations. So the solver works on an
+equivalent problem with one more variable per used coordinate, v_j >= 1/x_j written as
+``x_j v_j >= 1`` (a slice of a rotated second-order cone, whose barrier is self-concordant):
+every row becomes linear, ``t_k >= A v + g``, and only those few two-variable constraints stay
+nonlinear; their largest feasible step is the root of a quadratic. On it runs a primal-dual
+interior-point method with Mehrotra's predictor-corrector, a second-order correction for the
+hyperbolic constraints, and a wide-neighbourhood safeguard: 7-15 Newton systems for LIBRA-sized
+problems, 20-50 for 10,000 unmerged collectives. Each Newton system eliminates the K term
+variables in closed form (in a cancellation-free way, see :class:`_Newton`) and the equalities
+through a null-space basis, so a step costs O(M n^2) for M rows and n coordinates. If the
+primal-dual method ever fails to certify, damped Newton on the self-concordant barrier (a
+classic path-following method: slower, but with a guaranteed decrease per step) takes over.
+
+Certificate. A Lagrange dual bound is computed in closed form from the multipliers of the rows
+(inf over x_j > 0 of a x_j + b / x_j is 2 sqrt(a b)) for the original problem, so the reported gap
+is a proven bound on the distance to the optimum, whatever method produced the multipliers: they
+are only made dual feasible, never trusted. The primal value is the objective at a feasible point
+(epigraph coordinates recomputed from x), never a barrier estimate.
 """
 
 from __future__ import annotations
@@ -28,6 +42,12 @@ import numpy as np
 from scipy.optimize import linprog
 
 from .errors import LibraError
+
+# Tunables of the primal-dual method.
+_GAMMA = 1e-4       # wide neighbourhood: every u_i y_i / omega_i >= _GAMMA * mean
+_SHORT = 0.05       # a step shorter than this is retried with more centring
+_BACK = 0.7         # backtracking factor for the neighbourhood test
+_V_MARGIN = 1.0     # start with x_j v_j = 1 + _V_MARGIN
 
 
 @dataclass(frozen=True)
@@ -58,7 +78,7 @@ class SolverResult:
     dual_bound: float        # proven lower bound on the optimum
     gap: float               # fun - dual_bound
     success: bool
-    status: int              # 0 converged, 1 iteration limit
+    status: int              # 0 converged, 1 iteration limit or round-off
     message: str
     newton_steps: int
     solve_time_s: float
@@ -98,7 +118,8 @@ def _starting_point(p: ConvexProblem, guesses: list[np.ndarray]) -> np.ndarray:
     recip_idx = np.flatnonzero(p.recip)
     for x0 in guesses:
         x0 = np.asarray(x0, dtype=float)
-        if np.all(x0[recip_idx] > 0) and np.all(p.G @ x0 < p.h) and np.allclose(p.E @ x0, p.f, rtol=1e-12, atol=1e-12):
+        if (np.all(x0[recip_idx] > 0) and np.all(p.G @ x0 < p.h)
+                and np.all(np.abs(p.E @ x0 - p.f) <= 1e-12 * (1.0 + np.abs(p.f)))):
             return x0
     # max delta s.t. G x + delta * |G_i| <= h, E x = f, delta <= 1 (Chebyshev-like centre).
     norms = np.linalg.norm(p.G, axis=1) if p.G.size else np.zeros(0)
@@ -119,193 +140,500 @@ def _starting_point(p: ConvexProblem, guesses: list[np.ndarray]) -> np.ndarray:
     return res.x[:n]
 
 
-def _barrier_parts(p: ConvexProblem, x: np.ndarray, t: np.ndarray):
-    inv = np.zeros_like(x)
-    inv[p.recip] = 1.0 / x[p.recip]
-    s = t[p.owner] - (p.A @ inv) - p.g
-    sigma = x[p.class_z] - np.bincount(p.term_class, weights=p.w * t, minlength=p.class_z.shape[0]) - p.class_e
-    rho = p.h - p.G @ x
-    return inv, s, sigma, rho
+def _unit_weights(p: ConvexProblem) -> ConvexProblem:
+    """The same problem in the variables w_k t_k. Merged terms carry weights up to ~1e9 with rows
+    of ~1e-9; an interior-point method wants each term on the scale of its share of the objective."""
+    if np.all(p.w == 1.0):
+        return p
+    wr = p.w[p.owner]
+    return ConvexProblem(p.c, p.recip, p.A * wr[:, None], p.g * wr, p.owner, np.ones_like(p.w), p.term_class,
+                         p.class_z, p.class_e, p.G, p.h, p.E, p.f)
 
 
-def _phi(p: ConvexProblem, tau: float, x: np.ndarray, t: np.ndarray) -> float:
-    if np.any(x[p.recip] <= 0):
-        return math.inf
-    _, s, sigma, rho = _barrier_parts(p, x, t)
-    if np.any(s <= 0) or np.any(sigma <= 0) or np.any(rho <= 0):
-        return math.inf
-    return tau * float(p.c @ x) - float(np.log(s).sum() + np.log(sigma).sum() + np.log(rho).sum())
+class _Layout:
+    """Index arrays and constant factors of one problem, computed once per solve."""
+
+    def __init__(self, p: ConvexProblem):
+        n, K, Q = p.n, p.w.shape[0], p.class_z.shape[0]
+        M, P = p.owner.shape[0], p.G.shape[0]
+        self.p = p
+        self.n, self.K, self.Q, self.M, self.P = n, K, Q, M, P
+        self.ri = np.flatnonzero(p.recip)
+        self.row_start = np.flatnonzero(np.r_[True, p.owner[1:] != p.owner[:-1]])
+        self.term_start = np.flatnonzero(np.r_[True, p.term_class[1:] != p.term_class[:-1]])
+        if self.row_start.shape[0] != K or self.term_start.shape[0] != Q:
+            raise ValueError("every term needs a row and every class a term, in sorted order")
+        # Coordinates some row uses get a variable v_j >= 1/x_j; rows become t >= A_J v + g.
+        self.J = np.flatnonzero(p.recip & (p.A.max(axis=0, initial=0.0) > 0))
+        nv = self.nv = self.J.shape[0]
+        self.N = n + nv
+        self.AJ = np.ascontiguousarray(p.A[:, self.J])
+        self.negAJ = -self.AJ
+        self.o_phi = M + Q + P                       # slacks: [rows, classes, linear rows, x_J v - 1]
+        # Barrier weight of x_j v_j >= 1: the number of rows using v_j. With weight 1 thousands of
+        # row barriers press v_j onto the hyperbola, and steps along its curve become tiny.
+        nu = np.maximum(np.count_nonzero(self.AJ > 0, axis=0), 1).astype(float)
+        self.omega = np.concatenate([np.ones(self.o_phi), nu])
+        self.nu_total = float(self.omega.sum())
+        self.arK = np.arange(K)
+        self.arQ = np.arange(Q)
+        self.GT = np.ascontiguousarray(p.G.T)
+        self.AT = np.ascontiguousarray(p.A.T)
+        N = self.N
+        vJ = n + np.arange(nv)
+        self.flat_xx = self.J * (N + 1)              # flat indices of the (x_j, v_j) 2x2 blocks
+        self.flat_vv = vJ * (N + 1)
+        self.flat_xv = self.J * N + vJ
+        self.flat_vx = vJ * N + self.J
+        self.diag_N = np.arange(N) * (N + 1)
+        self.cX = np.concatenate([p.c, np.zeros(nv)])
+        # Null-space basis of E (on x; v is free): steps dX = Z dy keep E x = f and leave an SPD system.
+        if p.E.shape[0]:
+            _, sv, vt = np.linalg.svd(p.E)
+            rank = int(np.sum(sv > 1e-12 * max(1.0, sv[0])))
+            Zx = vt[rank:].T
+            self.Z = np.zeros((N, Zx.shape[1] + nv))
+            self.Z[:n, :Zx.shape[1]] = Zx
+            self.Z[n:, Zx.shape[1]:] = np.eye(nv)
+            self.ZT = np.ascontiguousarray(self.Z.T)
+        else:
+            self.Z = self.ZT = None
+        self.z_unique = np.unique(p.class_z)
+        self.free = np.flatnonzero(~p.recip)         # coordinates the dual must balance exactly
+        self.ub: dict[int, float] = {}               # LP upper bounds of recip coordinates, lazily
+        self._row_ub = None
+        self._E_pinv_T = None
+
+    @property
+    def row_ub(self) -> np.ndarray:
+        if self._row_ub is None:
+            self._row_ub = _row_upper_bounds(self.p)
+        return self._row_ub
+
+
+def _row_upper_bounds(p: ConvexProblem) -> np.ndarray:
+    """Cheap upper bounds on recip coordinates from single rows with non-negative coefficients."""
+    ub = np.full(p.n, np.inf)
+    for M, rhs in ((p.G, p.h), (p.E, p.f)):
+        if not M.shape[0]:
+            continue
+        ok = np.all(M[:, ~p.recip] == 0, axis=1) & np.all(M[:, p.recip] >= 0, axis=1)
+        for row, b in zip(M[ok], rhs[ok]):
+            pos = row > 0
+            ub[pos] = np.minimum(ub[pos], max(b, 0.0) / row[pos])
+    return ub
 
 
 def solve(p: ConvexProblem, guesses: list[np.ndarray] | None = None, *, rel_gap: float = 1e-9,
           max_newton: int = 500) -> SolverResult:
-    """Minimise the problem by a primal barrier method with Newton steps and a proven dual bound."""
+    """Minimise the problem; the result carries a proven lower bound on the optimum.
+
+    ``rel_gap`` is the certified gap asked for, relative to |objective| (the caller scales the
+    problem so the objective is about 1). ``max_newton`` caps the Newton systems solved.
+    """
     start = time.perf_counter()
-    n, K, Q = p.n, p.w.shape[0], p.class_z.shape[0]
-    x = _starting_point(p, guesses or [])
-    t = term_values(p, x)
-    t = t + 0.1 * np.abs(t) + 1e-3
-    # Raise epigraph coordinates above their classes, keeping E x = f (they appear in no equality).
-    cv = np.bincount(p.term_class, weights=p.w * t, minlength=Q) + p.class_e
-    for q in range(Q):
-        j = p.class_z[q]
-        need = cv[q] + 0.1 * abs(cv[q]) + 1e-3
-        if x[j] < need:
-            x[j] = need
-    if np.any(p.G @ x >= p.h):
-        raise LibraError("the time target cannot be met at the starting point; internal starting-point error")
-    m_total = p.owner.shape[0] + Q + p.G.shape[0]
-    obj0 = abs(float(p.c @ x)) + 1e-12
-    tau = max(1.0, m_total / obj0)
-    Aw = p.A  # (M, n)
-    r = p.E.shape[0]
-    steps = 0
-    status = 1
-    best_dual = -math.inf
-    ones_cls = p.term_class
-    row_start = np.flatnonzero(np.r_[True, p.owner[1:] != p.owner[:-1]])
-    term_start = np.flatnonzero(np.r_[True, p.term_class[1:] != p.term_class[:-1]])
-    if row_start.shape[0] != K or term_start.shape[0] != Q:
-        raise ValueError("every term needs a row and every class a term, in sorted order")
-    while steps < max_newton:
-        # Centering by damped Newton.
-        for _ in range(100):
-            inv, s, sigma, rho = _barrier_parts(p, x, t)
-            inv2 = inv * inv
-            qm = Aw * inv2                              # (M, n): d s_m / d x
-            is_ = 1.0 / s
-            is2 = is_ * is_
-            isig = 1.0 / sigma
-            irho = 1.0 / rho
-            # Gradient.
-            gx = tau * p.c - qm.T @ is_ + p.G.T @ irho
-            np.add.at(gx, p.class_z, -isig)
-            gt = -np.bincount(p.owner, weights=is_, minlength=K) + p.w * isig[ones_cls]
-            # Hessian blocks.
-            Dg = np.bincount(p.owner, weights=is2, minlength=K)
-            Hxx = (qm * is2[:, None]).T @ qm
-            Hxx[np.diag_indices(n)] += (2.0 * (Aw * (inv2 * inv)).T @ is_)
-            Hxx += (p.G * (irho * irho)[:, None]).T @ p.G
-            np.add.at(Hxx, (p.class_z, p.class_z), isig * isig)
-            # H_xt: rows' part summed per term, plus the class part on the z coordinates.
-            U = np.add.reduceat(qm * is2[:, None], row_start, axis=0).T   # (n, K)
-            rho_c = isig * isig
-            wk = p.w
-            U[p.class_z[ones_cls], np.arange(K)] -= wk * rho_c[ones_cls]
-            # H_tt^-1 = (Dg + sum_q rho_q w_q w_q^T)^-1 by Sherman-Morrison per class.
-            Dinv = 1.0 / Dg
-            wD = wk * Dinv
-            denom = 1.0 + rho_c * np.add.reduceat(wk * wD, term_start)
-            beta = rho_c / denom
-            UD = U * Dinv
-            Uw = np.add.reduceat(U * wD, term_start, axis=1)          # (n, Q): U D^-1 w_q
-            S = Hxx - UD @ U.T + (Uw * beta) @ Uw.T
-            gD = gt * Dinv
-            gw = np.add.reduceat(gt * wD, term_start)                  # w_q . D^-1 g_t
-            htt_g = gD - (beta * gw)[ones_cls] * wD
-            rhs = -gx + U @ htt_g
-            if r:
-                KKT = np.zeros((n + r, n + r))
-                KKT[:n, :n] = S
-                KKT[:n, n:] = p.E.T
-                KKT[n:, :n] = p.E
-                dx = _solve(KKT, np.concatenate([rhs, np.zeros(r)]))[:n]
-            else:
-                dx = _solve(S, rhs)
-            v = gt + U.T @ dx
-            vw = np.add.reduceat(v * wD, term_start)
-            dt = -(v * Dinv - (beta * vw)[ones_cls] * wD)
-            dec = -(gx @ dx + gt @ dt)
-            steps += 1
-            if dec / 2.0 <= 1e-10:
-                break
-            # Backtracking line search, staying strictly inside the domain.
-            phi0 = _phi(p, tau, x, t)
-            a = 1.0
-            while a > 1e-12:
-                x1, t1 = x + a * dx, t + a * dt
-                phi1 = _phi(p, tau, x1, t1)
-                if phi1 <= phi0 - 0.25 * a * dec:
-                    break
-                a *= 0.5
-            else:
-                break
-            x, t = x1, t1
-            if steps >= max_newton:
-                break
-        primal = float(p.c @ tight_point(p, x))
-        # Every dual value is a valid lower bound, so keep the best one seen.
-        best_dual = max(best_dual, _dual_bound(p, tau, x, t))
-        if primal - best_dual <= rel_gap * max(1.0, abs(primal)):
-            status = 0
-            break
-        if m_total / tau < 1e-2 * rel_gap * max(1.0, abs(primal)):
-            # The barrier gap is far below the target: round-off now limits the dual bound.
-            status = 0 if primal - best_dual <= 1e-7 * max(1.0, abs(primal)) else 1
-            break
-        tau *= 50.0
-    xt = tight_point(p, x)
-    primal = float(p.c @ xt)
-    dual = best_dual
-    msg = ("optimal: duality gap within tolerance" if status == 0 else
-           "not certified: the dual bound stalled above the tolerance (round-off)")
-    return SolverResult(xt, primal, dual, primal - dual, status == 0, status, msg, steps,
+    p = _unit_weights(p)
+    lay = _Layout(p)
+    x0 = _starting_point(p, guesses or [])
+    run = _primal_dual(p, lay, x0, rel_gap, min(max_newton, 100))
+    if run.status != 0 and max_newton > run.steps:
+        # Rare: the primal-dual method stalled. Damped Newton is slower but monotone.
+        fb = _barrier(p, lay, x0, rel_gap, max_newton - run.steps)
+        run = _Run.merge(run, fb)
+    msg = {0: "optimal: duality gap within tolerance",
+           1: "not certified: the dual bound stalled above the tolerance (round-off)"}[run.status]
+    if run.status == 0 and run.gap > rel_gap * _scale(run.primal):
+        msg = f"optimal to round-off: duality gap {run.gap:.1e} (asked {rel_gap:.0e})"
+    return SolverResult(run.x, run.primal, run.dual, run.gap, run.status == 0, run.status, msg, run.steps,
                         time.perf_counter() - start)
 
 
-def _solve(M: np.ndarray, b: np.ndarray) -> np.ndarray:
-    try:
-        return np.linalg.solve(M, b)
-    except np.linalg.LinAlgError:
-        return np.linalg.lstsq(M, b, rcond=None)[0]
+def _scale(value: float) -> float:
+    """What a relative gap is relative to (the caller scales objectives to about 1)."""
+    return max(abs(value), 1e-6)
 
 
-def _dual_bound(p: ConvexProblem, tau: float, x: np.ndarray, t: np.ndarray) -> float:
-    """A Lagrange dual value built from the barrier multipliers; a proven lower bound."""
-    n, K, Q = p.n, p.w.shape[0], p.class_z.shape[0]
-    inv, s, sigma, rho = _barrier_parts(p, x, t)
-    lam = 1.0 / (tau * s)
-    pi = 1.0 / (tau * sigma)
-    mu = 1.0 / (tau * rho)
-    # Equality multipliers: least squares on stationarity in x (recip coordinates use their
-    # own curvature; z coordinates must balance exactly).
-    grad_known = p.c - (p.A * (inv * inv)).T @ lam + p.G.T @ mu
-    np.add.at(grad_known, p.class_z, -pi)
+@dataclass
+class _Run:
+    x: np.ndarray
+    primal: float
+    dual: float
+    status: int
+    steps: int
+
+    @property
+    def gap(self) -> float:
+        return self.primal - self.dual
+
+    @staticmethod
+    def merge(a: "_Run", b: "_Run") -> "_Run":
+        # Any feasible point is an upper bound and any dual value a lower bound: keep the best of each.
+        x, primal = (a.x, a.primal) if a.primal <= b.primal else (b.x, b.primal)
+        return _Run(x, primal, max(a.dual, b.dual), min(a.status, b.status), a.steps + b.steps)
+
+
+def _certify(p: ConvexProblem, lay: _Layout, x: np.ndarray, u: np.ndarray, best: _Run) -> _Run:
+    """Update the best feasible point and dual bound from iterate x with row multipliers u."""
+    xt = tight_point(p, x)
+    primal = float(p.c @ xt)
+    M, Q = lay.M, lay.Q
+    dual = _dual_bound(p, lay, x, u[:M], u[M:M + Q], u[M + Q:lay.o_phi])
+    if primal < best.primal:
+        best.x, best.primal = xt, primal
+    best.dual = max(best.dual, dual)
+    return best
+
+
+# ------------------------------------------------------------------ the (x, v, t) form
+
+
+class _Newton:
+    """Primal-dual Newton system of the (x, v, t) form at one iterate, factored once.
+
+    Slacks y = [rows s = t - A v - g; classes sigma; linear rows rho; phi = x_J v - 1], all linear
+    in (x, v, t) except phi, whose primal-dual Hessian kappa phi grad^2(-log phi) is PSD for
+    every kappa > 0. With u = omega / (tau y) it is the Newton system of the barrier itself.
+
+    The K term variables are eliminated in closed form, written so that nothing cancels: a
+    term's rows contribute their weighted covariance sum_m d_m (q_m - qbar_k)(q_m - qbar_k)^T
+    around the weighted mean gradient qbar_k, and a class q adds beta_q b_q b_q^T with
+    b_q = e_z + sum_k w_k qbar_k. (The textbook H_xx - H_xt H_tt^-1 H_tx subtracts two numbers of
+    size 1/s^2 when one row of a term is nearly tight, and loses every digit.)
+    """
+
+    def __init__(self, p: ConvexProblem, lay: _Layout, x: np.ndarray, v: np.ndarray, u: np.ndarray,
+                 y: np.ndarray):
+        M, Q, n = lay.M, lay.Q, lay.n
+        o_rho, o_phi = M + Q, lay.o_phi
+        d = u / y
+        ds = d[:M]
+        dg = d[M:o_rho]
+        xJ = x[lay.J]
+        D = np.add.reduceat(ds, lay.row_start)
+        qbar = np.add.reduceat(lay.negAJ * ds[:, None], lay.row_start, axis=0) / D[:, None]   # (K, nv)
+        Qc = lay.negAJ - qbar[p.owner]
+        H = np.zeros((lay.N, lay.N))
+        H[n:, n:] = (Qc.T * ds) @ Qc
+        if o_phi > o_rho:
+            H[:n, :n] = (lay.GT * d[o_rho:o_phi]) @ p.G
+        # Hyperbolic blocks kappa phi grad^2(-log phi) on (x_j, v_j).
+        kap = u[o_phi:]
+        kp = d[o_phi:]
+        H.flat[lay.flat_xx] += kp * v * v
+        H.flat[lay.flat_vv] += kp * xJ * xJ
+        off = kp * xJ * v - kap
+        H.flat[lay.flat_xv] += off
+        H.flat[lay.flat_vx] += off
+        wD = p.w / D
+        beta = dg / (1.0 + dg * np.add.reduceat(p.w * wD, lay.term_start))
+        B = np.zeros((Q, lay.N))
+        B[:, n:] = np.add.reduceat(qbar * p.w[:, None], lay.term_start, axis=0)
+        B[lay.arQ, p.class_z] += 1.0
+        H += (B.T * beta) @ B
+        if lay.Z is not None:
+            H = lay.ZT @ H @ lay.Z
+        # The reduced system is tiny (n + nv - r <= ~12) and solved twice: invert it once.
+        try:
+            Hinv = np.linalg.inv(H)
+        except np.linalg.LinAlgError:
+            Hinv = np.linalg.pinv(H)
+        if lay.Z is not None:
+            Hinv = lay.Z @ Hinv @ lay.ZT
+        self.p, self.lay, self.xJ, self.v = p, lay, xJ, v
+        self.d, self.Qc, self.qbar, self.D, self.wD, self.beta, self.B, self.Hinv = d, Qc, qbar, D, wD, beta, B, Hinv
+
+    def direction(self, yc: np.ndarray | None):
+        """Step for the gradient g = c - sum_i yc_i grad y_i (yc None means 0): H dV = -g.
+
+        Returns (dx, dv, dt, dy) with dy the slacks' first-order change."""
+        p, lay = self.p, self.lay
+        M, n = lay.M, lay.n
+        o_rho, o_phi = M + lay.Q, lay.o_phi
+        cls = p.term_class
+        B, beta, wD = self.B, self.beta, self.wD
+        if yc is None:
+            gt_D = 0.0
+            wg = 0.0
+            rhs = -lay.cX
+        else:
+            ys, ysig, yphi = yc[:M], yc[M:o_rho], yc[o_phi:]
+            gt_D = (p.w * ysig[cls] - np.add.reduceat(ys, lay.row_start)) / self.D
+            wg = np.add.reduceat(p.w * gt_D, lay.term_start)        # w^T D^-1 g_t per class
+            rhs = B.T @ (ysig - beta * wg) - lay.cX
+            rhs[n:] += self.Qc.T @ ys + yphi * self.xJ
+            rhs[lay.J] += yphi * self.v
+            if o_phi > o_rho:
+                rhs[:n] -= lay.GT @ yc[o_rho:o_phi]
+        dX = self.Hinv @ rhs
+        dx, dv = dX[:n], dX[n:]
+        # dt_k = tau_k - qbar_k . dv, with tau_k free of cancellation as well.
+        BdX = B @ dX
+        tau = wD * (beta * (BdX + wg))[cls] - gt_D
+        dt = tau - self.qbar @ dv
+        dy = np.concatenate([self.Qc @ dv + tau[p.owner],
+                             BdX - np.add.reduceat(p.w * tau, lay.term_start),
+                             -(p.G @ dx),
+                             self.v * dx[lay.J] + self.xJ * dv])
+        return dx, dv, dt, dy
+
+
+def _slacks(p: ConvexProblem, lay: _Layout, x: np.ndarray, v: np.ndarray, t: np.ndarray) -> np.ndarray:
+    return np.concatenate([t[p.owner] - lay.AJ @ v - p.g,
+                           x[p.class_z] - np.bincount(p.term_class, weights=p.w * t, minlength=lay.Q) - p.class_e,
+                           p.h - p.G @ x,
+                           x[lay.J] * v - 1.0])
+
+
+def _hyp_step(x: np.ndarray, v: np.ndarray, dx: np.ndarray, dv: np.ndarray) -> float:
+    """Largest a with (x + a dx)(v + a dv) >= 1 on the branch x, v > 0 (x v > 1 now)."""
+    a = math.inf
+    for xj, vj, dxj, dvj in zip(x.tolist(), v.tolist(), dx.tolist(), dv.tolist()):
+        if dxj < 0:
+            a = min(a, -xj / dxj)
+        if dvj < 0:
+            a = min(a, -vj / dvj)
+        q2, q1, q0 = dxj * dvj, vj * dxj + xj * dvj, xj * vj - 1.0
+        if q2 == 0.0:
+            if q1 < 0:
+                a = min(a, -q0 / q1)
+            continue
+        disc = q1 * q1 - 4.0 * q2 * q0
+        if disc < 0:
+            continue
+        # Roots of q2 a^2 + q1 a + q0, computed without cancellation.
+        qq = -0.5 * (q1 + math.copysign(math.sqrt(disc), q1))
+        for root in (qq / q2, q0 / qq if qq != 0 else math.inf):
+            if root > 0:
+                a = min(a, root)
+    return a
+
+
+def _max_step(v: np.ndarray, dv: np.ndarray) -> float:
+    """Largest a with v + a dv >= 0 (v > 0), inf if dv >= 0."""
+    if not v.shape[0]:
+        return math.inf
+    r = float((dv / v).min())
+    return -1.0 / r if r < 0 else math.inf
+
+
+def _v_start(p: ConvexProblem, lay: _Layout, x: np.ndarray):
+    """(x, v, t): v a little above 1/x; t and z above their constraints by about the slack each
+    has on the central path (objective / number of constraints)."""
+    Q = lay.Q
+    cls, w = p.term_class, p.w
+    v = (1.0 + _V_MARGIN) / x[lay.J]
+    t = np.full(lay.K, -np.inf)
+    np.maximum.at(t, p.owner, lay.AJ @ v + p.g)
+    x = x.copy()
+    cv = np.bincount(cls, weights=w * t, minlength=Q) + p.class_e
+    z_tight = x.copy()
+    z_tight[p.class_z] = -np.inf
+    np.maximum.at(z_tight, p.class_z, cv)
+    margin = max(abs(float(p.c @ z_tight)), 1e-3) / lay.nu_total
+    t = t + margin / w
+    cv = cv + margin * np.bincount(cls, minlength=Q)
+    for q in range(Q):
+        j = p.class_z[q]
+        if x[j] < cv[q] + margin:
+            x[j] = cv[q] + margin
+    if lay.P and np.any(p.G @ x >= p.h):
+        raise LibraError("the time target cannot be met at the starting point; internal starting-point error")
+    return x, v, t
+
+
+def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, max_iter: int) -> _Run:
+    """Mehrotra predictor-corrector in (x, v, t), strictly feasible iterates."""
+    J, ri, om, o_phi = lay.J, lay.ri, lay.omega, lay.o_phi
+    m = lay.nu_total
+    x, v, t = _v_start(p, lay, x)
+    y = _slacks(p, lay, x, v, t)
+    u = om * (max(abs(float(p.c @ x)), 1e-3) / m) / y
+    best = _Run(x.copy(), math.inf, -math.inf, 1, 0)
+    steps = 0
+    floor_hits = 0
+    while steps < max_iter:
+        gap = float(u @ y)
+        target = rel_gap * _scale(float(p.c @ x))
+        if gap <= target:
+            best = _certify(p, lay, x, u, best)
+            if best.gap <= rel_gap * _scale(best.primal):
+                best.status = 0
+                break
+            if gap <= 1e-3 * target:
+                # The central path is far below the target: only round-off separates the bounds.
+                floor_hits += 1
+                if floor_hits >= 3:
+                    best.status = 0 if best.gap <= 1e-7 * _scale(best.primal) else 1
+                    break
+        steps += 1
+        mu = gap / m
+        nt = _Newton(p, lay, x, v, u, y)
+        d = nt.d
+        # Predictor (affine scaling): complementarity 0.
+        dx, dv, dt, dy = nt.direction(None)
+        du = -u - d * dy
+        a_aff = min(1.0, _max_step(y[:o_phi], dy[:o_phi]), _hyp_step(x[J], v, dx[J], dv), _max_step(u, du))
+        # phi is quadratic in the step: predict it exactly, and let the corrector anticipate the
+        # dx dv term (a second-order correction); else steps along v = 1/x leave the region.
+        dxdv = dx[J] * dv
+        y_aff = y + a_aff * dy
+        y_aff[o_phi:] += a_aff * a_aff * dxdv
+        sigma = min(1.0, max(0.0, float(y_aff @ (u + a_aff * du)) / m / mu) ** 3)
+        corr = dy * du
+        corr[o_phi:] += u[o_phi:] * dxdv
+        # Corrector; a short step is retried with more centring (and none of the second-order
+        # terms at sigma = 1).
+        for sig in (sigma, max(sigma, 0.5), 1.0):
+            yc = (sig * mu * om - corr) / y
+            dx, dv, dt, dy = nt.direction(yc)
+            du = yc - u - d * dy
+            # Fraction to the boundary, exact for every constraint; then stay in a wide
+            # neighbourhood of the central path (no product u_i y_i far below the mean).
+            frac = 0.995 if mu > 1e-6 else 0.9999
+            a = min(1.0, frac * min(_max_step(y[:o_phi], dy[:o_phi]), _hyp_step(x[J], v, dx[J], dv),
+                                    _max_step(u, du), _max_step(x[ri], dx[ri])))
+            y1 = None
+            while a > _SHORT:
+                y1 = _slacks(p, lay, x + a * dx, v + a * dv, t + a * dt)
+                uy = (u + a * du) * y1
+                if (uy / om).min() >= _GAMMA * float(uy.sum()) / m:
+                    break
+                a *= _BACK
+                y1 = None
+            if a > _SHORT:
+                break
+            if sig >= 0.5:
+                corr = np.zeros_like(corr)
+        x, v, t, u = x + a * dx, v + a * dv, t + a * dt, u + a * du
+        y = y1 if y1 is not None else _slacks(p, lay, x, v, t)
+        if a < 1e-12 or not np.all(y > 0):
+            break
+    if best.status != 0 and np.all(y > 0):
+        best = _certify(p, lay, x, u, best)
+        if best.gap <= rel_gap * _scale(best.primal):
+            best.status = 0
+    best.steps = steps
+    return best
+
+
+# ------------------------------------------------------------------ barrier fallback
+
+
+def _center(p: ConvexProblem, lay: _Layout, x, v, t, tau: float, tol: float, max_steps: int):
+    """Damped Newton on tau c.x - sum omega log y: a self-concordant barrier, so every damped step
+    decreases it by a fixed amount. Returns (x, v, t, y, steps)."""
+    J, om, o_phi = lay.J, lay.omega, lay.o_phi
+    y = _slacks(p, lay, x, v, t)
+    phi0 = tau * float(p.c @ x) - float(om @ np.log(y))
+    steps = 0
+    while steps < max_steps:
+        u = om / (tau * y)
+        dx, dv, dt, dy = _Newton(p, lay, x, v, u, y).direction(u)
+        steps += 1
+        r = dy / y
+        dec = float(om @ (r * r)) - 2.0 * float((dx[J] * dv) @ (om[o_phi:] / y[o_phi:]))   # Newton decrement^2
+        if dec <= tol:
+            break
+        a = min(1.0, 0.99 * min(_max_step(y[:o_phi], dy[:o_phi]), _hyp_step(x[J], v, dx[J], dv),
+                                _max_step(x[lay.ri], dx[lay.ri])))
+        while a > 1e-12:
+            x1, v1, t1 = x + a * dx, v + a * dv, t + a * dt
+            y1 = _slacks(p, lay, x1, v1, t1)
+            if np.all(y1 > 0):
+                phi1 = tau * float(p.c @ x1) - float(om @ np.log(y1))
+                if phi1 <= phi0 - 0.25 * a * dec:
+                    break
+            a *= 0.5
+        else:
+            break
+        x, v, t, y, phi0 = x1, v1, t1, y1, phi1
+    return x, v, t, y, steps
+
+
+def _barrier(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, max_newton: int) -> _Run:
+    """Path following: centre by damped Newton, certify, raise tau tenfold."""
+    x, v, t = _v_start(p, lay, x)
+    tau = lay.nu_total / max(abs(float(p.c @ x)), 1e-3)
+    best = _Run(x.copy(), math.inf, -math.inf, 1, 0)
+    steps = 0
+    while steps < max_newton:
+        x, v, t, y, k = _center(p, lay, x, v, t, tau, 1e-6, max_newton - steps)
+        steps += k
+        best = _certify(p, lay, x, lay.omega / (tau * y), best)
+        scale = _scale(best.primal)
+        if best.gap <= rel_gap * scale:
+            best.status = 0
+            break
+        if lay.nu_total / tau < 1e-3 * rel_gap * scale:
+            best.status = 0 if best.gap <= 1e-7 * scale else 1
+            break
+        tau *= 10.0
+    best.steps = steps
+    return best
+
+
+# ------------------------------------------------------------------ certificate
+
+
+def _dual_bound(p: ConvexProblem, lay: _Layout, x: np.ndarray, lam: np.ndarray, pi: np.ndarray,
+                mu: np.ndarray) -> float:
+    """A Lagrange dual value of the original problem from multipliers (lam, pi, mu) >= 0 of its
+    rows, classes and linear rows: a proven lower bound on the optimum.
+
+    The multipliers only need to be close to optimal for the bound to be tight; they are first
+    made dual feasible (term and epigraph stationarity exact), then the dual function is
+    evaluated in closed form.
+    """
+    n = lay.n
+    if np.any(lam <= 0) or np.any(pi <= 0) or np.any(mu < 0):
+        return -math.inf
+    inv = np.zeros(n)
+    inv[lay.ri] = 1.0 / x[lay.ri]
+    # Equality multipliers: least squares on stationarity in x.
+    grad_known = p.c - lay.AT @ lam * (inv * inv) + lay.GT @ mu - np.bincount(p.class_z, weights=pi, minlength=n)
     if p.E.shape[0]:
-        nu = np.linalg.lstsq(p.E.T, -grad_known, rcond=None)[0]
+        if lay._E_pinv_T is None:
+            lay._E_pinv_T = np.linalg.pinv(p.E.T)
+        nu = -(lay._E_pinv_T @ grad_known)
+        lin = p.c + lay.GT @ mu + p.E.T @ nu     # linear coefficient of x before class terms
     else:
         nu = np.zeros(0)
-    # Make the multipliers dual feasible: z stationarity exact, term stationarity exact.
-    zs = np.unique(p.class_z)
-    lin = p.c + p.G.T @ mu + p.E.T @ nu          # linear coefficient of x before class terms
-    pi = pi.copy()
-    for j in zs:
-        cls = np.flatnonzero(p.class_z == j)
-        tot = pi[cls].sum()
-        if lin[j] <= 0 or tot <= 0:
-            return -math.inf
-        pi[cls] *= lin[j] / tot
-    need = pi[p.term_class] * p.w                 # sum of lam over a term's rows must equal this
-    have = np.bincount(p.owner, weights=lam, minlength=K)
+        lin = p.c + lay.GT @ mu
+    # Epigraph stationarity exact: rescale each z coordinate's class multipliers to balance it.
+    tot = np.bincount(p.class_z, weights=pi, minlength=n)
+    zs = lay.z_unique
+    if np.any(lin[zs] <= 0) or np.any(tot[zs] <= 0):
+        return -math.inf
+    pi = pi * (lin / np.where(tot > 0, tot, 1.0))[p.class_z]
+    # Term stationarity exact: a term's row multipliers must add up to w_k pi_q.
+    need = pi[p.term_class] * p.w
+    have = np.add.reduceat(lam, lay.row_start)
     lam = lam * (need / have)[p.owner]
-    alpha = lin.copy()
-    np.add.at(alpha, p.class_z, -pi)
-    beta = p.A.T @ lam
+    alpha = lin - np.bincount(p.class_z, weights=pi, minlength=n)
+    beta = lay.AT @ lam
     value = float(lam @ p.g + pi @ p.class_e - mu @ p.h - nu @ p.f)
-    for j in range(n):
-        if not p.recip[j]:
-            if abs(alpha[j]) > 1e-9 * max(1.0, abs(lin[j])):
-                return -math.inf
-            continue
-        a, b = alpha[j], beta[j]
+    free = lay.free
+    if free.size and np.any(np.abs(alpha[free]) > 1e-9 * np.maximum(1.0, np.abs(lin[free]))):
+        return -math.inf
+    for j in lay.ri.tolist():
+        a, b = float(alpha[j]), float(beta[j])
         if a >= 0:
             value += 2.0 * math.sqrt(a * b) if b > 0 else 0.0
         else:
-            ub = _upper_bound(p, j)
+            # a x_j + b / x_j decreases in x_j: the bound needs the largest feasible x_j.
+            ub = _upper_bound_cached(p, lay, j)
             if not math.isfinite(ub):
                 return -math.inf
             value += a * ub + b / ub
     return value
+
+
+def _upper_bound_cached(p: ConvexProblem, lay: _Layout, j: int) -> float:
+    if math.isfinite(lay.row_ub[j]):
+        return float(lay.row_ub[j])
+    if j not in lay.ub:
+        lay.ub[j] = _upper_bound(p, j)
+    return lay.ub[j]
 
 
 def _upper_bound(p: ConvexProblem, j: int) -> float:
