@@ -86,9 +86,10 @@ class SolverResult:
 
 def term_values(p: ConvexProblem, x: np.ndarray) -> np.ndarray:
     """max over each term's rows of A x^-1 + g, i.e. the tightest feasible t."""
-    inv = np.zeros_like(x)
-    inv[p.recip] = 1.0 / x[p.recip]
-    vals = p.A @ inv + p.g
+    # Only columns some row uses: an unused coordinate may sit at exactly 0.
+    used = p.recip & (p.A.max(axis=0, initial=0.0) > 0)
+    with np.errstate(divide="ignore"):
+        vals = p.A[:, used] @ (1.0 / x[used]) + p.g
     K = p.w.shape[0]
     t = np.full(K, -np.inf)
     np.maximum.at(t, p.owner, vals)
@@ -113,7 +114,7 @@ def tight_point(p: ConvexProblem, x: np.ndarray) -> np.ndarray:
 
 
 def _starting_point(p: ConvexProblem, guesses: list[np.ndarray]) -> np.ndarray:
-    """A point strictly inside G x <= h with E x = f (recip coordinates > 0); LP if no guess is."""
+    """A point strictly inside G x <= h with E x = f (used recip coordinates > 0); LP if no guess is."""
     n = p.n
     recip_idx = np.flatnonzero(p.recip)
     for x0 in guesses:
@@ -121,19 +122,28 @@ def _starting_point(p: ConvexProblem, guesses: list[np.ndarray]) -> np.ndarray:
         if (np.all(x0[recip_idx] > 0) and np.all(p.G @ x0 < p.h)
                 and np.all(np.abs(p.E @ x0 - p.f) <= 1e-12 * (1.0 + np.abs(p.f)))):
             return x0
-    # max delta s.t. G x + delta * |G_i| <= h, E x = f, delta <= 1 (Chebyshev-like centre).
-    norms = np.linalg.norm(p.G, axis=1) if p.G.size else np.zeros(0)
+    # max delta s.t. G x + delta * |G_i| <= h, x_j >= delta for coordinates a row divides by,
+    # E x = f, delta <= 1 (a Chebyshev-like centre).
+    used = np.flatnonzero(p.recip & (p.A.max(axis=0, initial=0.0) > 0))
+    pos = np.zeros((used.shape[0], n))
+    pos[np.arange(used.shape[0]), used] = -1.0
+    Gs = np.vstack([p.G, pos])
+    hs = np.r_[p.h, np.zeros(used.shape[0])]
+    norms = np.linalg.norm(Gs, axis=1) if Gs.size else np.zeros(0)
     c = np.zeros(n + 1)
     c[-1] = -1.0
-    A_ub = np.hstack([p.G, norms[:, None]]) if p.G.size else None
+    A_ub = np.hstack([Gs, norms[:, None]]) if Gs.size else None
     A_eq = np.hstack([p.E, np.zeros((p.E.shape[0], 1))]) if p.E.size else None
     bounds = [(None, None)] * n + [(None, 1.0)]
-    res = linprog(c, A_ub=A_ub, b_ub=p.h if p.G.size else None, A_eq=A_eq, b_eq=p.f if p.E.size else None,
+    res = linprog(c, A_ub=A_ub, b_ub=hs if Gs.size else None, A_eq=A_eq, b_eq=p.f if p.E.size else None,
                   bounds=bounds, method="highs")
     if res.status == 2:
         raise LibraError("the constraints are infeasible: no bandwidth split satisfies all of them; relax one")
     if res.status != 0:
         raise LibraError(f"could not find a starting point: {res.message}")
+    # delta is the margin of the best point: negative means some inequality cannot hold at all.
+    if res.x[-1] < -1e-9:
+        raise LibraError("the constraints are infeasible: no bandwidth split satisfies all of them; relax one")
     if res.x[-1] <= 1e-9:
         raise LibraError("the constraints leave no strictly feasible point (an inequality always holds with "
                          "equality, or a bandwidth is forced to 0); write such pairs as one equality")
@@ -443,7 +453,8 @@ def _v_start(p: ConvexProblem, lay: _Layout, x: np.ndarray):
 
 def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, max_iter: int) -> _Run:
     """Mehrotra predictor-corrector in (x, v, t), strictly feasible iterates."""
-    J, ri, om, o_phi = lay.J, lay.ri, lay.omega, lay.o_phi
+    J, om, o_phi = lay.J, lay.omega, lay.o_phi
+    ri = lay.ri[x[lay.ri] > 0]          # an unused coordinate the equalities pin at 0 stays there
     m = lay.nu_total
     x, v, t = _v_start(p, lay, x)
     y = _slacks(p, lay, x, v, t)
@@ -534,8 +545,9 @@ def _center(p: ConvexProblem, lay: _Layout, x, v, t, tau: float, tol: float, max
         dec = float(om @ (r * r)) - 2.0 * float((dx[J] * dv) @ (om[o_phi:] / y[o_phi:]))   # Newton decrement^2
         if dec <= tol:
             break
+        ri = lay.ri[x[lay.ri] > 0]
         a = min(1.0, 0.99 * min(_max_step(y[:o_phi], dy[:o_phi]), _hyp_step(x[J], v, dx[J], dv),
-                                _max_step(x[lay.ri], dx[lay.ri])))
+                                _max_step(x[ri], dx[ri])))
         while a > 1e-12:
             x1, v1, t1 = x + a * dx, v + a * dv, t + a * dt
             y1 = _slacks(p, lay, x1, v1, t1)
@@ -588,7 +600,7 @@ def _dual_bound(p: ConvexProblem, lay: _Layout, x: np.ndarray, lam: np.ndarray, 
     if np.any(lam <= 0) or np.any(pi <= 0) or np.any(mu < 0):
         return -math.inf
     inv = np.zeros(n)
-    inv[lay.ri] = 1.0 / x[lay.ri]
+    inv[lay.J] = 1.0 / x[lay.J]
     # Equality multipliers: least squares on stationarity in x.
     grad_known = p.c - lay.AT @ lam * (inv * inv) + lay.GT @ mu - np.bincount(p.class_z, weights=pi, minlength=n)
     if p.E.shape[0]:
