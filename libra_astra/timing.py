@@ -148,11 +148,10 @@ def _rows(c: Collective, net: Network, model: TimeModel) -> tuple[np.ndarray, np
 
 def collective_time_ns(c: Collective, bw_gbps: Sequence[float], net: Network, model: TimeModel = LIBRA) -> float:
     A, const = collective_rows(c, net, model)
-    # Only the dimensions the collective uses: an unused one may have 0 GB/s (0 * inf is nan).
-    used = A.any(axis=0)
-    with np.errstate(divide="ignore"):
-        inv = 1.0 / np.asarray(bw_gbps, dtype=float)[used]
-    return float(np.max(A[:, used] @ inv + const))
+    # A dimension at 0 GB/s makes the rows that use it infinite and no others (0 * inf is nan).
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(A > 0, A / np.asarray(bw_gbps, dtype=float), 0.0)
+    return float(np.max(terms.sum(axis=1) + const))
 
 
 def class_time_ns(rc: RankClass, bw_gbps: Sequence[float], net: Network, model: TimeModel = LIBRA) -> tuple[float, float]:
