@@ -636,7 +636,7 @@ def _dual_bound(p: ConvexProblem, lay: _Layout, x: np.ndarray, lam: np.ndarray, 
             ub = _upper_bound_cached(p, lay, j)
             if not math.isfinite(ub):
                 return -math.inf
-            value += a * ub + b / ub
+            value += a * ub + (b / ub if b > 0 else 0.0)
     return value
 
 

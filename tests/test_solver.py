@@ -1,0 +1,243 @@
+"""The convex solver on hand-built problems: closed-form optima, a sound certificate, its internals."""
+
+import math
+
+import numpy as np
+import pytest
+
+from libra_astra import solver
+from libra_astra.errors import LibraError
+from libra_astra.solver import ConvexProblem, solve, term_values, tight_point, unbounded_coordinates
+
+
+def problem(A, c, *, g=None, owner=None, w=None, term_class=None, class_z=None, class_e=None, recip=None,
+            G=None, h=None, E=None, f=None):
+    """A problem on recip coordinates 0..R-1 plus epigraph coordinates after them."""
+    A = np.asarray(A, dtype=float)
+    M, n = A.shape
+    owner = np.zeros(M, dtype=int) if owner is None else np.asarray(owner)
+    K = int(owner.max()) + 1
+    term_class = np.zeros(K, dtype=int) if term_class is None else np.asarray(term_class)
+    Q = int(term_class.max()) + 1
+    if recip is None:
+        recip = A.max(axis=0) > 0
+    G = np.zeros((0, n)) if G is None else np.asarray(G, dtype=float)
+    E = np.zeros((0, n)) if E is None else np.asarray(E, dtype=float)
+    return ConvexProblem(
+        c=np.asarray(c, dtype=float), recip=np.asarray(recip, dtype=bool), A=A,
+        g=np.zeros(M) if g is None else np.asarray(g, dtype=float), owner=owner,
+        w=np.ones(K) if w is None else np.asarray(w, dtype=float), term_class=term_class,
+        class_z=np.full(Q, n - 1) if class_z is None else np.asarray(class_z),
+        class_e=np.zeros(Q) if class_e is None else np.asarray(class_e, dtype=float),
+        G=G, h=np.zeros(G.shape[0]) if h is None else np.asarray(h, dtype=float),
+        E=E, f=np.zeros(E.shape[0]) if f is None else np.asarray(f, dtype=float))
+
+
+NONNEG2 = dict(G=[[-1, 0, 0], [0, -1, 0]], h=[0, 0])
+SUM1 = dict(E=[[1, 1, 0]], f=[1])
+
+
+def check_certificate(r, optimum=None):
+    assert r.success and r.status == 0
+    assert r.dual_bound <= r.fun
+    assert r.gap == pytest.approx(r.fun - r.dual_bound)
+    assert r.gap <= 1e-9 * abs(r.fun)
+    if optimum is not None:
+        assert r.dual_bound <= optimum * (1 + 1e-12)
+        assert r.fun == pytest.approx(optimum, rel=1e-9)
+
+
+def test_sum_of_reciprocals_closed_form():
+    # min t, t >= 4/x0 + 1/x1, x0 + x1 = 1: x_j ~ sqrt(a_j), optimum (sqrt 4 + sqrt 1)^2 = 9.
+    r = solve(problem([[4, 1, 0]], [0, 0, 1], **NONNEG2, **SUM1), [np.array([0.5, 0.5, 100.0])])
+    check_certificate(r, 9.0)
+    assert r.x[:2] == pytest.approx([2 / 3, 1 / 3], rel=1e-6)
+
+
+def test_max_of_reciprocals_closed_form():
+    # Rows of one term: t >= 4/x0 and t >= 1/x1: equal times at the optimum, x0 = 0.8, t = 5.
+    r = solve(problem([[4, 0, 0], [0, 1, 0]], [0, 0, 1], owner=[0, 0], **NONNEG2, **SUM1), [np.array([0.5, 0.5, 9.0])])
+    check_certificate(r, 5.0)
+    assert r.x == pytest.approx([0.8, 0.2, 5.0], rel=1e-6)
+
+
+def test_weights_and_constants_closed_form():
+    # z >= 2 t0 + 3 t1 + 7, t0 >= 1/x0 + 0.5, t1 >= 2/x1: 2/x0 + 6/x1 + 8 -> (sqrt 2 + sqrt 6)^2 + 8.
+    p = problem([[1, 0, 0], [0, 2, 0]], [0, 0, 1], g=[0.5, 0], owner=[0, 1], w=[2, 3], term_class=[0, 0],
+                class_e=[7], **NONNEG2, **SUM1)
+    r = solve(p, [np.array([0.5, 0.5, 100.0])])
+    check_certificate(r, (math.sqrt(2) + math.sqrt(6)) ** 2 + 8)
+
+
+def test_classes_sharing_an_epigraph_coordinate_take_the_max():
+    # Two rank classes of one workload: z >= 4/x0 and z >= 1/x1.
+    p = problem([[4, 0, 0], [0, 1, 0]], [0, 0, 1], owner=[0, 1], term_class=[0, 1], class_z=[2, 2], **NONNEG2, **SUM1)
+    r = solve(p, [np.array([0.5, 0.5, 9.0])])
+    check_certificate(r, 5.0)
+
+
+def test_active_bound():
+    # As the first problem with x0 <= 0.5: 4/0.5 + 1/0.5 = 10.
+    p = problem([[4, 1, 0]], [0, 0, 1], G=[[-1, 0, 0], [0, -1, 0], [1, 0, 0]], h=[0, 0, 0.5], **SUM1)
+    r = solve(p, [np.array([0.25, 0.75, 100.0])])
+    check_certificate(r, 10.0)
+    assert r.x[0] == pytest.approx(0.5, rel=1e-8)
+
+
+def test_rescaled_weights_give_the_same_optimum():
+    # Merged terms arrive with huge weights and tiny rows; the optimum must not notice.
+    base = problem([[4, 0, 0], [0, 1, 0], [1, 1, 0]], [0, 0, 1], g=[0, 0, 0.5], owner=[0, 0, 1], term_class=[0, 0],
+                   **NONNEG2, **SUM1)
+    r0 = solve(base, [np.array([0.5, 0.5, 99.0])])
+    big = np.array([1e9, 3e-4])
+    p = ConvexProblem(base.c, base.recip, base.A / big[base.owner][:, None], base.g / big[base.owner], base.owner,
+                      big, base.term_class, base.class_z, base.class_e, base.G, base.h, base.E, base.f)
+    r1 = solve(p, [np.array([0.5, 0.5, 99.0])])
+    check_certificate(r0)
+    check_certificate(r1)
+    assert r1.fun == pytest.approx(r0.fun, rel=1e-9)
+
+
+def random_problem(seed, n_rec=3, K=6, inequality=False):
+    """Terms with 1-3 rows on n_rec coordinates, total <= or == 1, a few bounds."""
+    rng = np.random.default_rng(seed)
+    n = n_rec + 1
+    rows, owner = [], []
+    for k in range(K):
+        for _ in range(rng.integers(1, 4)):
+            a = np.zeros(n)
+            a[:n_rec] = rng.uniform(0, 1, n_rec) * (rng.random(n_rec) < 0.7)
+            a[rng.integers(n_rec)] += 0.1
+            rows.append(a)
+            owner.append(k)
+    G = [np.r_[-np.eye(n_rec)[j], 0] for j in range(n_rec)]
+    h = [0.0] * n_rec
+    G.append(np.r_[-np.eye(n_rec)[0], 0])       # x0 >= 0.05
+    h.append(-0.05)
+    kw = dict(G=G, h=h)
+    if inequality:
+        G.append(np.r_[np.ones(n_rec), 0])
+        h.append(1.0)
+    else:
+        kw.update(E=[np.r_[np.ones(n_rec), 0]], f=[1.0])
+    return problem(np.array(rows), np.r_[np.zeros(n_rec), 1], g=rng.uniform(0, 0.2, len(rows)), owner=owner,
+                   w=rng.uniform(0.5, 2, K), term_class=np.zeros(K, dtype=int), **kw)
+
+
+@pytest.mark.parametrize("seed, inequality", [(0, False), (1, False), (2, True), (3, True), (4, False)])
+def test_certificate_is_a_lower_bound_on_every_feasible_point(seed, inequality):
+    p = random_problem(seed, inequality=inequality)
+    r = solve(p, [np.r_[np.full(3, 0.99 / 3), 1e3]])
+    check_certificate(r)
+    # Objective at random feasible points (epigraph coordinate set tight): never below the bound,
+    # and the solver's point is at least as good as all of them.
+    rng = np.random.default_rng(100 + seed)
+    pts = rng.dirichlet(np.ones(3), 4000) * (rng.uniform(0.9, 1, (4000, 1)) if inequality else 1)
+    pts = pts[pts[:, 0] >= 0.05]
+    vals = np.array([tight_point(p, np.r_[x, 0.0])[3] for x in pts])
+    assert vals.min() >= r.dual_bound
+    assert vals.min() >= r.fun - 1e-12
+
+
+def test_not_converged_still_reports_a_sound_bound():
+    p = random_problem(0)
+    r = solve(p, [np.r_[np.full(3, 1 / 3), 1e3]], max_newton=2)
+    assert not r.success and r.status == 1 and r.newton_steps == 2
+    assert r.dual_bound <= r.fun
+    full = solve(p, [np.r_[np.full(3, 1 / 3), 1e3]])
+    assert r.fun >= full.fun - 1e-12 and r.dual_bound <= full.fun
+
+
+def test_barrier_fallback_certifies_the_same_optimum():
+    p = solver._unit_weights(random_problem(1))
+    lay = solver._Layout(p)
+    run = solver._barrier(p, lay, solver._starting_point(p, [np.r_[np.full(3, 1 / 3), 1e3]]), 1e-9, 400)
+    r = solve(p, [np.r_[np.full(3, 1 / 3), 1e3]])
+    assert run.status == 0 and run.dual <= run.primal
+    assert run.primal == pytest.approx(r.fun, rel=1e-8)
+
+
+def test_newton_step_matches_a_dense_kkt_solve():
+    p = solver._unit_weights(random_problem(2, inequality=False))
+    lay = solver._Layout(p)
+    x, v, t = solver._v_start(p, lay, solver._starting_point(p, [np.r_[np.full(3, 1 / 3), 1e3]]))
+    y = solver._slacks(p, lay, x, v, t)
+    rng = np.random.default_rng(7)
+    u = rng.uniform(0.5, 2, y.shape[0]) / y
+    yc = rng.uniform(0.5, 2, y.shape[0]) / y
+    n, nv, K = lay.n, lay.nv, lay.K
+    N = n + nv
+    V = np.concatenate([x, v, t])
+    # Jacobian of the slacks by central differences (they are at most quadratic: exact up to round-off).
+    jac = np.zeros((y.shape[0], V.shape[0]))
+    for i in range(V.shape[0]):
+        e = np.zeros(V.shape[0])
+        e[i] = 1e-6 * max(1.0, abs(V[i]))
+        jac[:, i] = (solver._slacks(p, lay, *np.split(V + e, [n, N]))
+                     - solver._slacks(p, lay, *np.split(V - e, [n, N]))) / (2 * e[i])
+    H = jac.T @ ((u / y)[:, None] * jac)
+    kappa = u[lay.o_phi:]
+    for k, j in enumerate(lay.J):              # - kappa * Hessian of (x_j v_j - 1)
+        H[j, n + k] -= kappa[k]
+        H[n + k, j] -= kappa[k]
+    grad = np.concatenate([p.c, np.zeros(nv + K)]) - jac.T @ yc
+    EV = np.hstack([p.E, np.zeros((p.E.shape[0], nv + K))])
+    r = EV.shape[0]
+    kkt = np.block([[H, EV.T], [EV, np.zeros((r, r))]])
+    ref = np.linalg.solve(kkt, np.concatenate([-grad, np.zeros(r)]))[:V.shape[0]]
+    dx, dv, dt, dy = solver._Newton(p, lay, x, v, u, y).direction(yc)
+    step = np.concatenate([dx, dv, dt])
+    assert np.abs(step - ref).max() <= 1e-7 * np.abs(ref).max()
+    assert np.abs(dy - jac @ step).max() <= 1e-7 * np.abs(dy).max()
+
+
+def test_hyperbolic_step_is_the_first_exit_from_x_v_ge_1():
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        x, v = rng.uniform(0.2, 3, 2)
+        v = max(v, 1.0 / x * rng.uniform(1.0001, 2))
+        dx, dv = rng.normal(0, 2, 2)
+        a = solver._hyp_step(np.array([x]), np.array([v]), np.array([dx]), np.array([dv]))
+        grid = np.linspace(0, min(a, 50.0), 2001)[1:-1]
+        xs, vs = x + grid * dx, v + grid * dv
+        assert np.all((xs * vs > 1) & (xs > 0) & (vs > 0))           # feasible before a
+        if math.isfinite(a):
+            xe, ve = x + a * dx, v + a * dv
+            assert min(xe * ve - 1, xe, ve) == pytest.approx(0, abs=1e-9)
+
+
+def test_infeasible_and_interior_free_constraints():
+    p = problem([[4, 1, 0]], [0, 0, 1], G=[[-1, 0, 0], [0, -1, 0], [-1, 0, 0]], h=[0, 0, -2], **SUM1)
+    with pytest.raises(LibraError) as e:
+        solve(p)
+    assert str(e.value) == "the constraints are infeasible: no bandwidth split satisfies all of them; relax one"
+    p = problem([[4, 1, 0]], [0, 0, 1], G=[[-1, 0, 0], [0, -1, 0], [1, 0, 0], [-1, 0, 0]], h=[0, 0, 0.5, -0.5], **SUM1)
+    with pytest.raises(LibraError) as e:
+        solve(p)
+    assert str(e.value) == ("the constraints leave no strictly feasible point (an inequality always holds with "
+                            "equality, or a bandwidth is forced to 0); write such pairs as one equality")
+    # A used coordinate forced to 0 by the equalities has no interior either.
+    p = problem([[4, 1, 0]], [0, 0, 1], **NONNEG2, E=[[1, 1, 0], [0, 1, 0]], f=[1, 0])
+    with pytest.raises(LibraError, match="no strictly feasible point"):
+        solve(p)
+
+
+def test_unused_coordinate_pinned_at_zero():
+    # x2 is in no row and the equalities fix it at 0 (as the optimizer writes a bound that always
+    # holds with equality): still solvable, times stay finite.
+    p = problem([[4, 1, 0, 0]], [0, 0, 0, 1], recip=[True, True, True, False],
+                G=[[-1, 0, 0, 0], [0, -1, 0, 0]], h=[0, 0], E=[[1, 1, 1, 0], [0, 0, 1, 0]], f=[1, 0])
+    r = solve(p)
+    check_certificate(r, 9.0)
+    assert abs(r.x[2]) <= 1e-12
+    assert term_values(p, np.array([0.5, 0.5, 0.0, 0.0])) == pytest.approx([10.0])
+
+
+def test_unbounded_coordinates():
+    p = problem([[4, 1, 0]], [0, 0, 1], **NONNEG2)
+    assert unbounded_coordinates(p, np.array([0, 1])) == [0, 1]
+    p = problem([[4, 1, 0]], [0, 0, 1], **NONNEG2, E=[[1, -1, 0]], f=[0])       # x0 = x1, both free
+    assert unbounded_coordinates(p, np.array([0, 1])) == [0, 1]
+    p = problem([[4, 1, 0]], [0, 0, 1], G=[[-1, 0, 0], [0, -1, 0], [1, 0, 0]], h=[0, 0, 5])
+    assert unbounded_coordinates(p, np.array([0, 1])) == [1]
+    assert unbounded_coordinates(problem([[4, 1, 0]], [0, 0, 1], **NONNEG2, **SUM1), np.array([0, 1])) == []
