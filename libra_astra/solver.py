@@ -428,27 +428,33 @@ def _max_step(v: np.ndarray, dv: np.ndarray) -> float:
 
 def _v_start(p: ConvexProblem, lay: _Layout, x: np.ndarray):
     """(x, v, t): v a little above 1/x; t and z above their constraints by about the slack each
-    has on the central path (objective / number of constraints)."""
+    has on the central path (objective / number of constraints). The margins shrink until the
+    linear rows still hold (a time target binds the epigraph coordinates from above)."""
     Q = lay.Q
     cls, w = p.term_class, p.w
-    v = (1.0 + _V_MARGIN) / x[lay.J]
-    t = np.full(lay.K, -np.inf)
-    np.maximum.at(t, p.owner, lay.AJ @ v + p.g)
-    x = x.copy()
-    cv = np.bincount(cls, weights=w * t, minlength=Q) + p.class_e
+    tv = np.full(lay.K, -np.inf)
+    np.maximum.at(tv, p.owner, lay.AJ @ (1.0 / x[lay.J]) + p.g)
     z_tight = x.copy()
     z_tight[p.class_z] = -np.inf
-    np.maximum.at(z_tight, p.class_z, cv)
+    np.maximum.at(z_tight, p.class_z, np.bincount(cls, weights=w * tv, minlength=Q) + p.class_e)
     margin = max(abs(float(p.c @ z_tight)), 1e-3) / lay.nu_total
-    t = t + margin / w
-    cv = cv + margin * np.bincount(cls, minlength=Q)
-    for q in range(Q):
-        j = p.class_z[q]
-        if x[j] < cv[q] + margin:
-            x[j] = cv[q] + margin
-    if lay.P and np.any(p.G @ x >= p.h):
-        raise LibraError("the time target cannot be met at the starting point; internal starting-point error")
-    return x, v, t
+    delta = _V_MARGIN
+    for _ in range(40):
+        v = (1.0 + delta) / x[lay.J]
+        t = np.full(lay.K, -np.inf)
+        np.maximum.at(t, p.owner, lay.AJ @ v + p.g)
+        t = t + margin / w
+        cv = np.bincount(cls, weights=w * t, minlength=Q) + p.class_e
+        x1 = x.copy()
+        for q in range(Q):
+            j = p.class_z[q]
+            if x1[j] < cv[q] + margin:
+                x1[j] = cv[q] + margin
+        if not lay.P or np.all(p.G @ x1 < p.h):
+            return x1, v, t
+        delta *= 0.25
+        margin *= 0.25
+    raise LibraError("the time target cannot be met at the starting point; internal starting-point error")
 
 
 def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, max_iter: int) -> _Run:
