@@ -119,7 +119,10 @@ def _starting_point(p: ConvexProblem, guesses: list[np.ndarray]) -> np.ndarray:
     recip_idx = np.flatnonzero(p.recip)
     for x0 in guesses:
         x0 = np.asarray(x0, dtype=float)
-        if (np.all(x0[recip_idx] > 0) and np.all(p.G @ x0 < p.h)
+        # Strictly inside by a margin: a guess on a bound up to round-off (an equal split that
+        # spends exactly the budget) leaves the interior-point method no room to move.
+        room = 1e-7 * (1.0 + np.abs(p.h) + np.abs(p.G) @ np.abs(x0))
+        if (np.all(x0[recip_idx] > 0) and np.all(p.G @ x0 < p.h - room)
                 and np.all(np.abs(p.E @ x0 - p.f) <= 1e-12 * (1.0 + np.abs(p.f)))):
             return x0
     # max delta s.t. G x + delta * |G_i| <= h, x_j >= delta for coordinates a row divides by,

@@ -241,3 +241,12 @@ def test_unbounded_coordinates():
     p = problem([[4, 1, 0]], [0, 0, 1], G=[[-1, 0, 0], [0, -1, 0], [1, 0, 0]], h=[0, 0, 5])
     assert unbounded_coordinates(p, np.array([0, 1])) == [1]
     assert unbounded_coordinates(problem([[4, 1, 0]], [0, 0, 1], **NONNEG2, **SUM1), np.array([0, 1])) == []
+
+
+def test_guess_on_a_bound_is_not_taken_as_interior():
+    # An equal split that spends exactly the budget (x0 + x1 <= 1 at [0.5, 0.5]) up to round-off.
+    p = problem([[4, 1, 0]], [0, 0, 1], G=[[-1, 0, 0], [0, -1, 0], [0.1, 0.2, 0]], h=[0, 0, 0.1 * 0.5 + 0.2 * 0.5])
+    r = solve(p, [np.array([0.5, 0.5, 100.0])])
+    # min 4/x0 + 1/x1 on 0.1 x0 + 0.2 x1 <= 0.15: x_j ~ sqrt(a_j / price_j), optimum
+    # (sqrt(4 * 0.1) + sqrt(1 * 0.2))^2 / 0.15.
+    check_certificate(r, (math.sqrt(0.4) + math.sqrt(0.2)) ** 2 / 0.15)
