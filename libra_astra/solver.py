@@ -47,6 +47,8 @@ from .errors import LibraError
 _GAMMA = 1e-4       # wide neighbourhood: every u_i y_i / omega_i >= _GAMMA * mean
 _SHORT = 0.05       # a step shorter than this is retried with more centring
 _BACK = 0.7         # backtracking factor for the neighbourhood test
+_EARLY = 100.0
+_QUAD = 0.9
 _V_MARGIN = 1.0     # start with x_j v_j = 1 + _V_MARGIN
 
 
@@ -176,6 +178,8 @@ class _Layout:
         self.term_start = np.flatnonzero(np.r_[True, p.term_class[1:] != p.term_class[:-1]])
         if self.row_start.shape[0] != K or self.term_start.shape[0] != Q:
             raise ValueError("every term needs a row and every class a term, in sorted order")
+        if not np.all(p.w == 1.0):
+            raise ValueError("term weights must be 1 here; rescale the terms with _unit_weights first")
         # Coordinates some row uses get a variable v_j >= 1/x_j; rows become t >= A_J v + g.
         self.J = np.flatnonzero(p.recip & (p.A.max(axis=0, initial=0.0) > 0))
         nv = self.nv = self.J.shape[0]
@@ -310,8 +314,9 @@ class _Newton:
     The K term variables are eliminated in closed form, written so that nothing cancels: a
     term's rows contribute their weighted covariance sum_m d_m (q_m - qbar_k)(q_m - qbar_k)^T
     around the weighted mean gradient qbar_k, and a class q adds beta_q b_q b_q^T with
-    b_q = e_z + sum_k w_k qbar_k. (The textbook H_xx - H_xt H_tt^-1 H_tx subtracts two numbers of
-    size 1/s^2 when one row of a term is nearly tight, and loses every digit.)
+    b_q = e_z + sum_k qbar_k. (The textbook H_xx - H_xt H_tt^-1 H_tx subtracts two numbers of
+    size 1/s^2 when one row of a term is nearly tight, and loses every digit.) Term weights are 1
+    (solve() rescales the terms first).
     """
 
     def __init__(self, p: ConvexProblem, lay: _Layout, x: np.ndarray, v: np.ndarray, u: np.ndarray,
@@ -337,10 +342,10 @@ class _Newton:
         off = kp * xJ * v - kap
         H.flat[lay.flat_xv] += off
         H.flat[lay.flat_vx] += off
-        wD = p.w / D
-        beta = dg / (1.0 + dg * np.add.reduceat(p.w * wD, lay.term_start))
+        wD = 1.0 / D
+        beta = dg / (1.0 + dg * np.add.reduceat(wD, lay.term_start))
         B = np.zeros((Q, lay.N))
-        B[:, n:] = np.add.reduceat(qbar * p.w[:, None], lay.term_start, axis=0)
+        B[:, n:] = np.add.reduceat(qbar, lay.term_start, axis=0)
         B[lay.arQ, p.class_z] += 1.0
         H += (B.T * beta) @ B
         if lay.Z is not None:
@@ -370,8 +375,8 @@ class _Newton:
             rhs = -lay.cX
         else:
             ys, ysig, yphi = yc[:M], yc[M:o_rho], yc[o_phi:]
-            gt_D = (p.w * ysig[cls] - np.add.reduceat(ys, lay.row_start)) / self.D
-            wg = np.add.reduceat(p.w * gt_D, lay.term_start)        # w^T D^-1 g_t per class
+            gt_D = (ysig[cls] - np.add.reduceat(ys, lay.row_start)) / self.D
+            wg = np.add.reduceat(gt_D, lay.term_start)              # 1^T D^-1 g_t per class
             rhs = B.T @ (ysig - beta * wg) - lay.cX
             rhs[n:] += self.Qc.T @ ys + yphi * self.xJ
             rhs[lay.J] += yphi * self.v
@@ -384,7 +389,7 @@ class _Newton:
         tau = wD * (beta * (BdX + wg))[cls] - gt_D
         dt = tau - self.qbar @ dv
         dy = np.concatenate([self.Qc @ dv + tau[p.owner],
-                             BdX - np.add.reduceat(p.w * tau, lay.term_start),
+                             BdX - np.add.reduceat(tau, lay.term_start),
                              -(p.G @ dx),
                              self.v * dx[lay.J] + self.xJ * dv])
         return dx, dv, dt, dy
@@ -392,7 +397,7 @@ class _Newton:
 
 def _slacks(p: ConvexProblem, lay: _Layout, x: np.ndarray, v: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.concatenate([t[p.owner] - lay.AJ @ v - p.g,
-                           x[p.class_z] - np.bincount(p.term_class, weights=p.w * t, minlength=lay.Q) - p.class_e,
+                           x[p.class_z] - np.add.reduceat(t, lay.term_start) - p.class_e,
                            p.h - p.G @ x,
                            x[lay.J] * v - 1.0])
 
@@ -474,8 +479,13 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
     while steps < max_iter:
         gap = float(u @ y)
         target = rel_gap * _scale(float(p.c @ x))
-        if gap <= target:
+        # The surrogate gap u.y overstates the certified one (weights, inactive rows): try early.
+        if gap <= _EARLY * target:
             best = _certify(p, lay, x, u, best)
+            if best.gap <= rel_gap * _scale(best.primal):
+                best.status = 0
+                break
+        if gap <= target:
             if best.gap <= rel_gap * _scale(best.primal):
                 best.status = 0
                 break
@@ -513,10 +523,11 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
             a = min(1.0, frac * min(_max_step(y[:o_phi], dy[:o_phi]), _hyp_step(x[J], v, dx[J], dv),
                                     _max_step(u, du), _max_step(x[ri], dx[ri])))
             y1 = None
+            gamma = _GAMMA if a_aff < _QUAD else 0.0
             while a > _SHORT:
                 y1 = _slacks(p, lay, x + a * dx, v + a * dv, t + a * dt)
                 uy = (u + a * du) * y1
-                if (uy / om).min() >= _GAMMA * float(uy.sum()) / m:
+                if (uy / om).min() >= gamma * float(uy.sum()) / m and (gamma or np.all(y1 > 0)):
                     break
                 a *= _BACK
                 y1 = None
