@@ -440,10 +440,11 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
     LibraError
         Infeasible or unbounded problems, bad weights, a demand for another network shape.
     """
-    start_for = None
+    start_for, start_bw = None, None
     if objective == "min-cost":
-        start_for = _min_cost_start(workloads, net, cost, constraints, model)
-    b, res, bw, n_paths = _solve_model(workloads, net, cost, constraints, objective, model, rel_gap, start_for)
+        start_for, start_bw = _min_cost_start(workloads, net, cost, constraints, model)
+    b, res, bw, n_paths = _solve_model(workloads, net, cost, constraints, objective, model, rel_gap, start_for,
+                                       start_bw)
     best = evaluate(workloads, net, cost, bw, constraints, model)
     if objective == "perf":
         fun, unit = best.time_ns, b.t0
@@ -461,8 +462,11 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
     return out
 
 
-def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_for=None):
-    """(built problem, solver result, bandwidths, number of dependency paths used)."""
+def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_for=None, start_bw=None):
+    """(built problem, solver result, bandwidths, number of dependency paths used).
+
+    ``start_bw``: bandwidths whose critical paths seed the path generation (a min-cost start
+    meets the target only with overlap); by default the no-overlap optimum seeds it."""
     checked = []
 
     def run(paths):
@@ -478,8 +482,10 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
         return b, res, bw, 0
     # Start from the no-overlap optimum, then add each rank class's critical path until the
     # critical paths at the solution are all in the problem already.
-    _, _, bw, _ = _solve_model(workloads, net, cost, cons, objective, replace(model, overlap=False), rel_gap,
-                               start_for)
+    if start_bw is not None:
+        bw = np.asarray(start_bw, dtype=float)
+    else:
+        _, _, bw, _ = _solve_model(workloads, net, cost, cons, objective, replace(model, overlap=False), rel_gap)
     cache: dict = {}
     paths: dict = {}
     total_time = 0.0
@@ -555,7 +561,7 @@ def _min_cost_start(workloads, net, cost, cons: Constraints, model):
         start[b.D:] += 0.5 * slack / max(1e-300, float(np.sum(b.problem.G[-1, b.D:])))
         return start
 
-    return start_for
+    return start_for, bw0
 
 
 def _with_baselines(out: OptimizeResult, workloads, net, cost, cons, model) -> OptimizeResult:
