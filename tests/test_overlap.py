@@ -1,0 +1,102 @@
+"""Dependency-aware time: the DAG replay, and exact optimization of it by critical-path generation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize_scalar
+
+from libra_astra.cost import cost_from_dict, load_cost
+from libra_astra.demand import Dag, Demand, RankClass, make_collective
+from libra_astra.network import load_network, network_from_dict
+from libra_astra.optimize import Constraints, Workload, evaluate, optimize
+from libra_astra.predict import critical_path, predict
+from libra_astra.timing import TimeModel, collective_time_ns
+from libra_astra.trace_demand import demand_from_traces
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def brute_min(f, lo, hi, points=200):
+    """Minimum of a 1-D function: a grid, then Brent's method inside the best grid bracket."""
+    xs = np.linspace(lo, hi, points)
+    i = int(np.argmin([f(x) for x in xs]))
+    a, b = xs[max(i - 1, 0)], xs[min(i + 1, points - 1)]
+    res = minimize_scalar(f, bounds=(a, b), method="bounded", options={"xatol": 1e-10 * (hi - lo)})
+    return min(res.fun, f(xs[i]))
+NET = network_from_dict({"name": "n", "dimensions": [
+    {"name": "a", "topology": "Ring", "npus": 4, "cost_class": "x"},
+    {"name": "b", "topology": "Switch", "npus": 4, "cost_class": "y"}]})
+COST = cost_from_dict({"unit_prices_usd_per_gbps": {"x": {"link": 1.0}, "y": {"link": 2.0, "switch": 1.0}}})
+LIBRA_OVERLAP = TimeModel("libra", overlap=True)
+
+
+def two_branch_demand() -> Demand:
+    """comp0 -> (AR over dim a) and comp1 in parallel -> comp2; a second AR over dim b after comp2."""
+    ca = make_collective("ALL_REDUCE", 2**30, (4, 1), net=NET)
+    cb = make_collective("ALL_REDUCE", 2**28, (1, 4), net=NET)
+    dag = Dag(nodes=(("comp", 1e6), ("coll", 0), ("comp", 5e6), ("comp", 1e6), ("coll", 1)),
+              deps=((0, 1), (0, 2), (1, 3), (2, 3), (3, 4)))
+    rc = RankClass(7e6, (ca, cb), num_ranks=16, dag=dag)
+    return Demand("two-branch", (4, 4), (rc,))
+
+
+def test_replay_overlaps_compute_with_the_collective():
+    d = two_branch_demand()
+    bw = (100.0, 50.0)
+    ta = collective_time_ns(d.rank_classes[0].collectives[0], bw, NET)
+    tb = collective_time_ns(d.rank_classes[0].collectives[1], bw, NET)
+    expected = 1e6 + max(ta, 5e6) + 1e6 + tb
+    assert predict(d, bw, NET, LIBRA_OVERLAP).time_ns == pytest.approx(expected, rel=1e-12)
+    t, path = critical_path(d.rank_classes[0], bw, NET, LIBRA_OVERLAP)
+    assert t == pytest.approx(expected, rel=1e-12)
+    assert path[0] == 0 and path[-1] == 4 and (1 in path) == (ta > 5e6)
+
+
+def test_overlap_optimum_beats_a_fine_grid_and_is_certified():
+    d = two_branch_demand()
+    r = optimize([Workload(d)], NET, COST, constraints=Constraints(total_bw_gbps=200), model=LIBRA_OVERLAP)
+    assert r.rel_gap <= 1e-6 and r.dual_bound <= r.fun * (1 + 1e-12)
+    ref = brute_min(lambda a: evaluate([Workload(d)], NET, COST, (a, 200 - a), model=LIBRA_OVERLAP).time_ns, 1, 199)
+    assert r.fun == pytest.approx(ref, rel=1e-6)
+
+
+def test_overlap_optimum_on_the_gpt3_sample_matches_a_grid_and_beats_the_no_overlap_design():
+    net = load_network(ROOT / "network_configs/sample_8x8.yml")
+    cost = load_cost(ROOT / "network_configs/cost.yml")
+    prefix = str(ROOT / "traces/gpt3_tp8_dp8/gpt3")
+    d, _ = demand_from_traces(prefix, net, comm_groups=prefix + ".groups.json")
+    model = TimeModel("pipelined", splits=1, overlap=True)
+    w = [Workload(d)]
+    r = optimize(w, net, cost, constraints=Constraints(total_bw_gbps=400), model=model)
+    ref = brute_min(lambda a: evaluate(w, net, cost, (a, 400 - a), model=model).time_ns, 1, 399, points=100)
+    assert r.fun == pytest.approx(ref, rel=1e-6)
+    flat = optimize(w, net, cost, constraints=Constraints(total_bw_gbps=400),
+                    model=TimeModel("pipelined", splits=1))
+    assert r.fun < evaluate(w, net, cost, flat.bw_gbps, model=model).time_ns
+
+
+def test_min_cost_with_overlap_meets_the_target_at_the_cheapest_grid_point():
+    net = load_network(ROOT / "network_configs/sample_8x8.yml")
+    cost = load_cost(ROOT / "network_configs/cost.yml")
+    prefix = str(ROOT / "traces/gpt3_tp8_dp8/gpt3")
+    d, _ = demand_from_traces(prefix, net, comm_groups=prefix + ".groups.json")
+    model = TimeModel("pipelined", overlap=True)
+    w = [Workload(d)]
+    target = 1.3e8
+    r = optimize(w, net, cost, objective="min-cost", constraints=Constraints(time_target_ns=target), model=model)
+    assert r.best.time_ns <= target * (1 + 1e-9)
+
+    def cheapest_at(a: float) -> float:
+        lo, hi = 1e-3, 1e5
+        if evaluate(w, net, cost, (a, hi), model=model).time_ns > target:
+            return np.inf
+        for _ in range(70):
+            mid = (lo * hi) ** 0.5
+            lo, hi = (lo, mid) if evaluate(w, net, cost, (a, mid), model=model).time_ns <= target else (mid, hi)
+        return cost.network_cost_usd(net, (a, hi))
+
+    ref = brute_min(cheapest_at, 20, 2000, points=40)
+    assert r.fun == pytest.approx(ref, rel=1e-6)
