@@ -48,6 +48,7 @@ _GAMMA = 1e-4       # wide neighbourhood: every u_i y_i / omega_i >= _GAMMA * me
 _SHORT = 0.05       # a step shorter than this is retried with more centring
 _BACK = 0.7         # backtracking factor for the neighbourhood test
 _EARLY = 100.0
+_SPLIT = True
 _QUAD = 0.9
 _V_MARGIN = 1.0     # start with x_j v_j = 1 + _V_MARGIN
 
@@ -521,23 +522,27 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
             # neighbourhood of the central path (no product u_i y_i far below the mean).
             frac = 0.995 if mu > 1e-6 else 0.9999
             a = min(1.0, frac * min(_max_step(y[:o_phi], dy[:o_phi]), _hyp_step(x[J], v, dx[J], dv),
-                                    _max_step(u, du), _max_step(x[ri], dx[ri])))
+                                    _max_step(x[ri], dx[ri])))
+            ad = min(1.0, frac * _max_step(u, du))
+            if not _SPLIT:
+                a = ad = min(a, ad)
             y1 = None
             gamma = _GAMMA if a_aff < _QUAD else 0.0
-            while a > _SHORT:
+            while min(a, ad) > _SHORT:
                 y1 = _slacks(p, lay, x + a * dx, v + a * dv, t + a * dt)
-                uy = (u + a * du) * y1
+                uy = (u + ad * du) * y1
                 if (uy / om).min() >= gamma * float(uy.sum()) / m and (gamma or np.all(y1 > 0)):
                     break
                 a *= _BACK
+                ad *= _BACK
                 y1 = None
-            if a > _SHORT:
+            if min(a, ad) > _SHORT:
                 break
             if sig >= 0.5:
                 corr = np.zeros_like(corr)
-        x, v, t, u = x + a * dx, v + a * dv, t + a * dt, u + a * du
+        x, v, t, u = x + a * dx, v + a * dv, t + a * dt, u + ad * du
         y = y1 if y1 is not None else _slacks(p, lay, x, v, t)
-        if a < 1e-12 or not np.all(y > 0):
+        if max(a, ad) < 1e-12 or not np.all(y > 0):
             break
     if best.status != 0 and np.all(y > 0):
         best = _certify(p, lay, x, u, best)
