@@ -415,8 +415,9 @@ def _check_bounded(b: _Built, net: Network, objective: str, workloads: Sequence[
     elif objective == "perf-per-cost":
         bad = unbounded_coordinates(p, np.array([b.s_index]))
         if bad:
-            raise LibraError("objective perf-per-cost is unbounded: with no bandwidth or cost bound it drives "
-                             "bandwidth toward 0; add --total-bw, --budget or a lower bound (bw_min_gbps)")
+            raise LibraError("objective perf-per-cost is unbounded: with upper bounds only (--total-bw-max, "
+                             "--budget) it drives bandwidth toward 0; add --total-bw or a lower bound (bw_min_gbps "
+                             "or a --constraint)")
 
 
 def _unscale(b: _Built, res: SolverResult, objective: str) -> np.ndarray:

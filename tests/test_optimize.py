@@ -373,9 +373,10 @@ def test_unbounded_objectives():
         optimize(mix3(), NET3, COST)
     assert str(e.value) == ("objective perf is unbounded: bandwidth of ring, fc, sw can grow without limit; add "
                             "--total-bw, --budget, bw_max_gbps in the network file or a --constraint")
-    ppc = ("objective perf-per-cost is unbounded: with no bandwidth or cost bound it drives bandwidth toward 0; "
-           "add --total-bw, --budget or a lower bound (bw_min_gbps)")
-    for cons in (Constraints(), Constraints(300.0, total_bw_is_upper_bound=True)):
+    ppc = ("objective perf-per-cost is unbounded: with upper bounds only (--total-bw-max, --budget) it drives "
+           "bandwidth toward 0; add --total-bw or a lower bound (bw_min_gbps or a --constraint)")
+    budget = 100.0 * sum(COST.price_usd_per_gbps(NET3))
+    for cons in (Constraints(), Constraints(300.0, total_bw_is_upper_bound=True), Constraints(budget_usd=budget)):
         with pytest.raises(LibraError) as e:
             optimize(mix3(), NET3, COST, objective="perf-per-cost", constraints=cons)
         assert str(e.value) == ppc
