@@ -87,8 +87,8 @@ def design_from_dict(data: Any, source: str = "<design>") -> Design:
     net = network_from_dict(data.get("network"), f"{source}: network")
     bw = data.get("bandwidth_gbps")
     if (not isinstance(bw, list) or len(bw) != net.num_dims
-            or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0 for b in bw)):
-        raise LibraError(f"{source}: bandwidth_gbps must list {net.num_dims} positive numbers (one per dimension), got {bw!r}")
+            or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and b >= 0 for b in bw)):
+        raise LibraError(f"{source}: bandwidth_gbps must list {net.num_dims} numbers >= 0 (one per dimension), got {bw!r}")
     workloads = []
     for i, w in enumerate(data.get("workloads", [])):
         if not isinstance(w, Mapping):

@@ -262,6 +262,10 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
         raise LibraError(f"{out}: parent directory {parent} does not exist; create it first")
     wl = _pick_workload(design, workload)
     net, bw = design.network, design.bandwidth_gbps
+    for d, b in zip(net.dims, bw):
+        if not b > 0:
+            raise LibraError(f"design {design.name!r}: dimension {d.name!r} has {b:g} GB/s, which ASTRA-sim cannot "
+                             "simulate; give it a positive bw_min_gbps in the network file and optimize again")
 
     groups: dict[int, tuple[int, ...]] = {}
     if wl.traces:
