@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Predicted versus simulated time: the shipped samples through the closed loop, and single
+collectives over 2 to 4 dimensions, against a real ASTRA-sim binary.
+
+Usage: ASTRA_SIM_BIN=/path/to/AstraSim_Analytical_Congestion_Unaware python tools/validate_sim.py [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from libra_astra.astra import emit, simulate
+from libra_astra.cli import load_workloads
+from libra_astra.cost import load_cost
+from libra_astra.demand import demand_to_dict, make_collective, single_class
+from libra_astra.design import Design, WorkloadRef
+from libra_astra.loop import run_loop
+from libra_astra.network import load_network, network_from_dict
+from libra_astra.optimize import Constraints
+from libra_astra.timing import TimeModel, collective_time_ns
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = [
+    ("gpt3_tp8_dp8", "traces/gpt3_tp8_dp8/gpt3", "network_configs/sample_8x8.yml"),
+    ("dlrm_16", "traces/dlrm_16/dlrm", "network_configs/sample_4x4.yml"),
+    ("resnet50_dp16", "traces/resnet50_dp16/resnet50", "network_configs/sample_4x4.yml"),
+]
+COLLECTIVES = [
+    ([("Ring", 4, 500), ("Switch", 4, 700)], "ALL_REDUCE", (4, 4)),
+    ([("Ring", 4, 200), ("FullyConnected", 2, 300), ("Switch", 4, 900)], "ALL_REDUCE", (4, 2, 4)),
+    ([("Ring", 4, 200), ("FullyConnected", 2, 300), ("Switch", 4, 900)], "REDUCE_SCATTER", (4, 2, 4)),
+    ([("Ring", 2, 100), ("Ring", 4, 400), ("FullyConnected", 2, 300), ("Switch", 2, 900)], "ALL_GATHER", (2, 4, 2, 2)),
+    ([("Ring", 2, 100), ("Ring", 4, 400), ("FullyConnected", 2, 300), ("Switch", 2, 900)], "ALL_REDUCE", (2, 4, 2, 2)),
+    ([("Ring", 4, 200), ("Switch", 4, 700), ("Ring", 2, 300)], "ALL_TO_ALL", (4, 4, 2)),
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", help="Keep the runs here (default: a temporary directory).")
+    ap.add_argument("--total-bw", type=float, default=400.0, help="GB/s per NPU for the sample loops.")
+    args = ap.parse_args()
+    binary = os.environ.get("ASTRA_SIM_BIN")
+    if not binary:
+        print("set ASTRA_SIM_BIN to an AstraSim_Analytical_Congestion_Unaware binary", file=sys.stderr)
+        return 2
+    base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="libra_validate_"))
+    base.mkdir(parents=True, exist_ok=True)
+    cost = load_cost(ROOT / "network_configs/cost.yml")
+    errors = []
+    print(f"{'sample':<15} {'k':>2} {'design':<20} {'predicted ns':>14} {'simulated ns':>14} {'error':>8}")
+    for name, prefix, network in SAMPLES:
+        net = load_network(ROOT / network)
+        workloads, refs = load_workloads((str(ROOT / prefix),), (), (), net, None)
+        for k in (1, 4):
+            res = run_loop(workloads, refs, net, cost, out_dir=base / f"{name}-k{k}",
+                           constraints=Constraints(total_bw_gbps=args.total_bw), binary=binary, splits=k,
+                           overwrite=True)
+            for r in res.rows:
+                errors.append(abs(r.error))
+                print(f"{name:<15} {k:>2} {r.name:<20} {r.predicted_ns:>14,.0f} {r.simulated_ns:>14,.0f} {r.error:>+8.3%}")
+    print()
+    print(f"{'collective':<15} {'dims':<28} {'k':>2} {'predicted ns':>14} {'simulated ns':>14} {'error':>8}")
+    for i, (dims, kind, parts) in enumerate(COLLECTIVES):
+        net = network_from_dict({"name": "n", "dimensions": [
+            {"name": f"d{j}", "topology": t, "npus": n, "latency_ns": lat} for j, (t, n, lat) in enumerate(dims)]})
+        bw = tuple([150.0, 60.0, 90.0, 25.0][: net.num_dims])
+        c = make_collective(kind, 2**26, parts, net=net)
+        for k in (1, 4, 16):
+            run = base / f"coll{i}-k{k}"
+            p = base / f"coll{i}.json"
+            p.write_text(json.dumps(demand_to_dict(single_class("one", net.npus_per_dim, 0.0, [c]))))
+            emit(Design("d", net, bw, workloads=(WorkloadRef("w", demand=str(p)),)), run, splits=k, overwrite=True)
+            sim = simulate(run, binary, overwrite=True).simulated_time_ns
+            pred = collective_time_ns(c, bw, net, TimeModel("pipelined", splits=k, local_mem_bw_gbps=1e9))
+            errors.append(abs(pred / sim - 1))
+            shape = " x ".join(f"{t}{n}" for t, n, _ in dims)
+            print(f"{kind:<15} {shape:<42} {k:>2} {pred:>14,.0f} {sim:>14,.0f} {pred / sim - 1:>+8.3%}")
+    print(f"\nlargest |error|: {max(errors):.3%} over {len(errors)} runs (target 2%); runs kept in {base}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
