@@ -848,6 +848,27 @@ def resolve_deps(node_ids: np.ndarray, dep_ids: np.ndarray, dep_ptr: np.ndarray,
     return pos if order is None else order[pos].astype(np.int64)
 
 
+def file_first_order(n: int, edges) -> tuple[list[int], list[int]]:
+    """Kahn's algorithm over edges (u, v) = "v waits for u", always taking the ready node that
+    comes first in the file, so the issue order stays as close to the file order as the
+    dependencies allow. Returns the order and the remaining in-degrees (non-zero on a cycle)."""
+    children: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for u, v in edges:
+        children[u].append(v)
+        indeg[v] += 1
+    ready = [i for i in range(n) if indeg[i] == 0]
+    out: list[int] = []
+    while ready:
+        u = heapq.heappop(ready)
+        out.append(u)
+        for v in children[u]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                heapq.heappush(ready, v)
+    return out, indeg
+
+
 def topological_order(prog: RankProgram) -> np.ndarray | None:
     """Node positions in an order where every dependency comes first; None if file order is one.
 
@@ -858,23 +879,7 @@ def topological_order(prog: RankProgram) -> np.ndarray | None:
     owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))
     if bool(np.all(dep < owner)):
         return None
-    # Kahn's algorithm, always taking the ready node that comes first in the file, so the issue
-    # order stays as close to the file order as the dependencies allow. Rare (writers usually
-    # emit parents first), so plain Python is fine.
-    children: list[list[int]] = [[] for _ in range(n)]
-    indeg_l = [0] * n
-    for u, v in zip(dep.tolist(), owner.tolist()):
-        children[u].append(v)
-        indeg_l[v] += 1
-    ready = [i for i in range(n) if indeg_l[i] == 0]
-    out: list[int] = []
-    while ready:
-        u = heapq.heappop(ready)
-        out.append(u)
-        for v in children[u]:
-            indeg_l[v] -= 1
-            if indeg_l[v] == 0:
-                heapq.heappush(ready, v)
+    out, indeg_l = file_first_order(n, zip(dep.tolist(), owner.tolist()))
     if len(out) < n:
         left = {i for i in range(n) if indeg_l[i] > 0}
         # walk parents inside the unfinished set until a node repeats: that is a cycle

@@ -33,7 +33,6 @@ piece. Compute times are rounded to whole microseconds (``duration_micros`` is a
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +45,7 @@ from .. import collectives as coll
 from ..demand import Collective, Demand, RankClass
 from ..errors import LibraError
 from ..network import Network
+from ..trace import file_first_order
 from .logical import LogicalNetwork, Splitter
 
 _DROP_TYPES = (pb.INVALID_NODE, pb.METADATA_NODE)
@@ -114,22 +114,8 @@ def _set_attrs(node: pb.Node, drop: Sequence[str], add: Sequence[pb.AttributePro
 def _issue_order(nodes: Sequence[pb.Node], where: str) -> list[int]:
     """Topological order of node positions, following file order where dependencies allow."""
     pos = {n.id: i for i, n in enumerate(nodes)}
-    indeg = [0] * len(nodes)
-    succ: list[list[int]] = [[] for _ in nodes]
-    for i, n in enumerate(nodes):
-        for d in set(n.data_deps) | set(n.ctrl_deps):
-            succ[pos[d]].append(i)
-            indeg[i] += 1
-    ready = [i for i, k in enumerate(indeg) if k == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for j in succ[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                heapq.heappush(ready, j)
+    edges = ((pos[d], i) for i, n in enumerate(nodes) for d in set(n.data_deps) | set(n.ctrl_deps))
+    order, indeg = file_first_order(len(nodes), edges)
     if len(order) != len(nodes):
         stuck = [nodes[i].id for i, k in enumerate(indeg) if k > 0][:5]
         raise LibraError(f"{where}: dependency cycle among nodes {stuck}...; fix the trace")
