@@ -239,25 +239,3 @@ def write_comm_groups(path: str | Path, groups: Mapping[int, Sequence[int]], ove
                              f"got {list(groups[gid])!r}")
         out[str(gid)] = members
     return write_json_atomic(path, out, overwrite)
-
-
-def load_comm_groups(path: str | Path) -> dict[int, tuple[int, ...]]:
-    """Read an ASTRA-sim communicator-group JSON into ``{group_id: sorted member ids}``."""
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise LibraError(f"{p}: communicator group file not found") from None
-    except json.JSONDecodeError as e:
-        raise LibraError(f"{p}: not valid JSON (line {e.lineno}); fix the communicator group file") from None
-    if not isinstance(data, dict):
-        raise LibraError(f"{p}: expected an object {{\"1\": [0, 1, ...]}}, got {type(data).__name__}")
-    groups: dict[int, tuple[int, ...]] = {}
-    for key, members in data.items():
-        if not str(key).isdigit() or int(key) <= 0:
-            raise LibraError(f"{p}: group id {key!r} must be a positive integer written as a string")
-        if not isinstance(members, list) or not all(isinstance(m, int) and not isinstance(m, bool) and m >= 0
-                                                    for m in members):
-            raise LibraError(f"{p}: group {key} must list NPU ids (integers >= 0), got {members!r}")
-        groups[int(key)] = tuple(sorted(set(members)))
-    return groups

@@ -36,7 +36,6 @@ instead of ``rank_classes``. The job time is the time of the slowest rank class.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -44,6 +43,7 @@ from typing import Any, Mapping, Sequence
 
 from . import collectives as coll
 from .errors import LibraError
+from .fileio import read_json
 from .network import Network
 
 FORMAT = "libra_astra.demand"
@@ -266,14 +266,7 @@ def demand_to_dict(d: Demand) -> dict[str, Any]:
 
 
 def load_demand(path: str | Path) -> Demand:
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise LibraError(f"{p}: demand file not found") from None
-    except json.JSONDecodeError as e:
-        raise LibraError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
-    return demand_from_dict(data, str(p))
+    return demand_from_dict(read_json(path, "demand"), str(path))
 
 
 def scaled(d: Demand, factor: float) -> Demand:

@@ -24,12 +24,12 @@ and read by ``libra-astra emit``::
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import LibraError
+from .fileio import read_json
 from .network import Network, network_from_dict
 
 FORMAT = "libra_astra.design"
@@ -102,11 +102,5 @@ def design_from_dict(data: Any, source: str = "<design>") -> Design:
 
 
 def load_design(path: str | Path) -> Design:
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise LibraError(f"{p}: design file not found; make one with 'libra-astra optimize ... -o {p}'") from None
-    except json.JSONDecodeError as e:
-        raise LibraError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
-    return design_from_dict(data, str(p))
+    data = read_json(path, "design", f"make one with 'libra-astra optimize ... -o {path}'")
+    return design_from_dict(data, str(path))

@@ -11,6 +11,19 @@ from typing import Any
 from .errors import LibraError
 
 
+def read_json(path: str | Path, what: str, missing_hint: str = "") -> Any:
+    """Parse a JSON file; a missing file or bad JSON is a one-line LibraError naming the file."""
+    p = Path(path)
+    try:
+        return json.loads(p.read_text())
+    except FileNotFoundError:
+        raise LibraError(f"{p}: {what} file not found{'; ' + missing_hint if missing_hint else ''}") from None
+    except IsADirectoryError:
+        raise LibraError(f"{p}: is a directory, not a {what} file") from None
+    except json.JSONDecodeError as e:
+        raise LibraError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}; fix the {what} file") from None
+
+
 def check_writable(path: str | Path, overwrite: bool) -> Path:
     p = Path(path)
     if p.exists() and not overwrite:

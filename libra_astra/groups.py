@@ -15,7 +15,6 @@ sorted members, each hop charged on the lowest dimension where the two NPUs diff
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -25,6 +24,7 @@ import numpy as np
 from . import collectives as coll
 from .demand import Collective, make_collective
 from .errors import LibraError
+from .fileio import read_json
 from .network import Network
 
 ALL_RANKS = ""  # group key of the default (all-ranks) communicator
@@ -67,12 +67,7 @@ def comm_groups_from_dict(data: Any, source: str) -> dict[str, tuple[int, ...]]:
 def load_comm_groups(path: str | Path) -> dict[str, tuple[int, ...]]:
     """Read an ASTRA-sim comm-group JSON file."""
     p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise LibraError(f"{p}: comm-group file not found") from None
-    except json.JSONDecodeError as e:
-        raise LibraError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
+    data = read_json(p, "comm-group")
     return comm_groups_from_dict(data, str(p))
 
 

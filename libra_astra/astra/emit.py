@@ -49,6 +49,8 @@ from .. import chakra_io as cio
 from ..demand import load_demand
 from ..design import Design, WorkloadRef, design_to_dict, load_design
 from ..errors import LibraError
+from ..fileio import read_json
+from ..groups import load_comm_groups
 from .logical import LogicalNetwork
 from .workload import WorkloadStats, plan_for_demand, plan_for_groups, rewrite_traces, synthesize
 
@@ -271,7 +273,7 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
     if wl.traces:
         source = "traces"
         if wl.comm_groups:
-            groups = cio.load_comm_groups(wl.comm_groups)
+            groups = {int(k): v for k, v in load_comm_groups(wl.comm_groups).items()}
         lnet, masks = plan_for_groups(net, bw, groups)
         demand = None
     elif wl.demand:
@@ -353,12 +355,9 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
 def load_manifest(run_dir: str | Path) -> dict[str, Any]:
     """The manifest of an emitted directory; LibraError if it is not one."""
     p = Path(run_dir) / "manifest.json"
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise LibraError(f"{run_dir}: not an emitted directory (no manifest.json); make one with 'libra-astra emit'") from None
-    except json.JSONDecodeError as e:
-        raise LibraError(f"{p}: not valid JSON (line {e.lineno}); re-emit the directory") from None
+    if not p.is_file():
+        raise LibraError(f"{run_dir}: not an emitted directory (no manifest.json); make one with 'libra-astra emit'")
+    data = read_json(p, "manifest", "re-emit the directory")
     if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
         raise LibraError(f"{p}: not a libra_astra run manifest; make the directory with 'libra-astra emit'")
     return data
