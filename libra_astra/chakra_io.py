@@ -31,7 +31,6 @@ caller encode the rank-independent part of a node once and append rank-specific 
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 

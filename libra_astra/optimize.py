@@ -14,22 +14,19 @@ network file, and linear constraints from text (constraints.py).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
+from scipy.optimize import linprog
 
 from .constraints import LinearConstraint
 from .cost import CostModel
 from .demand import Demand
 from .errors import LibraError
 from .network import Network
-from dataclasses import replace
-
-from scipy.optimize import linprog
-
-from .solver import ConvexProblem, SolverResult, solve, term_values, unbounded_coordinates
 from .predict import critical_path, predict
+from .solver import ConvexProblem, SolverResult, solve, term_values, unbounded_coordinates
 from .timing import LIBRA, TimeModel, collective_rows, demand_time
 
 OBJECTIVES = ("perf", "perf-per-cost", "min-cost")
@@ -127,16 +124,6 @@ def _feasible(bw, net, cost, cons: Constraints, t: float, c: float, tol: float =
 
 
 # ------------------------------------------------------------------ problem building
-
-
-@dataclass(frozen=True)
-class _Class:
-    workload: int
-    compute_ns: float
-    A: np.ndarray       # (M, D) merged rows
-    g: np.ndarray       # (M,)
-    owner: np.ndarray   # (M,) local term index
-    w: np.ndarray       # (K,)
 
 
 def _merge_terms(items, net: Network, model: TimeModel, cache: dict) -> list:

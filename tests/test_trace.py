@@ -5,7 +5,6 @@ import io
 import json
 import random
 
-import numpy as np
 import pytest
 from chakra.schema.protobuf import et_def_pb2 as pb
 from chakra.src.third_party.utils.protolib import encodeMessage
