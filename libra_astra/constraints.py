@@ -99,7 +99,10 @@ def _side(tokens: list[tuple[str, str]], net: Network, text: str, where: str) ->
                     continue
             if kind != "bw":
                 raise LibraError(f"{where}: expected a number or bw[...] in constraint {text!r}, found {val!r}")
-            d = net.dim_index(val)
+            try:
+                d = net.dim_index(val)
+            except LibraError as e:
+                raise LibraError(f"{where}: constraint {text!r}: {str(e).split(': ', 1)[1]}") from None
             i += 1
             if i < len(tokens) and tokens[i] == ("sym", "*"):
                 if i + 1 < len(tokens) and tokens[i + 1][0] == "num":

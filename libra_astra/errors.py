@@ -7,3 +7,7 @@ class LibraError(Exception):
     The message is one line that names the file or item at fault and says how to fix it;
     the CLI prints it without a traceback and exits non-zero.
     """
+
+
+class InfeasibleError(LibraError):
+    """No point satisfies the linear constraints (the caller may name the culprit)."""

@@ -23,7 +23,7 @@ from scipy.optimize import linprog
 from .constraints import LinearConstraint
 from .cost import CostModel
 from .demand import Demand
-from .errors import LibraError
+from .errors import InfeasibleError, LibraError
 from .network import Network
 from .predict import critical_path, predict
 from .solver import ConvexProblem, SolverResult, solve, term_values, unbounded_coordinates
@@ -429,10 +429,13 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
         Infeasible or unbounded problems, bad weights, a demand for another network shape.
     """
     start_for, start_bw = None, None
-    if objective == "min-cost":
-        start_for, start_bw = _min_cost_start(workloads, net, cost, constraints, model)
-    b, res, bw, n_paths = _solve_model(workloads, net, cost, constraints, objective, model, rel_gap, start_for,
-                                       start_bw)
+    try:
+        if objective == "min-cost":
+            start_for, start_bw = _min_cost_start(workloads, net, cost, constraints, model)
+        b, res, bw, n_paths = _solve_model(workloads, net, cost, constraints, objective, model, rel_gap, start_for,
+                                           start_bw)
+    except InfeasibleError as e:
+        raise InfeasibleError(_explain_infeasible(net, cost, constraints) or str(e)) from None
     best = evaluate(workloads, net, cost, bw, constraints, model)
     if objective == "perf":
         fun, unit = best.time_ns, b.t0
@@ -448,6 +451,30 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
     if baselines:
         out = _with_baselines(out, workloads, net, cost, constraints, model)
     return out
+
+
+def _explain_infeasible(net: Network, cost: CostModel, cons: Constraints) -> str | None:
+    """Name the constraint whose removal makes the rest feasible, if there is one."""
+    named = [(f"--constraint {lc.text!r}", replace(cons, linear=cons.linear[:i] + cons.linear[i + 1:]))
+             for i, lc in enumerate(cons.linear)]
+    if cons.total_bw_gbps is not None:
+        named.append(("--total-bw" + ("-max" if cons.total_bw_is_upper_bound else ""),
+                      replace(cons, total_bw_gbps=None)))
+    if cons.budget_usd is not None:
+        named.append(("--budget", replace(cons, budget_usd=None)))
+    culprits = [name for name, rest in named if _linear_feasible(net, cost, rest)]
+    if not culprits:
+        return None
+    return (f"the constraints are infeasible: {' or '.join(culprits)} conflicts with the others "
+            "(bounds in the network file included); relax it")
+
+
+def _linear_feasible(net: Network, cost: CostModel, cons: Constraints) -> bool:
+    G, h, E, f, _ = _linear_rows(net, cost, cons, 1.0, 1.0)
+    res = linprog(np.zeros(net.num_dims), A_ub=G if G.size else None, b_ub=h if G.size else None,
+                  A_eq=E if E.size else None, b_eq=f if E.size else None,
+                  bounds=[(None, None)] * net.num_dims, method="highs")
+    return res.status == 0
 
 
 def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_for=None, start_bw=None):

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import linprog
 
-from .errors import LibraError
+from .errors import InfeasibleError, LibraError
 
 # Tunables of the primal-dual method (chosen on the benchmark's problems: tools/bench_optimize.py).
 _GAMMA = 1e-4       # wide neighbourhood: every u_i y_i / omega_i >= _GAMMA * mean
@@ -143,12 +143,12 @@ def _starting_point(p: ConvexProblem, guesses: list[np.ndarray]) -> np.ndarray:
     res = linprog(c, A_ub=A_ub, b_ub=hs if Gs.size else None, A_eq=A_eq, b_eq=p.f if p.E.size else None,
                   bounds=bounds, method="highs")
     if res.status == 2:
-        raise LibraError("the constraints are infeasible: no bandwidth split satisfies all of them; relax one")
+        raise InfeasibleError("the constraints are infeasible: no bandwidth split satisfies all of them; relax one")
     if res.status != 0:
         raise LibraError(f"could not find a starting point: {res.message}")
     # delta is the margin of the best point: negative means some inequality cannot hold at all.
     if res.x[-1] < -1e-9:
-        raise LibraError("the constraints are infeasible: no bandwidth split satisfies all of them; relax one")
+        raise InfeasibleError("the constraints are infeasible: no bandwidth split satisfies all of them; relax one")
     if res.x[-1] <= 1e-9:
         raise LibraError("the constraints leave no strictly feasible point (an inequality always holds with "
                          "equality, or a bandwidth is forced to 0); write such pairs as one equality")

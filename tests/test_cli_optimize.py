@@ -103,7 +103,8 @@ def test_errors_are_one_line(demand_file, tmp_path):
                    "objective perf is unbounded: bandwidth of package, node, pod can grow without limit; add "
                    "--total-bw, --budget, bw_max_gbps in the network file or a --constraint")
     one_line_error(run(*base(demand_file), "--total-bw", "300", "--constraint", "bw[0] >= 400"),
-                   "the constraints are infeasible: no bandwidth split satisfies all of them; relax one")
+                   "the constraints are infeasible: --constraint 'bw[0] >= 400' or --total-bw conflicts with the "
+                   "others (bounds in the network file included); relax it")
     one_line_error(run(*base(demand_file), "--total-bw", "300", "--constraint", "bw[0] >> 2"),
                    "--constraint: constraint 'bw[0] >> 2' needs exactly one of <=, >=, == (found 2)")
     one_line_error(run(*base(demand_file), "--total-bw", "300", "--total-bw-max", "400"),

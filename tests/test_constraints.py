@@ -46,8 +46,8 @@ def test_parse(text, coeffs, op, rhs):
     ("* bw[0] <= 3", "--constraint: expected a number or bw[...] in constraint '* bw[0] <= 3', found '*'"),
     ("3 >= 1", "--constraint: constraint '3 >= 1' names no bandwidth; write e.g. 'bw[0] <= 100'"),
     ("bw[0] - bw[0] >= 1", "--constraint: constraint 'bw[0] - bw[0] >= 1' names no bandwidth; write e.g. 'bw[0] <= 100'"),
-    ("bw[9] >= 1", "network 'paper-3d': no dimension '9'; use an index 0..2 or one of ['package', 'node', 'pod']"),
-    ("bw[rack] >= 1", "network 'paper-3d': no dimension 'rack'; use an index 0..2 or one of ['package', 'node', 'pod']"),
+    ("bw[9] >= 1", "--constraint: constraint 'bw[9] >= 1': no dimension '9'; use an index 0..2 or one of ['package', 'node', 'pod']"),
+    ("bw[rack] >= 1", "--constraint: constraint 'bw[rack] >= 1': no dimension 'rack'; use an index 0..2 or one of ['package', 'node', 'pod']"),
 ])
 def test_parse_errors(text, message):
     with pytest.raises(LibraError) as e:

@@ -357,7 +357,13 @@ def test_infeasible_constraints():
     cons = Constraints(300.0, linear=(parse_constraint("bw[0] >= 400", NET3),))
     with pytest.raises(LibraError) as e:
         optimize(mix3(), NET3, COST, constraints=cons)
-    assert str(e.value) == "the constraints are infeasible: no bandwidth split satisfies all of them; relax one"
+    assert str(e.value) == ("the constraints are infeasible: --constraint 'bw[0] >= 400' or --total-bw conflicts "
+                            "with the others (bounds in the network file included); relax it")
+    both = Constraints(300.0, linear=(parse_constraint("bw[0] >= 200", NET3), parse_constraint("bw[1] >= 200", NET3)))
+    with pytest.raises(LibraError) as e:
+        optimize(mix3(), NET3, COST, constraints=both)
+    assert str(e.value).startswith("the constraints are infeasible: --constraint 'bw[0] >= 200' or "
+                                   "--constraint 'bw[1] >= 200' or --total-bw conflicts")
     cons = Constraints(300.0, linear=(parse_constraint("bw[0] >= 300", NET3),))     # forces fc and sw to 0
     with pytest.raises(LibraError, match=r"^the constraints leave no strictly feasible point"):
         optimize(mix3(), NET3, COST, constraints=cons)
