@@ -86,3 +86,6 @@ def simulate_command(run_dir: str, binary: str | None, timeout_s: float, force: 
                f"{_ms(fastest.finished_ns)}), {res.npus_count} NPUs")
     click.echo(f"exposed communication: up to {_ms(exposed)}; host time {res.wall_seconds:.2f} s; "
                f"results in {res.sim_dir}")
+    if res.predicted_time_ns is not None:
+        click.echo(f"predicted by libra_astra at emit: {_ms(res.predicted_time_ns)} "
+                   f"(error {res.prediction_error:+.3%} against the simulator)")

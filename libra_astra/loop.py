@@ -112,12 +112,12 @@ def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Ne
         for w, ref in zip(workloads, refs):
             run_dir = out / f"iter{iteration}" / name / _safe(ref.name)
             run_dir.parent.mkdir(parents=True, exist_ok=True)
+            # The prediction recorded by emit uses the simulator's own settings (no fitted efficiency).
             emit(design, run_dir, splits=splits, workload=ref.name, overwrite=overwrite,
-                 local_mem_bw_gbps=local_mem_bw_gbps)
+                 local_mem_bw_gbps=local_mem_bw_gbps, demand=w.demand)
             res = simulate(run_dir, bin_path, timeout_s=timeout_s, overwrite=overwrite)
             sim_total += w.weight * res.simulated_time_ns
-            # The prediction always uses the simulator's own settings, without fitted efficiency.
-            pred_total += w.weight * predict(w.demand, bw, net, _sim_model(splits, local_mem_bw_gbps, None)).time_ns
+            pred_total += w.weight * res.predicted_time_ns
             dirs.append(str(run_dir))
         row = LoopRow(iteration, name, bw, design.cost_usd, pred_total, sim_total, tuple(dirs))
         on_event(f"iter {iteration} {name:<20} simulated {sim_total / 1e6:12.4f} ms  predicted "

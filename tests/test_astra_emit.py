@@ -357,3 +357,18 @@ def test_flat_ring_collective_approximated_per_dimension(tmp_path):
     a = attrs(node)
     assert a["involved_dim"] == [True, False]
     assert a["comm_size"] == round(400 * 4 / (2 * 3))  # ring all-reduce over 4 sends 400 bytes per NPU
+
+
+def test_manifest_records_the_prediction_for_the_emitted_settings(tmp_path):
+    from libra_astra.predict import predict
+    from libra_astra.timing import TimeModel
+
+    net = net_of(("Ring", 4, 500.0), ("Switch", 4, 700.0))
+    c = make_collective("ALL_REDUCE", 2**26, (4, 4), net=net)
+    dem = single_class("one", (4, 4), 1e5, [c])
+    design = demand_design(tmp_path, net, (120.0, 40.0), dem)
+    emit(design, tmp_path / "run", splits=4, local_mem_bw_gbps=1600.0)
+    pred = json.loads((tmp_path / "run" / "manifest.json").read_text())["prediction"]
+    model = TimeModel("pipelined", splits=4, latency=True, local_mem_bw_gbps=1600.0, overlap=True)
+    assert pred["time_ns"] == pytest.approx(predict(dem, (120.0, 40.0), net, model).time_ns, rel=1e-12)
+    assert "4 chunk(s)" in pred["model"] and "1600" in pred["model"]

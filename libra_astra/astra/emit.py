@@ -46,11 +46,14 @@ from typing import Any, Sequence
 
 from .. import __version__
 from .. import chakra_io as cio
-from ..demand import load_demand
+from ..demand import Demand, load_demand
 from ..design import Design, WorkloadRef, design_to_dict, load_design
 from ..errors import LibraError
 from ..fileio import read_json
 from ..groups import load_comm_groups
+from ..predict import predict
+from ..timing import TimeModel
+from ..trace_demand import demand_from_traces
 from .logical import LogicalNetwork
 from .workload import WorkloadStats, plan_for_demand, plan_for_groups, rewrite_traces, synthesize
 
@@ -171,7 +174,8 @@ def _workload_notes(source: str, lnet: LogicalNetwork, stats: WorkloadStats, spl
         notes.append("preferred-dataset-splits 1: a multi-dimensional collective takes the sum of its per-dimension times")
     else:
         notes.append(f"preferred-dataset-splits {splits}: chunks pipeline across dimensions (all-reduce: "
-                     "max_i(T_i + sum_{j<i} T_j / k); reduce-scatter and all-gather: max_i(T_i + sum_{j>i} T_j / k))")
+                     "max_i(T_i + sum_{j<i} T_j / k); reduce-scatter, all-gather, all-to-all: "
+                     "max_i(T_i + sum_{j!=i} T_j / k))")
     if lnet.is_split:
         shape = " x ".join(f"{d.name}({d.npus})" for d in lnet.dims)
         notes.append(f"dimensions split so communicator groups are whole logical dimensions: {shape}; NPU ids unchanged; "
@@ -228,7 +232,8 @@ def _safe_name(name: str) -> str:
 
 def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, workload: str | None = None,
          overwrite: bool = False, endpoint_delay_ns: int = 1, local_mem_bw_gbps: float = 1e9,
-         peak_perf_tflops: float = 1000.0, scheduling_policy: str = "LIFO", max_repeats: int = 256) -> EmitResult:
+         peak_perf_tflops: float = 1000.0, scheduling_policy: str = "LIFO", max_repeats: int = 256,
+         demand: Demand | None = None) -> EmitResult:
     """Write ASTRA-sim inputs for one workload of ``design`` into the new directory ``out_dir``.
 
     Parameters
@@ -245,6 +250,9 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
         System settings (see the module docstring).
     max_repeats
         Most runs of one demand collective with a large ``count`` (synthesis only).
+    demand
+        The workload's demand, if the caller has it (spares reading the traces again for the
+        prediction recorded in the manifest).
 
     Raises
     ------
@@ -270,12 +278,19 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
                              "simulate; give it a positive bw_min_gbps in the network file and optimize again")
 
     groups: dict[int, tuple[int, ...]] = {}
+    prediction_unavailable = ""
     if wl.traces:
         source = "traces"
         if wl.comm_groups:
             groups = {int(k): v for k, v in load_comm_groups(wl.comm_groups).items()}
         lnet, masks = plan_for_groups(net, bw, groups)
-        demand = None
+        if demand is None:
+            try:
+                demand, _ = demand_from_traces(wl.traces, net, comm_groups=wl.comm_groups)
+            except LibraError as err:
+                # The rewrite tolerates what the demand reader refuses (dangling dependencies);
+                # emit anyway and say why there is no prediction.
+                prediction_unavailable = str(err)
     elif wl.demand:
         source = "demand"
         demand = load_demand(wl.demand)
@@ -329,6 +344,8 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
             "simulator": {"binary": DEFAULT_BINARY, "binary_env": BINARY_ENV, "args": args,
                           "logging_folder": logging_folder, "run_from": ".", "command_line": result.command_line},
             "workload_stats": stats.to_dict(),
+            "prediction": (_prediction(demand, design, splits, float(local_mem_bw_gbps)) if demand is not None
+                           else {"time_ns": None, "unavailable": prediction_unavailable}),
             "notes": notes,
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
@@ -350,6 +367,15 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return result
+
+
+def _prediction(demand: Demand, design: Design, splits: int, local_mem_bw_gbps: float) -> dict[str, Any]:
+    """What libra_astra predicts the simulator will report for these settings."""
+    model = TimeModel("pipelined", splits=splits, latency=True, local_mem_bw_gbps=local_mem_bw_gbps, overlap=True)
+    p = predict(demand, design.bandwidth_gbps, design.network, model)
+    return {"time_ns": p.time_ns, "class_times_ns": list(p.class_times_ns),
+            "model": f"pipelined, {splits} chunk(s), per-hop latency, local-mem-bw {local_mem_bw_gbps:g} GB/s, "
+                     + ("dependency-aware" if p.overlap_aware else "no overlap (no dependency graph)")}
 
 
 def load_manifest(run_dir: str | Path) -> dict[str, Any]:

@@ -41,6 +41,14 @@ class SimResult:
     splits: int
     ranks: tuple[RankStats, ...]
     command: tuple[str, ...]
+    predicted_time_ns: float | None = None   # from the manifest, when emit recorded one
+
+    @property
+    def prediction_error(self) -> float | None:
+        """(predicted - simulated) / simulated, or None without a prediction."""
+        if self.predicted_time_ns is None:
+            return None
+        return self.predicted_time_ns / self.simulated_time_ns - 1.0
 
     @property
     def simulated_time_ns(self) -> int:
@@ -61,6 +69,7 @@ class SimResult:
             "exit_code": self.exit_code, "wall_seconds": self.wall_seconds,
             "npus_count": self.npus_count, "preferred_dataset_splits": self.splits,
             "simulated_time_ns": self.simulated_time_ns,
+            "predicted_time_ns": self.predicted_time_ns, "prediction_error": self.prediction_error,
             "command": list(self.command),
             "ranks": [r.to_dict() for r in self.ranks],
         }
@@ -172,7 +181,8 @@ def simulate(run_dir: str | os.PathLike, binary: str | os.PathLike | None = None
     extra = [r.rank for r in parsed.ranks if r.rank >= npus]
     if extra:
         raise LibraError(f"{run}: ASTRA-sim reported rank {extra[0]} but the network has {npus} NPUs; re-emit the directory")
+    predicted = (manifest.get("prediction") or {}).get("time_ns")
     result = SimResult(str(run), str(sim), exe, code, wall, npus, int(manifest.get("preferred_dataset_splits", 1)),
-                       parsed.ranks, tuple(argv))
+                       parsed.ranks, tuple(argv), float(predicted) if predicted is not None else None)
     (sim / "result.json").write_text(json.dumps(result.to_dict(), indent=1) + "\n")
     return result
