@@ -17,7 +17,7 @@ from typing import Sequence
 
 from .demand import Demand, RankClass
 from .network import Network
-from .timing import TimeModel, class_time_ns, collective_time_ns
+from .timing import TimeModel, class_time_ns, collective_times_ns
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Prediction:
 def _replay(rc: RankClass, bw_gbps: Sequence[float], net: Network, model: TimeModel):
     """Finish times and, per node, the predecessor that made it wait (-1 if none)."""
     assert rc.dag is not None
-    coll_ns = [collective_time_ns(c, bw_gbps, net, model) for c in rc.collectives]
+    coll_ns = collective_times_ns(rc, bw_gbps, net, model).tolist()
     preds: list[list[int]] = [[] for _ in rc.dag.nodes]
     for u, v in rc.dag.deps:
         preds[v].append(u)

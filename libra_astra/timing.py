@@ -29,6 +29,7 @@ slowest class sets the job time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -76,11 +77,18 @@ def _reduced_bytes(kind: str, carried: float, p: int) -> float:
     return 0.0
 
 
+@lru_cache(maxsize=1 << 16)
 def collective_rows(c: Collective, net: Network, model: TimeModel = LIBRA) -> tuple[np.ndarray, np.ndarray]:
-    """Rows (A, const) of one collective's time: time = max_r (A[r] @ (1/B) + const[r])."""
+    """Rows (A, const) of one collective's time: time = max_r (A[r] @ (1/B) + const[r]).
+
+    Cached (every argument is an immutable value): evaluating a demand at many bandwidths, as the
+    baselines, the grid checks and the dependency replay do, builds each collective's rows once.
+    The arrays are read-only."""
     A, const = _rows(c, net, model)
     if model.efficiency is not None:
         A = A / np.asarray(model.efficiency, dtype=float)
+    A.setflags(write=False)
+    const.setflags(write=False)
     return A, const
 
 
@@ -148,16 +156,47 @@ def _rows(c: Collective, net: Network, model: TimeModel) -> tuple[np.ndarray, np
 
 def collective_time_ns(c: Collective, bw_gbps: Sequence[float], net: Network, model: TimeModel = LIBRA) -> float:
     A, const = collective_rows(c, net, model)
-    # A dimension at 0 GB/s makes the rows that use it infinite and no others (0 * inf is nan).
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(A > 0, A / np.asarray(bw_gbps, dtype=float), 0.0)
-    return float(np.max(terms.sum(axis=1) + const))
+    with np.errstate(divide="ignore"):
+        inv = 1.0 / np.asarray(bw_gbps, dtype=float)
+    return float(np.max(_apply(A, inv) + const))
+
+
+@lru_cache(maxsize=64)
+def _class_rows(rc: RankClass, net: Network, model: TimeModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every collective's rows of one rank class stacked: (A, const, first row of each collective)."""
+    if not rc.collectives:
+        return np.zeros((0, net.num_dims)), np.zeros(0), np.zeros(0, dtype=np.int64)
+    rows = [collective_rows(c, net, model) for c in rc.collectives]
+    starts = np.cumsum([0] + [a.shape[0] for a, _ in rows[:-1]])
+    return np.vstack([a for a, _ in rows]), np.concatenate([g for _, g in rows]), starts
+
+
+def collective_times_ns(rc: RankClass, bw_gbps: Sequence[float], net: Network, model: TimeModel = LIBRA) -> np.ndarray:
+    """Time of each collective of a rank class (one run each), vectorized over the class."""
+    A, const, starts = _class_rows(rc, net, model)
+    if not starts.shape[0]:
+        return np.zeros(0)
+    with np.errstate(divide="ignore"):
+        inv = 1.0 / np.asarray(bw_gbps, dtype=float)
+    vals = _apply(A, inv) + const
+    return np.maximum.reduceat(vals, starts)
+
+
+def _apply(A: np.ndarray, inv: np.ndarray) -> np.ndarray:
+    # A dimension at 0 GB/s makes only the rows that use it infinite (0 * inf would be nan).
+    if np.all(np.isfinite(inv)):
+        return A @ inv
+    finite = np.where(np.isfinite(inv), inv, 0.0)
+    out = A @ finite
+    out[(A[:, ~np.isfinite(inv)] > 0).any(axis=1)] = np.inf
+    return out
 
 
 def class_time_ns(rc: RankClass, bw_gbps: Sequence[float], net: Network, model: TimeModel = LIBRA) -> tuple[float, float]:
     """(compute_ns, communication_ns) of one rank class without compute/communication overlap."""
-    comm = sum(c.count * collective_time_ns(c, bw_gbps, net, model) for c in rc.collectives)
-    return rc.compute_time_ns, float(comm)
+    counts = np.array([c.count for c in rc.collectives], dtype=float)
+    comm = float(counts @ collective_times_ns(rc, bw_gbps, net, model)) if counts.size else 0.0
+    return rc.compute_time_ns, comm
 
 
 @dataclass(frozen=True)
