@@ -175,6 +175,7 @@ class _Built:
     guesses: list
     num_collectives: int
     num_terms: int
+    price_per_gbps: tuple[float, ...] = ()   # cost model's USD per GB/s of each dimension
 
 
 def _linear_rows(net: Network, cost: CostModel, cons: Constraints, b0: float, c0: float):
@@ -343,7 +344,7 @@ def _build(workloads: Sequence[Workload], net: Network, cost: CostModel, cons: C
             x[:D] = gb / cost_scaled
             x[s_idx] = 1.0 / cost_scaled
         full.append(x)
-    return _Built(problem, D, b0, t0, c0, s_idx, full, n_coll, k)
+    return _Built(problem, D, b0, t0, c0, s_idx, full, n_coll, k, cost.price_usd_per_gbps(net))
 
 
 def _promote_implicit_equalities(G, h, E, f, n_recip):
@@ -390,21 +391,30 @@ def _independent_rows(E: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def _check_bounded(b: _Built, net: Network, objective: str, workloads: Sequence[Workload]) -> None:
+    """Refuse problems whose infimum is not attained, naming the cause and the fix."""
     p = b.problem
     D = b.D
+    used = np.flatnonzero(p.A[:, :D].max(axis=0) > 0)
     if objective == "perf":
-        used = np.flatnonzero(p.A[:, :D].max(axis=0) > 0)
         bad = unbounded_coordinates(p, used)
         if bad:
             names = ", ".join(net.dims[j].name for j in bad)
             raise LibraError(f"objective perf is unbounded: bandwidth of {names} can grow without limit; "
                              "add --total-bw, --budget, bw_max_gbps in the network file or a --constraint")
-    elif objective == "perf-per-cost":
-        bad = unbounded_coordinates(p, np.array([b.s_index]))
-        if bad:
-            raise LibraError("objective perf-per-cost is unbounded: with upper bounds only (--total-bw-max, "
-                             "--budget) it drives bandwidth toward 0; add --total-bw or a lower bound (bw_min_gbps "
-                             "or a --constraint)")
+        return
+    if objective == "perf-per-cost" and unbounded_coordinates(p, np.array([b.s_index])):
+        raise LibraError("objective perf-per-cost has no minimizer: the network cost can shrink toward 0 under "
+                         "these constraints (only upper bounds, or bandwidth free to move to dimensions that cost "
+                         "nothing); add --total-bw or lower bounds (bw_min_gbps or a --constraint)")
+    # A used dimension that costs nothing and has no upper bound improves the time for free forever.
+    price = np.array(b.price_per_gbps)
+    free = used[price[used] == 0]
+    bad = unbounded_coordinates(p, free) if free.size else []
+    if bad:
+        names = ", ".join(net.dims[j].name for j in bad)
+        raise LibraError(f"objective {objective} has no minimizer: {names} cost nothing in the cost model and "
+                         "their bandwidth can grow without limit; give them a price or an upper bound "
+                         "(bw_max_gbps or a --constraint)")
 
 
 def _unscale(b: _Built, res: SolverResult, objective: str) -> np.ndarray:

@@ -379,8 +379,9 @@ def test_unbounded_objectives():
         optimize(mix3(), NET3, COST)
     assert str(e.value) == ("objective perf is unbounded: bandwidth of ring, fc, sw can grow without limit; add "
                             "--total-bw, --budget, bw_max_gbps in the network file or a --constraint")
-    ppc = ("objective perf-per-cost is unbounded: with upper bounds only (--total-bw-max, --budget) it drives "
-           "bandwidth toward 0; add --total-bw or a lower bound (bw_min_gbps or a --constraint)")
+    ppc = ("objective perf-per-cost has no minimizer: the network cost can shrink toward 0 under these constraints "
+           "(only upper bounds, or bandwidth free to move to dimensions that cost nothing); add --total-bw or lower "
+           "bounds (bw_min_gbps or a --constraint)")
     budget = 100.0 * sum(COST.price_usd_per_gbps(NET3))
     for cons in (Constraints(), Constraints(300.0, total_bw_is_upper_bound=True), Constraints(budget_usd=budget)):
         with pytest.raises(LibraError) as e:
@@ -413,3 +414,25 @@ def test_workload_errors():
     with pytest.raises(LibraError) as e:
         optimize([], NET3, COST, constraints=Constraints(300.0))
     assert str(e.value) == "no workload given; pass --demand FILE or a trace prefix"
+
+
+def test_a_free_unbounded_dimension_has_no_minimizer():
+    free = cost_from_dict({"unit_prices_usd_per_gbps": {"x": {"link": 1.0}, "y": {"link": 2.0, "switch": 1.0},
+                                                        "z": {}}})
+    net = network_from_dict({"name": "t", "dimensions": [
+        {"name": "a", "topology": "Ring", "npus": 4, "cost_class": "x"},
+        {"name": "b", "topology": "Switch", "npus": 4, "cost_class": "y"},
+        {"name": "c", "topology": "FullyConnected", "npus": 2, "cost_class": "z"}]})
+    w = [Workload(single_class("w", (4, 4, 2), 1e6, [make_collective("ALL_REDUCE", 2**30, (4, 4, 2))]))]
+    msg = ("has no minimizer: c cost nothing in the cost model and their bandwidth can grow without limit; give them "
+           "a price or an upper bound (bw_max_gbps or a --constraint)")
+    with pytest.raises(LibraError) as e:
+        optimize(w, net, free, objective="min-cost", constraints=Constraints(time_target_ns=1e8))
+    assert str(e.value) == "objective min-cost " + msg
+    lower = tuple(parse_constraint(f"bw[{i}] >= 1", net) for i in range(3))
+    with pytest.raises(LibraError) as e:
+        optimize(w, net, free, objective="perf-per-cost", constraints=Constraints(budget_usd=1e5, linear=lower))
+    assert str(e.value) == "objective perf-per-cost " + msg
+    capped = lower + (parse_constraint("bw[c] <= 100", net),)
+    r = optimize(w, net, free, objective="perf-per-cost", constraints=Constraints(budget_usd=1e5, linear=capped))
+    assert r.success and r.bw_gbps[2] <= 100 * (1 + 1e-9)
