@@ -46,7 +46,7 @@ from scipy.optimize import minimize
 from libra_astra import solver, synthetic
 from libra_astra.cost import load_cost
 from libra_astra.network import load_network
-from libra_astra.optimize import Constraints, Workload, _build
+from libra_astra.problem import Constraints, Workload, build_problem
 from libra_astra.timing import TimeModel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,7 +147,7 @@ def main() -> None:
         for dname, dem in demands:
             for objective in ("perf", "perf-per-cost"):
                 for mname, model in models.items():
-                    b = _build([Workload(dem)], net, cost, Constraints(300.0), objective, model)
+                    b = build_problem([Workload(dem)], net, cost, Constraints(300.0), objective, model)
                     p = b.problem
                     K = p.w.shape[0]
                     big = K > 200
