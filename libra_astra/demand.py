@@ -31,7 +31,9 @@ instead of ``rank_classes``. The job time is the time of the slowest rank class.
 
 ``dag`` (optional, kept for the overlap model): ``{"nodes": [[kind, value], ...], "deps":
 [[u, v], ...]}`` with kind ``"comp"`` (value = time in ns) or ``"coll"`` (value = index into
-``collectives``); ``deps`` lists edges u -> v (v waits for u), node indices in topological order.
+``collectives``); ``deps`` lists edges u -> v (v waits for u), node indices in topological order; optional
+``links`` [[node, source class, source node], ...] make a receive wait for the matching send of
+another rank class (pipeline parallelism).
 """
 
 from __future__ import annotations
@@ -69,10 +71,16 @@ class Collective:
 
 @dataclass(frozen=True)
 class Dag:
-    """Per-rank dependency graph: nodes are ("comp", time_ns) or ("coll", collective index)."""
+    """Per-rank dependency graph: nodes are ("comp", time_ns) or ("coll", collective index).
+
+    ``links`` are the waits on other ranks: (node, source class, source node) means ``node`` (a
+    receive) cannot finish before ``source node`` of a rank of ``source class`` (the matching
+    send) has finished.
+    """
 
     nodes: tuple[tuple[str, float], ...]
     deps: tuple[tuple[int, int], ...]
+    links: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -193,7 +201,13 @@ def _dag_from_dict(raw: Any, where: str, num_coll: int) -> Dag:
                 and 0 <= e[0] < e[1] < len(nodes)):
             raise LibraError(f"{where}: dag edge {e!r} must be [u, v] with 0 <= u < v < {len(nodes)} (topological order)")
         deps.append((e[0], e[1]))
-    return Dag(tuple(nodes), tuple(deps))
+    links = []
+    for e in raw.get("links", []):
+        if not (isinstance(e, list) and len(e) == 3 and all(isinstance(x, int) and x >= 0 for x in e)
+                and e[0] < len(nodes)):
+            raise LibraError(f"{where}: dag link {e!r} must be [node, source class, source node] with node < {len(nodes)}")
+        links.append((e[0], e[1], e[2]))
+    return Dag(tuple(nodes), tuple(deps), tuple(links))
 
 
 def _class_from_dict(raw: Mapping, where: str, shape: tuple[int, ...]) -> RankClass:
@@ -257,6 +271,8 @@ def demand_to_dict(d: Demand) -> dict[str, Any]:
         if rc.dag is not None:
             item["dag"] = {"nodes": [[k, v if k == "comp" else int(v)] for k, v in rc.dag.nodes],
                            "deps": [list(e) for e in rc.dag.deps]}
+            if rc.dag.links:
+                item["dag"]["links"] = [list(e) for e in rc.dag.links]
         classes.append(item)
     out: dict[str, Any] = {"format": FORMAT, "version": VERSION, "name": d.name, "npus_per_dim": list(d.npus_per_dim)}
     if d.notes:

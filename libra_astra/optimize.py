@@ -24,7 +24,7 @@ from .constraints import LinearConstraint
 from .cost import CostModel
 from .errors import InfeasibleError, LibraError
 from .network import Network
-from .predict import critical_path, predict
+from .predict import critical_paths, predict
 from .problem import (OBJECTIVES, Constraints, ScaledProblem, Workload, build_problem, linear_rows, path_terms,
                       unscale)
 from .solver import solve, term_values, unbounded_coordinates
@@ -232,11 +232,10 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
     for _ in range(500):
         added = 0
         for wi, w in enumerate(workloads):
-            for ci, rc in enumerate(w.demand.rank_classes):
-                _, path = critical_path(rc, bw, net, model)
-                key = (wi, ci, path)
+            for _, path in critical_paths(w.demand, bw, net, model):
+                key = (wi, path)
                 if key not in paths:
-                    comp, terms = path_terms(rc, path, net, model, cache)
+                    comp, terms = path_terms(w.demand, path, net, model, cache)
                     paths[key] = (wi, comp, terms)
                     added += 1
         if not added and b is not None:

@@ -1,13 +1,14 @@
-"""Dependency-aware time prediction: a rank's DAG replayed the way ASTRA-sim runs it.
+"""Dependency-aware time prediction: the ranks' DAGs replayed the way ASTRA-sim runs them.
 
 Per rank at most one compute node and one collective run at a time; compute overlaps
 communication when the dependencies allow it. Nodes are issued in the DAG's (topological) order
 on their resource, so a node starts at max(its dependencies' finish, its resource's free time).
+A receive also waits for the matching send of another rank class (the DAG's ``links``, from
+pipeline parallelism), so the classes are replayed together until those waits settle.
 Collective durations come from a time model (timing.py), normally the ``pipelined`` model with
 the simulator's chunk count, latency and local memory bandwidth.
 
-Without a DAG the prediction falls back to the no-overlap sum. Ranks of different classes are
-replayed independently: the job time is the slowest class (cross-rank waiting is not modelled).
+A class without a DAG falls back to the no-overlap sum. The job time is the slowest class.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from .demand import Demand, RankClass
 from .network import Network
 from .timing import TimeModel, class_time_ns, collective_times_ns
 
+# A node of the job: (rank class, node index); node -1 stands for a whole class without a DAG.
+JobNode = tuple[int, int]
+
 
 @dataclass(frozen=True)
 class Prediction:
@@ -28,65 +32,110 @@ class Prediction:
     overlap_aware: bool
 
 
-def _replay(rc: RankClass, bw_gbps: Sequence[float], net: Network, model: TimeModel):
-    """Finish times and, per node, the predecessor that made it wait (-1 if none)."""
-    assert rc.dag is not None
-    coll_ns = collective_times_ns(rc, bw_gbps, net, model).tolist()
-    preds: list[list[int]] = [[] for _ in rc.dag.nodes]
-    for u, v in rc.dag.deps:
-        preds[v].append(u)
-    n = len(rc.dag.nodes)
-    finish = [0.0] * n
-    cause = [-1] * n
+@dataclass(frozen=True)
+class _Replay:
+    finish: tuple[list[float], ...]             # per class, per node
+    cause: tuple[list[JobNode | None], ...]     # what each node waited for last
+    busy_comp: tuple[float, ...]
+
+
+def _replay_class(rc: RankClass, ci: int, coll_ns: list[float], preds: list[list[int]],
+                  waits: dict[int, JobNode], finishes: Sequence[list[float]]):
+    finish = [0.0] * len(rc.dag.nodes)
+    cause: list[JobNode | None] = [None] * len(finish)
     last = {"comp": -1, "coll": -1}
-    busy_comp = 0.0
+    busy = 0.0
     for v, (kind, value) in enumerate(rc.dag.nodes):
         # Waiting on the resource is an edge from the previous node of the same kind.
-        start, why = 0.0, -1
+        start, why = 0.0, None
         for u in preds[v] + ([last[kind]] if last[kind] >= 0 else []):
             if finish[u] > start:
-                start, why = finish[u], u
+                start, why = finish[u], (ci, u)
         dur = float(value) if kind == "comp" else coll_ns[int(value)]
-        finish[v] = start + dur
+        end = start + dur
+        src = waits.get(v)
+        if src is not None and finishes[src[0]] and finishes[src[0]][src[1]] > end:
+            end, why = finishes[src[0]][src[1]], src
+        finish[v] = end
         cause[v] = why
         last[kind] = v
         if kind == "comp":
-            busy_comp += dur
-    return finish, cause, busy_comp
+            busy += dur
+    return finish, cause, busy
+
+
+def _replay(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> _Replay:
+    classes = d.rank_classes
+    coll_ns = [collective_times_ns(rc, bw_gbps, net, model).tolist() for rc in classes]
+    preds, waits = [], []
+    for rc in classes:
+        p: list[list[int]] = [[] for _ in (rc.dag.nodes if rc.dag else ())]
+        for u, v in (rc.dag.deps if rc.dag else ()):
+            p[v].append(u)
+        preds.append(p)
+        waits.append({v: (c, u) for v, c, u in (rc.dag.links if rc.dag else ()) if 0 <= c < len(classes)})
+    finishes: list[list[float]] = [[] for _ in classes]
+    causes: list[list[JobNode | None]] = [[] for _ in classes]
+    busy = [0.0] * len(classes)
+    # Waits only lengthen times, so Jacobi sweeps from zero settle after as many sweeps as the
+    # longest chain of cross-class waits (plus one to see nothing change).
+    for _ in range(2 + sum(len(w) for w in waits)):
+        changed = False
+        new_f = []
+        for ci, rc in enumerate(classes):
+            if rc.dag is None:
+                comp, comm = class_time_ns(rc, bw_gbps, net, model)
+                f, c, b = [comp + comm], [None], comp
+            else:
+                f, c, b = _replay_class(rc, ci, coll_ns[ci], preds[ci], waits[ci], finishes)
+            changed |= f != finishes[ci]
+            new_f.append(f)
+            causes[ci], busy[ci] = c, b
+        finishes = new_f
+        if not changed:
+            break
+    return _Replay(tuple(finishes), tuple(causes), tuple(busy))
 
 
 def class_time_with_overlap(rc: RankClass, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> tuple[float, float]:
-    """(finish time, exposed communication) of one rank class replayed over its DAG."""
-    if rc.dag is None:
-        comp, comm = class_time_ns(rc, bw_gbps, net, model)
-        return comp + comm, comm
-    finish, _, busy_comp = _replay(rc, bw_gbps, net, model)
-    end = max(finish, default=0.0)
-    return end, end - busy_comp
+    """(finish time, exposed communication) of one rank class replayed alone over its DAG."""
+    r = _replay(Demand("one", net.npus_per_dim, (rc,)), bw_gbps, net, model)
+    end = max(r.finish[0], default=0.0)
+    return end, end - r.busy_comp[0]
+
+
+def critical_paths(d: Demand, bw_gbps: Sequence[float], net: Network,
+                   model: TimeModel) -> list[tuple[float, tuple[JobNode, ...]]]:
+    """Per rank class, (its finish time, a longest path that ends in it). A path's time is the
+    sum of its compute and collectives, and may run through other classes via receives."""
+    r = _replay(d, bw_gbps, net, model)
+    out = []
+    for ci, rc in enumerate(d.rank_classes):
+        if rc.dag is None:
+            out.append((r.finish[ci][0], ((ci, -1),)))
+            continue
+        f = r.finish[ci]
+        if not f:
+            out.append((0.0, ()))
+            continue
+        node: JobNode | None = (ci, max(range(len(f)), key=f.__getitem__))
+        path = []
+        while node is not None:
+            path.append(node)
+            node = r.cause[node[0]][node[1]]
+        out.append((f[path[0][1]], tuple(reversed(path))))
+    return out
 
 
 def critical_path(rc: RankClass, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> tuple[float, tuple[int, ...]]:
-    """(finish time, node indices of a longest path) of one rank class; the path's time is
-    its compute plus its collectives, and the class time is the maximum over all such paths."""
-    if rc.dag is None:
-        comp, comm = class_time_ns(rc, bw_gbps, net, model)
-        return comp + comm, ()
-    finish, cause, _ = _replay(rc, bw_gbps, net, model)
-    if not finish:
-        return 0.0, ()
-    v = max(range(len(finish)), key=finish.__getitem__)
-    path = []
-    while v >= 0:
-        path.append(v)
-        v = cause[v]
-    return finish[path[0]], tuple(reversed(path))
+    """(finish time, node indices of a longest path) of one rank class replayed alone."""
+    t, path = critical_paths(Demand("one", net.npus_per_dim, (rc,)), bw_gbps, net, model)[0]
+    return t, tuple(v for _, v in path if v >= 0)
 
 
 def predict(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> Prediction:
-    times, exposed = [], []
-    for rc in d.rank_classes:
-        t, e = class_time_with_overlap(rc, bw_gbps, net, model)
-        times.append(t)
-        exposed.append(e)
+    r = _replay(d, bw_gbps, net, model)
+    times = [max(f, default=0.0) for f in r.finish]
     i = max(range(len(times)), key=times.__getitem__)
-    return Prediction(times[i], tuple(times), exposed[i], any(rc.dag is not None for rc in d.rank_classes))
+    return Prediction(times[i], tuple(times), times[i] - r.busy_comp[i],
+                      any(rc.dag is not None for rc in d.rank_classes))

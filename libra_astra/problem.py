@@ -73,12 +73,23 @@ def class_terms(demand: Demand, net: Network, model: TimeModel, cache: dict) -> 
             for rc in demand.rank_classes]
 
 
-def path_terms(rc, path: tuple[int, ...], net: Network, model: TimeModel, cache: dict) -> tuple[float, list]:
-    """Compute and merged terms of one dependency path of a rank class (its nodes run in sequence)."""
-    if rc.dag is None:
-        return rc.compute_time_ns, merge_terms(((c, c.count) for c in rc.collectives), net, model, cache)
-    comp = sum(rc.dag.nodes[v][1] for v in path if rc.dag.nodes[v][0] == "comp")
-    colls = [(rc.collectives[int(rc.dag.nodes[v][1])], 1.0) for v in path if rc.dag.nodes[v][0] == "coll"]
+def path_terms(demand: Demand, path: Sequence[tuple[int, int]], net: Network, model: TimeModel,
+               cache: dict) -> tuple[float, list]:
+    """Compute and merged terms of one dependency path (its nodes run in sequence). Nodes are
+    (rank class, node index); node -1 is a whole class without a dependency graph."""
+    comp = 0.0
+    colls = []
+    for ci, v in path:
+        rc = demand.rank_classes[ci]
+        if v < 0:
+            comp += rc.compute_time_ns
+            colls.extend((c, c.count) for c in rc.collectives)
+            continue
+        kind, value = rc.dag.nodes[v]
+        if kind == "comp":
+            comp += value
+        else:
+            colls.append((rc.collectives[int(value)], 1.0))
     return comp, merge_terms(colls, net, model, cache)
 
 

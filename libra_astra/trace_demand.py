@@ -112,6 +112,7 @@ class _Program:
     kinds_coll: np.ndarray = None       # bool per topo node: is a comm node
     edges_u: np.ndarray = None
     edges_v: np.ndarray = None
+    topo_of: np.ndarray = None          # topo index of each file position
     seq_hash: dict = field(default_factory=dict)  # communicator -> digest of its collective sequence
     used_keys: tuple = ()
     key_node: dict = field(default_factory=dict)  # group key index -> first node position using it
@@ -255,6 +256,7 @@ class _Shape:
     compute_ns: float
     cpu_ns: float
     counts: dict
+    topo_of: np.ndarray      # topo index of each file position
 
 
 def _shape(ctx: _Ctx, prog: RankProgram, cols: dict[str, np.ndarray]) -> _Shape:
@@ -283,10 +285,10 @@ def _shape(ctx: _Ctx, prog: RankProgram, cols: dict[str, np.ndarray]) -> _Shape:
     # dependency graph in topo order, edges deduplicated
     owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(prog.dep_ptr))
     dep = prog.dep_index
+    pos_of = np.arange(n, dtype=np.int64)
     if order is None:
         u, v = dep, owner
     else:
-        pos_of = np.empty(n, dtype=np.int64)
         pos_of[order] = np.arange(n, dtype=np.int64)
         u, v = pos_of[dep], pos_of[owner]
     if u.size:
@@ -299,7 +301,8 @@ def _shape(ctx: _Ctx, prog: RankProgram, cols: dict[str, np.ndarray]) -> _Shape:
     comp_ns = comp_ns_file if order is None else comp_ns_file[order]
     cpu_ns = counts.pop("cpu_ns")
     struct = _digest(kinds_coll, np.where(kinds_coll, 0.0, comp_ns), u, v)
-    sh = _Shape(comm_pos, comm_node, comp_ns, kinds_coll, u, v, struct, float(comp_ns_file.sum()), cpu_ns, counts)
+    sh = _Shape(comm_pos, comm_node, comp_ns, kinds_coll, u, v, struct, float(comp_ns_file.sum()), cpu_ns, counts,
+                pos_of)
     ctx.shapes_by_key[key] = sh
     return sh
 
@@ -395,6 +398,7 @@ def _analyze(ctx: _Ctx, info: _Program) -> None:
         info.seq_hash[k] = _digest(info.coll_sem[(ckey == k[0]) & (cinv == k[1])])
 
     info.edges_u, info.edges_v = sh.edges_u, sh.edges_v
+    info.topo_of = sh.topo_of
     info.kinds_coll = sh.kinds_coll
     info.comp_ns = sh.comp_ns
     info.compute_ns = sh.compute_ns
@@ -712,11 +716,49 @@ def demand_from_traces(prefix: str | Path, network: Network,
     order = sorted(range(len(rank_classes)), key=lambda i: rank_classes[i].ranks[0])
     rank_classes = [rank_classes[i] for i in order]
     class_summaries = [class_summaries[i] for i in order]
+    rank_classes = _with_links(ctx, programs, rank_prog, rank_classes)
 
     summary, notes = _summarize(ctx, str(prefix), programs, rank_classes, class_summaries, reader)
     name = Path(str(prefix)).name
     demand = Demand(name, network.npus_per_dim, tuple(rank_classes), tuple(notes))
     return demand, summary
+
+
+def _with_links(ctx: _Ctx, programs: list[_Program], rank_prog: np.ndarray,
+                rank_classes: list[RankClass]) -> list[RankClass]:
+    """Receives wait for their sends: link each receive of a class's first rank to the matching
+    send (same source and destination, k-th receive to k-th send) in the sender's class."""
+    cols = ctx.reader.attrs.columns()
+    class_of = np.zeros(ctx.net.npus_count, dtype=np.int64)
+    for ci, rc in enumerate(rank_classes):
+        class_of[list(rc.ranks)] = ci
+    out = []
+    for rc in rank_classes:
+        r = rc.ranks[0]
+        info = programs[int(rank_prog[r])]
+        prog = info.prog
+        recv = np.flatnonzero(prog.types == COMM_RECV_NODE)
+        if not recv.size or rc.dag is None:
+            out.append(rc)
+            continue
+        recv = recv[np.argsort(info.topo_of[recv], kind="stable")]
+        srcs = cols["comm_src"][prog.attr[recv]]
+        links = []
+        taken: dict[int, int] = {}
+        for pos, src in zip(recv.tolist(), srcs.tolist()):
+            if not 0 <= src < ctx.net.npus_count or src == r:
+                continue
+            sinfo = programs[int(rank_prog[src])]
+            sprog = sinfo.prog
+            sends = np.flatnonzero((sprog.types == COMM_SEND_NODE) & (cols["comm_dst"][sprog.attr] == r))
+            k = taken.get(src, 0)
+            if k >= sends.size:
+                continue
+            sends = sends[np.argsort(sinfo.topo_of[sends], kind="stable")]
+            taken[src] = k + 1
+            links.append((int(info.topo_of[pos]), int(class_of[src]), int(sinfo.topo_of[sends[k]])))
+        out.append(replace(rc, dag=replace(rc.dag, links=tuple(links))) if links else rc)
+    return out
 
 
 def _summarize(ctx: _Ctx, prefix: str, programs: list[_Program], rank_classes: list[RankClass],

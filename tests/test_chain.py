@@ -16,6 +16,7 @@ SAMPLES = [
     ("traces/gpt3_tp8_dp8/gpt3", "network_configs/sample_8x8.yml"),
     ("traces/dlrm_16/dlrm", "network_configs/sample_4x4.yml"),
     ("traces/resnet50_dp16/resnet50", "network_configs/sample_4x4.yml"),
+    ("traces/gpt_tp2_pp2_dp4/gpt", "network_configs/sample_4x4.yml"),
 ]
 
 

@@ -100,3 +100,39 @@ def test_min_cost_with_overlap_meets_the_target_at_the_cheapest_grid_point():
 
     ref = brute_min(cheapest_at, 20, 2000, points=40)
     assert r.fun == pytest.approx(ref, rel=1e-6)
+
+
+def test_receives_wait_for_the_sending_class_and_paths_cross_classes():
+    from libra_astra.demand import Collective, demand_from_dict, demand_to_dict
+    from libra_astra.predict import critical_paths
+
+    send = Collective("P2P", 2**28, (1, 1), (0.0, float(2**28)), (0, 2), algorithm="p2p")
+    stage0 = RankClass(5e6, (send,), 8, dag=Dag(nodes=(("comp", 5e6), ("coll", 0)), deps=((0, 1),)))
+    stage1 = RankClass(3e6, (), 8, dag=Dag(nodes=(("comp", 0.0), ("comp", 3e6)), deps=((0, 1),),
+                                          links=((0, 0, 1),)))
+    d = Demand("pp", (4, 4), (stage0, stage1))
+    assert demand_from_dict(demand_to_dict(d)) == d
+    bw = (100.0, 50.0)
+    t_send = 2**28 / 50.0
+    p = predict(d, bw, NET, LIBRA_OVERLAP)
+    assert p.class_times_ns == pytest.approx((5e6 + t_send, 5e6 + t_send + 3e6), rel=1e-12)
+    assert p.time_ns == pytest.approx(5e6 + t_send + 3e6, rel=1e-12)
+    paths = critical_paths(d, bw, NET, LIBRA_OVERLAP)
+    assert paths[1][1] == ((0, 0), (0, 1), (1, 0), (1, 1))
+    # The optimizer sees the cross-class path: only dimension b matters, so it gets all it can.
+    r = optimize([Workload(d)], NET, COST, constraints=Constraints(total_bw_gbps=150,
+                 linear=()), model=LIBRA_OVERLAP)
+    assert r.fun == pytest.approx(8e6 + 2**28 / r.bw_gbps[1], rel=1e-9) and r.bw_gbps[1] > 149
+
+
+def test_pipeline_sample_optimum_matches_brent_and_uses_cross_stage_paths():
+    net = load_network(ROOT / "network_configs/sample_4x4.yml")
+    cost = load_cost(ROOT / "network_configs/cost.yml")
+    prefix = str(ROOT / "traces/gpt_tp2_pp2_dp4/gpt")
+    d, _ = demand_from_traces(prefix, net, comm_groups=prefix + ".groups.json")
+    assert any(rc.dag.links for rc in d.rank_classes)
+    model = TimeModel("pipelined", splits=1, overlap=True)
+    w = [Workload(d)]
+    r = optimize(w, net, cost, constraints=Constraints(total_bw_gbps=300), model=model)
+    ref = brute_min(lambda a: evaluate(w, net, cost, (a, 300 - a), model=model).time_ns, 1, 299, points=120)
+    assert r.fun == pytest.approx(ref, rel=1e-6) and r.rel_gap <= 1e-6

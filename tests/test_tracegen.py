@@ -225,7 +225,8 @@ def test_deterministic_and_no_overwrite(tmp_path):
 
 
 def test_committed_samples_are_up_to_date(tmp_path):
-    for folder, prefix in (("gpt3_tp8_dp8", "gpt3"), ("dlrm_16", "dlrm"), ("resnet50_dp16", "resnet50")):
+    for folder, prefix in (("gpt3_tp8_dp8", "gpt3"), ("dlrm_16", "dlrm"), ("resnet50_dp16", "resnet50"),
+                           ("gpt_tp2_pp2_dp4", "gpt")):
         src = ROOT / "traces" / folder
         res = generate(src / "spec.yml", tmp_path / folder / prefix)
         for r in range(res.num_ranks):

@@ -29,6 +29,7 @@ SAMPLES = [
     ("gpt3_tp8_dp8", "traces/gpt3_tp8_dp8/gpt3", "network_configs/sample_8x8.yml"),
     ("dlrm_16", "traces/dlrm_16/dlrm", "network_configs/sample_4x4.yml"),
     ("resnet50_dp16", "traces/resnet50_dp16/resnet50", "network_configs/sample_4x4.yml"),
+    ("gpt_tp2_pp2_dp4", "traces/gpt_tp2_pp2_dp4/gpt", "network_configs/sample_4x4.yml"),
 ]
 COLLECTIVES = [
     ([("Ring", 4, 500), ("Switch", 4, 700)], "ALL_REDUCE", (4, 4)),
