@@ -679,6 +679,9 @@ def demand_from_traces(prefix: str | Path, network: Network,
                 class_pids[key] = pids
             lst.append(r)
 
+    # 3b. pipeline stages: ranks of one class that wait on different classes are timed apart
+    groups = _split_by_peers(ctx, programs, rank_prog, list(classes.items()))
+
     # 4. build rank classes
     phys_traffic = np.asarray([c.traffic_bytes for c in ctx.physics], dtype=np.float64).reshape(-1, network.num_dims)
     label_names: list[str] = []
@@ -686,7 +689,7 @@ def demand_from_traces(prefix: str | Path, network: Network,
     coll_obj: dict[tuple[int, int], Collective] = {}
     rank_classes: list[RankClass] = []
     class_summaries: list[ClassSummary] = []
-    for key, ranks in classes.items():
+    for key, ranks in groups:
         pids = class_pids[key]
         infos = [programs[p] for p in sorted({int(rank_prog[r]) for r in ranks})]
         rep = infos[0]
@@ -722,6 +725,54 @@ def demand_from_traces(prefix: str | Path, network: Network,
     name = Path(str(prefix)).name
     demand = Demand(name, network.npus_per_dim, tuple(rank_classes), tuple(notes))
     return demand, summary
+
+
+def _split_by_peers(ctx: _Ctx, programs: list[_Program], rank_prog: np.ndarray,
+                    groups: list[tuple[Any, list[int]]]) -> list[tuple[Any, list[int]]]:
+    """Refine classes until the ranks of a class send to and receive from the same classes.
+
+    Ranks with identical demand may still run at different times: the middle stages of a
+    pipeline have the same program, but stage k waits for stage k - 1. Splitting by the classes
+    of the peers, repeated until nothing splits, gives one class per stage, so a receive always
+    waits on another class and the joint replay times every stage."""
+    cols = ctx.reader.attrs.columns()
+    n = ctx.net.npus_count
+    peers: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    for info in programs:
+        prog = info.prog
+        recv = np.flatnonzero(prog.types == COMM_RECV_NODE)
+        send = np.flatnonzero(prog.types == COMM_SEND_NODE)
+        if not recv.size and not send.size:
+            continue
+        recv = recv[np.argsort(info.topo_of[recv], kind="stable")]
+        send = send[np.argsort(info.topo_of[send], kind="stable")]
+        srcs = tuple(int(s) for s in cols["comm_src"][prog.attr[recv]].tolist() if 0 <= s < n)
+        dsts = tuple(int(d) for d in cols["comm_dst"][prog.attr[send]].tolist() if 0 <= d < n)
+        for r in info.ranks:
+            peers[r] = (srcs, dsts)
+    if not peers:
+        return groups
+    cls_of = np.zeros(n, dtype=np.int64)
+    for gi, (_, ranks) in enumerate(groups):
+        cls_of[ranks] = gi
+    count = len(groups)
+    while True:
+        sig: dict[tuple, int] = {}
+        new = np.zeros(n, dtype=np.int64)
+        for r in range(n):
+            s, d = peers.get(r, ((), ()))
+            k = (int(cls_of[r]), tuple(int(cls_of[x]) for x in s), tuple(int(cls_of[x]) for x in d))
+            new[r] = sig.setdefault(k, len(sig))
+        cls_of = new
+        if len(sig) == count:
+            break
+        count = len(sig)
+    # Refined classes only ever split the original ones, so each keeps its original key.
+    key_of = {r: key for key, ranks in groups for r in ranks}
+    members: dict[int, list[int]] = {}
+    for r in range(n):
+        members.setdefault(int(cls_of[r]), []).append(r)
+    return [(key_of[rs[0]], rs) for _, rs in sorted(members.items())]
 
 
 def _with_links(ctx: _Ctx, programs: list[_Program], rank_prog: np.ndarray,

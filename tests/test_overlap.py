@@ -136,3 +136,21 @@ def test_pipeline_sample_optimum_matches_brent_and_uses_cross_stage_paths():
     r = optimize(w, net, cost, constraints=Constraints(total_bw_gbps=300), model=model)
     ref = brute_min(lambda a: evaluate(w, net, cost, (a, 300 - a), model=model).time_ns, 1, 299, points=120)
     assert r.fun == pytest.approx(ref, rel=1e-6) and r.rel_gap <= 1e-6
+
+
+def test_pipeline_stages_with_the_same_program_become_separate_classes(tmp_path):
+    import yaml
+    from libra_astra.tracegen import generate
+
+    spec = yaml.safe_load((ROOT / "traces/gpt_tp2_pp2_dp4/spec.yml").read_text())
+    spec["parallel"] = {"tp": 1, "pp": 4, "dp": 4, "sequence_parallel": False}
+    spec["placement"] = {"pp": [0], "dp": [1]}
+    res = generate(spec, tmp_path / "pp4")
+    net = load_network(ROOT / "network_configs/sample_4x4.yml")
+    d, _ = demand_from_traces(str(res.prefix), net, comm_groups=str(res.groups_path))
+    # stage s = coordinate 0: one class per stage, each waiting only on its neighbours
+    assert [rc.ranks for rc in d.rank_classes] == [tuple(range(s, 16, 4)) for s in range(4)]
+    for ci, rc in enumerate(d.rank_classes):
+        assert {src for _, src, _ in rc.dag.links} == {c for c in (ci - 1, ci + 1) if 0 <= c < 4}
+    times = predict(d, (100.0, 100.0), net, TimeModel("pipelined", overlap=True)).class_times_ns
+    assert times[0] > times[1] > times[2]   # GPipe: the first stage finishes its backward last
