@@ -66,7 +66,7 @@ def main() -> int:
                 errors.append(abs(r.error))
                 print(f"{name:<15} {k:>2} {r.name:<20} {r.predicted_ns:>14,.0f} {r.simulated_ns:>14,.0f} {r.error:>+8.3%}")
     print()
-    print(f"{'collective':<15} {'dims':<28} {'k':>2} {'predicted ns':>14} {'simulated ns':>14} {'error':>8}")
+    print(f"{'collective':<15} {'dims':<42} {'k':>2} {'predicted ns':>14} {'simulated ns':>14} {'error':>8}")
     for i, (dims, kind, parts) in enumerate(COLLECTIVES):
         net = network_from_dict({"name": "n", "dimensions": [
             {"name": f"d{j}", "topology": t, "npus": n, "latency_ns": lat} for j, (t, n, lat) in enumerate(dims)]})
