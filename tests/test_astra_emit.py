@@ -372,3 +372,14 @@ def test_manifest_records_the_prediction_for_the_emitted_settings(tmp_path):
     model = TimeModel("pipelined", splits=4, latency=True, local_mem_bw_gbps=1600.0, overlap=True)
     assert pred["time_ns"] == pytest.approx(predict(dem, (120.0, 40.0), net, model).time_ns, rel=1e-12)
     assert "4 chunk(s)" in pred["model"] and "1600" in pred["model"]
+
+
+def test_collective_sizes_are_rounded_to_a_multiple_of_the_splits(tmp_path):
+    net = net_of(("Ring", 4, 500.0), ("Switch", 4, 700.0))
+    d = single_class("odd", (4, 4), 0.0, [make_collective("ALL_REDUCE", 1_000_003.4, (4, 4), net=net),
+                                           make_collective("ALL_GATHER", 6, (4, 1), net=net)])
+    res = emit(demand_design(tmp_path, net, (100.0, 50.0), d), tmp_path / "run", splits=4)
+    sizes = [attrs(n)["comm_size"] for n in read_rank(tmp_path / "run", "w", 0) if n.type == pb.COMM_COLL_NODE]
+    assert sizes == [1_000_004, 8]
+    assert res.stats["sizes_rounded_to_splits"] == 2
+    assert any("rounded to a multiple of 4 bytes" in n for n in res.notes)

@@ -106,3 +106,22 @@ def test_loop_cli_writes_summary_and_keeps_every_run(tmp_path):
                                       str(ROOT / "network_configs/cost.yml"), "--total-bw", "300", "--astra-sim", BIN,
                                       "--out", str(out)])
     assert again.exit_code != 0 and "already exists" in again.output
+
+
+@pytest.mark.parametrize("splits", [1, 4])
+def test_synthesized_random_demand_predicted_within_2_percent(tmp_path, splits):
+    from libra_astra.astra import emit, simulate
+    from libra_astra.demand import demand_to_dict
+    from libra_astra.design import Design
+    from libra_astra.synthetic import random_demand
+
+    net = network_from_dict({"name": "x", "dimensions": [
+        {"name": "a", "topology": "Ring", "npus": 4, "latency_ns": 300},
+        {"name": "b", "topology": "FullyConnected", "npus": 2, "latency_ns": 600},
+        {"name": "c", "topology": "Switch", "npus": 4, "latency_ns": 1500}]})
+    p = tmp_path / "rand.json"
+    p.write_text(json.dumps(demand_to_dict(random_demand(net, 30, seed=3))))   # sizes not multiples of k
+    emit(Design("r", net, (120.0, 75.0, 40.0), workloads=(WorkloadRef("r", demand=str(p)),)), tmp_path / "run",
+         splits=splits)
+    res = simulate(tmp_path / "run", BIN)
+    assert abs(res.prediction_error) < 0.02, (res.predicted_time_ns, res.simulated_time_ns)

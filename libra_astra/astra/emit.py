@@ -197,6 +197,9 @@ def _workload_notes(source: str, lnet: LogicalNetwork, stats: WorkloadStats, spl
         notes.append(f"{n} {name} collectives emitted as {to} (ASTRA-sim aborts on {name})")
     if s.chained_deps_added:
         notes.append(f"{s.chained_deps_added} control dependencies added to chain collectives in issue order")
+    if s.sizes_rounded_to_splits:
+        notes.append(f"{s.sizes_rounded_to_splits} collective sizes rounded to a multiple of {splits} bytes "
+                     "(ASTRA-sim charges a remainder chunk as a full chunk)")
     if source == "demand":
         notes.append("workload synthesized from the demand: per rank class compute then collectives in order "
                      "(or the class's dag); a collective with count c runs ceil(c) times with size * c / runs bytes; "
@@ -318,9 +321,10 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
     try:
         (tmp / "workload").mkdir()
         if source == "traces":
-            stats = rewrite_traces(wl.traces, tmp / "workload" / name, lnet, groups, masks)
+            stats = rewrite_traces(wl.traces, tmp / "workload" / name, lnet, groups, masks, splits)
         else:
-            stats = synthesize(demand, tmp / "workload" / name, lnet, wl.demand, max_repeats=max_repeats)
+            stats = synthesize(demand, tmp / "workload" / name, lnet, wl.demand, max_repeats=max_repeats,
+                               splits=splits)
         if flat_groups:
             cio.write_comm_groups(tmp / "comm_groups.json", flat_groups)
         (tmp / "network.yml").write_text(network_yaml(lnet, design.name))
