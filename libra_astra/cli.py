@@ -95,6 +95,16 @@ def build_constraints(net, total_bw, total_bw_max, budget, time_target, exprs, c
     return Constraints(total, total_bw_max is not None, budget, time_target, linear)
 
 
+def load_inputs(network_path, cost_path, traces, demands, weights, comm_groups, total_bw, total_bw_max, budget,
+                time_target, exprs, constraints_file):
+    """(network, cost model, workloads, their references, constraints) from the common options."""
+    net = load_network(network_path)
+    cost = load_cost(cost_path)
+    workloads, refs = load_workloads(traces, demands, weights, net, comm_groups)
+    cons = build_constraints(net, total_bw, total_bw_max, budget, time_target, exprs, constraints_file)
+    return net, cost, workloads, refs, cons
+
+
 def _model(model: str, splits: int, overlap: bool = False) -> TimeModel:
     return TimeModel(model, splits=splits, overlap=overlap)
 
@@ -211,10 +221,9 @@ def optimize_cmd(traces, network_path, cost_path, demands, weights, comm_groups,
     """
     if output:
         check_writable(output, force)
-    net = load_network(network_path)
-    cost = load_cost(cost_path)
-    workloads, refs = load_workloads(traces, demands, weights, net, comm_groups)
-    cons = build_constraints(net, total_bw, total_bw_max, budget, time_target, exprs, constraints_file)
+    net, cost, workloads, refs, cons = load_inputs(network_path, cost_path, traces, demands, weights, comm_groups,
+                                                   total_bw, total_bw_max, budget, time_target, exprs,
+                                                   constraints_file)
     if objective != "min-cost" and time_target is not None:
         raise LibraError("--time-target only applies to --objective min-cost")
     r = optimize(workloads, net, cost, objective=objective, constraints=cons, model=_model(model, splits, overlap))
@@ -252,10 +261,8 @@ def pareto_cmd(traces, network_path, cost_path, demands, weights, comm_groups, t
         raise LibraError("--min-budget must be > 0 and below --max-budget")
     if output:
         check_writable(output, force)
-    net = load_network(network_path)
-    cost = load_cost(cost_path)
-    workloads, _ = load_workloads(traces, demands, weights, net, comm_groups)
-    cons = build_constraints(net, total_bw, total_bw_max, None, None, exprs, constraints_file)
+    net, cost, workloads, _, cons = load_inputs(network_path, cost_path, traces, demands, weights, comm_groups,
+                                                total_bw, total_bw_max, None, None, exprs, constraints_file)
     budgets = [min_budget * (max_budget / min_budget) ** (i / (points - 1)) for i in range(points)]
     results = pareto(workloads, net, cost, budgets, constraints=cons, model=_model(model, splits, overlap))
     rows = []
@@ -305,10 +312,9 @@ def loop_cmd(traces, network_path, cost_path, demands, weights, comm_groups, tot
     """
     from .loop import run_loop
 
-    net = load_network(network_path)
-    cost = load_cost(cost_path)
-    workloads, refs = load_workloads(traces, demands, weights, net, comm_groups)
-    cons = build_constraints(net, total_bw, total_bw_max, budget, time_target, exprs, constraints_file)
+    net, cost, workloads, refs, cons = load_inputs(network_path, cost_path, traces, demands, weights, comm_groups,
+                                                   total_bw, total_bw_max, budget, time_target, exprs,
+                                                   constraints_file)
     echo = (lambda m: None) if as_json else click.echo
     res = run_loop(workloads, refs, net, cost, out_dir=out_dir, objective=objective, constraints=cons,
                    binary=binary, splits=splits, calibrate=calibrate, timeout_s=timeout, overwrite=force,
