@@ -30,6 +30,24 @@ TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
 _DIM_KEYS = {"name", "topology", "npus", "latency_ns", "cost_class", "bw_min_gbps", "bw_max_gbps"}
 
 
+def coords_in(npu: int, shape: Sequence[int]) -> tuple[int, ...]:
+    """Coordinates of an id in a grid of ``shape``, dimension 0 fastest (ASTRA-sim's order)."""
+    out = []
+    for n in shape:
+        out.append(npu % n)
+        npu //= n
+    return tuple(out)
+
+
+def id_in(coords: Sequence[int], shape: Sequence[int]) -> int:
+    """Inverse of :func:`coords_in`."""
+    npu, stride = 0, 1
+    for a, n in zip(coords, shape):
+        npu += a * stride
+        stride *= n
+    return npu
+
+
 @dataclass(frozen=True)
 class Dimension:
     """One network dimension. Bandwidths are GB/s per NPU (1 GB/s = 1 byte/ns)."""
@@ -94,23 +112,16 @@ class Network:
         """Coordinates of an NPU id (dimension 0 fastest)."""
         if not 0 <= npu < self.npus_count:
             raise LibraError(f"network {self.name!r}: NPU id {npu} out of range 0..{self.npus_count - 1}")
-        out = []
-        for n in self.npus_per_dim:
-            out.append(npu % n)
-            npu //= n
-        return tuple(out)
+        return coords_in(npu, self.npus_per_dim)
 
     def npu_id(self, coords: Sequence[int]) -> int:
         """NPU id of a coordinate tuple (inverse of :meth:`coords`)."""
         if len(coords) != self.num_dims:
             raise LibraError(f"network {self.name!r}: {len(coords)} coordinates for {self.num_dims} dimensions")
-        npu, stride = 0, 1
         for a, n in zip(coords, self.npus_per_dim):
             if not 0 <= a < n:
                 raise LibraError(f"network {self.name!r}: coordinate {a} out of range 0..{n - 1}")
-            npu += a * stride
-            stride *= n
-        return npu
+        return id_in(coords, self.npus_per_dim)
 
     def to_dict(self) -> dict[str, Any]:
         dims = []

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from ..errors import LibraError
-from ..network import Network
+from ..network import Network, coords_in, id_in
 
 GIB_PER_GB = 1e9 / 2**30
 
@@ -82,18 +82,11 @@ class LogicalNetwork:
     def coords(self, npu: int) -> tuple[int, ...]:
         if not 0 <= npu < self.npus_count:
             raise LibraError(f"NPU id {npu} out of range 0..{self.npus_count - 1}")
-        out = []
-        for n in self.npus_per_dim:
-            out.append(npu % n)
-            npu //= n
-        return tuple(out)
+        return coords_in(npu, self.npus_per_dim)
 
     def npu_id(self, coords: Sequence[int]) -> int:
-        npu, stride = 0, 1
-        for a, n in zip(coords, self.npus_per_dim):
-            npu += (a % n) * stride
-            stride *= n
-        return npu
+        """Id of a coordinate tuple; coordinates wrap around (ring neighbours of the ends)."""
+        return id_in([a % n for a, n in zip(coords, self.npus_per_dim)], self.npus_per_dim)
 
     def from_physical_mask(self, mask: Sequence[bool]) -> tuple[bool, ...]:
         """involved_dim over logical dimensions for a mask over physical dimensions."""
