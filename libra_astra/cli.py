@@ -105,8 +105,8 @@ def load_inputs(network_path, cost_path, traces, demands, weights, comm_groups, 
     return net, cost, workloads, refs, cons
 
 
-def _model(model: str, splits: int, overlap: bool = False) -> TimeModel:
-    return TimeModel(model, splits=splits, overlap=overlap)
+def _model(model: str, splits: int, overlap: bool = False, local_mem_bw: float | None = None) -> TimeModel:
+    return TimeModel(model, splits=splits, overlap=overlap, local_mem_bw_gbps=local_mem_bw)
 
 
 _common = [
@@ -131,6 +131,9 @@ _common = [
                  help="Time model: LIBRA's max over dimensions, or ASTRA-sim's chunk pipeline."),
     click.option("--splits", type=click.IntRange(min=1), default=1, show_default=True,
                  help="Chunks per collective for --model pipelined (ASTRA-sim preferred-dataset-splits)."),
+    click.option("--local-mem-bw", "local_mem_bw", type=click.FloatRange(min=0, min_open=True),
+                 help="For --model pipelined: local memory GB/s that each reduction step reads and writes "
+                      "(ASTRA-sim's local-mem-bw) [default: unlimited]."),
     click.option("--overlap/--no-overlap", default=False, show_default=True,
                  help="Time a rank by its longest dependency path (compute/communication overlap) instead of "
                       "summing; uses the traces' dependency graphs."),
@@ -205,7 +208,7 @@ def _print_result(r: OptimizeResult, net, cost, n_workloads: int) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the design JSON here (for 'emit').")
 @click.option("--force", is_flag=True, help="Overwrite an existing --output file.")
 def optimize_cmd(traces, network_path, cost_path, demands, weights, comm_groups, total_bw, total_bw_max, exprs,
-                 constraints_file, model, splits, overlap, objective, budget, time_target, as_json, output, force):
+                 constraints_file, model, splits, local_mem_bw, overlap, objective, budget, time_target, as_json, output, force):
     """Find the bandwidth per dimension that minimizes training time (or time x cost, or cost).
 
     Workloads are Chakra ET trace prefixes (PREFIX.0.et ...) and/or --demand files.
@@ -226,7 +229,7 @@ def optimize_cmd(traces, network_path, cost_path, demands, weights, comm_groups,
                                                    constraints_file)
     if objective != "min-cost" and time_target is not None:
         raise LibraError("--time-target only applies to --objective min-cost")
-    r = optimize(workloads, net, cost, objective=objective, constraints=cons, model=_model(model, splits, overlap))
+    r = optimize(workloads, net, cost, objective=objective, constraints=cons, model=_model(model, splits, overlap, local_mem_bw))
     data = _result_dict(r, net)
     if as_json:
         click.echo(json.dumps(data, indent=1))
@@ -249,7 +252,7 @@ def optimize_cmd(traces, network_path, cost_path, demands, weights, comm_groups,
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the frontier as JSON here.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --output file.")
 def pareto_cmd(traces, network_path, cost_path, demands, weights, comm_groups, total_bw, total_bw_max, exprs,
-               constraints_file, model, splits, overlap, min_budget, max_budget, points, output, force):
+               constraints_file, model, splits, local_mem_bw, overlap, min_budget, max_budget, points, output, force):
     """Time-versus-cost frontier: the fastest design for each budget.
 
     \b
@@ -264,7 +267,8 @@ def pareto_cmd(traces, network_path, cost_path, demands, weights, comm_groups, t
     net, cost, workloads, _, cons = load_inputs(network_path, cost_path, traces, demands, weights, comm_groups,
                                                 total_bw, total_bw_max, None, None, exprs, constraints_file)
     budgets = [min_budget * (max_budget / min_budget) ** (i / (points - 1)) for i in range(points)]
-    results = pareto(workloads, net, cost, budgets, constraints=cons, model=_model(model, splits, overlap))
+    results = pareto(workloads, net, cost, budgets, constraints=cons,
+                     model=_model(model, splits, overlap, local_mem_bw))
     rows = []
     click.echo(f"{'budget USD':>16} {'cost USD':>16} {'time':>14}  bandwidth GB/s per dimension ({', '.join(net.dim_names)})")
     for bud, r in zip(budgets, results):
@@ -292,14 +296,16 @@ def pareto_cmd(traces, network_path, cost_path, demands, weights, comm_groups, t
               help="preferred-dataset-splits of the emitted runs (chunks per collective).")
 @click.option("--calibrate", type=click.IntRange(min=0), default=0, show_default=True,
               help="Calibration iterations: fit per-dimension efficiency from the simulator, re-optimize.")
+@click.option("--local-mem-bw", "local_mem_bw", type=click.FloatRange(min=0, min_open=True), default=1e9,
+              show_default=True, help="ASTRA-sim local-mem-bw of the emitted runs, GB/s (also used by the model).")
 @click.option("--overlap/--no-overlap", default=True, show_default=True,
               help="Optimize the dependency-aware time (as the simulator runs the traces) or the no-overlap sum.")
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds per simulator run.")
 @click.option("--force", is_flag=True, help="Reuse an existing --out directory, replacing its runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def loop_cmd(traces, network_path, cost_path, demands, weights, comm_groups, total_bw, total_bw_max, exprs,
-             constraints_file, objective, budget, time_target, binary, out_dir, splits, calibrate, overlap, timeout,
-             force, as_json):
+             constraints_file, objective, budget, time_target, binary, out_dir, splits, calibrate, local_mem_bw,
+             overlap, timeout, force, as_json):
     """Optimize, emit, simulate with ASTRA-sim, compare predicted with simulated time, and calibrate.
 
     The optimized design and the baselines (EqualBW, TrafficProportional) are simulated; every
@@ -318,7 +324,7 @@ def loop_cmd(traces, network_path, cost_path, demands, weights, comm_groups, tot
     echo = (lambda m: None) if as_json else click.echo
     res = run_loop(workloads, refs, net, cost, out_dir=out_dir, objective=objective, constraints=cons,
                    binary=binary, splits=splits, calibrate=calibrate, timeout_s=timeout, overwrite=force,
-                   overlap=overlap, on_event=echo)
+                   local_mem_bw_gbps=local_mem_bw, overlap=overlap, on_event=echo)
     data = res.to_dict(net)
     write_json_atomic(Path(out_dir) / "loop.json", data, overwrite=True)
     if as_json:
