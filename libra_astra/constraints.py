@@ -13,6 +13,7 @@ are in GB/s per NPU.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,6 +136,8 @@ def parse_constraint(text: str, net: Network, where: str = "--constraint") -> Li
     rc, rk = _side(toks[k + 1:], net, text, where)
     coeffs = tuple(a - b for a, b in zip(lc, rc))
     rhs = rk - lk
+    if not all(math.isfinite(x) for x in coeffs + (rhs,)):
+        raise LibraError(f"{where}: constraint {text!r} has a number too large to use; write finite values")
     if all(c == 0 for c in coeffs):
         raise LibraError(f"{where}: constraint {text!r} names no bandwidth; write e.g. 'bw[0] <= 100'")
     op = {"<": "<=", ">": ">=", "=": "==", "==": "=="}.get(op, op)

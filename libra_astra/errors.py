@@ -8,6 +8,10 @@ class LibraError(Exception):
     the CLI prints it without a traceback and exits non-zero.
     """
 
+    def __init__(self, message: str) -> None:
+        # Names taken from user files may hold line breaks; the message must stay one line.
+        super().__init__(str(message).replace("\r", "\\r").replace("\n", "\\n"))
+
 
 class InfeasibleError(LibraError):
     """No point satisfies the linear constraints (the caller may name the culprit)."""

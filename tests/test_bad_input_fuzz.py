@@ -1,0 +1,94 @@
+"""Any malformed input file ends in LibraError (a one-line message), never another exception."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from libra_astra.constraints import parse_constraint
+from libra_astra.cost import cost_from_dict
+from libra_astra.demand import demand_from_dict
+from libra_astra.design import design_from_dict
+from libra_astra.errors import LibraError
+from libra_astra.network import network_from_dict
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 70), st.floats(allow_nan=True),
+                    st.text(max_size=12), st.sampled_from(["Ring", "Switch", "ALL_REDUCE", "P2P", "flat_ring"]))
+values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                        st.dictionaries(st.text(max_size=10), inner, max_size=4)),
+                      max_leaves=12)
+NET = network_from_dict({"name": "n", "dimensions": [{"name": "a", "topology": "Ring", "npus": 4},
+                                                     {"name": "b", "topology": "Switch", "npus": 2}]})
+
+
+def _dims():
+    return st.lists(st.fixed_dictionaries({}, optional={
+        "name": st.one_of(st.text(max_size=6), st.integers()), "topology": scalars, "npus": scalars,
+        "latency_ns": scalars, "cost_class": scalars, "bw_min_gbps": scalars, "bw_max_gbps": scalars}), max_size=3)
+
+
+def _only_libra_errors(fn, data):
+    try:
+        fn(data)
+    except LibraError as e:
+        assert "\n" not in str(e)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(values, st.fixed_dictionaries({"dimensions": _dims()}, optional={"name": scalars})))
+def test_network_files(data):
+    _only_libra_errors(lambda d: network_from_dict(d, "n.yml"), data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(values, st.fixed_dictionaries({"unit_prices_usd_per_gbps": st.dictionaries(
+    st.text(max_size=5), st.one_of(scalars, st.dictionaries(st.sampled_from(["link", "nic", "x"]), scalars)),
+    max_size=3)})))
+def test_cost_files(data):
+    _only_libra_errors(lambda d: cost_from_dict(d, "c.yml"), data)
+
+
+collective = st.fixed_dictionaries({}, optional={
+    "type": scalars, "size_bytes": scalars, "participants": st.one_of(scalars, st.lists(scalars, max_size=3)),
+    "count": scalars, "algorithm": scalars, "traffic_bytes": st.one_of(scalars, st.lists(scalars, max_size=3)),
+    "hops": st.one_of(scalars, st.lists(scalars, max_size=3))})
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(values, st.fixed_dictionaries(
+    {"format": st.just("libra_astra.demand"), "version": st.just(1)},
+    optional={"npus_per_dim": st.one_of(scalars, st.lists(scalars, max_size=3)),
+              "compute_time_ns": scalars, "collectives": st.one_of(scalars, st.lists(collective, max_size=3)),
+              "rank_classes": st.one_of(scalars, st.lists(st.fixed_dictionaries({}, optional={
+                  "collectives": st.lists(collective, max_size=2), "ranks": values, "num_ranks": scalars,
+                  "dag": values}), max_size=2))})))
+def test_demand_files(data):
+    _only_libra_errors(lambda d: demand_from_dict(d, "d.json"), data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(values, st.fixed_dictionaries(
+    {"format": st.just("libra_astra.design"), "version": st.just(1)},
+    optional={"network": values, "bandwidth_gbps": values, "workloads": values})))
+def test_design_files(data):
+    _only_libra_errors(lambda d: design_from_dict(d, "x.json"), data)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="bw[]01ab+-*=<>.e 2", max_size=24))
+def test_constraint_text(text):
+    _only_libra_errors(lambda t: parse_constraint(t, NET), text)
+
+
+@pytest.mark.parametrize("text", ["bw[0] >= 1e999", "1e400 * bw[0] >= 1", "bw[0] - 1e308 * bw[1] >= 1e308 * 10"])
+def test_constraint_numbers_must_be_finite(text):
+    with pytest.raises(LibraError) as e:
+        parse_constraint(text, NET)
+    assert str(e.value) == f"--constraint: constraint {text!r} has a number too large to use; write finite values"
+
+
+def test_error_messages_stay_on_one_line():
+    with pytest.raises(LibraError) as e:
+        cost_from_dict({"unit_prices_usd_per_gbps": {"a\nb": 3}}, "c.yml")
+    assert str(e.value) == "c.yml: unit_prices_usd_per_gbps.a\\nb: expected a mapping with link, switch, nic"
