@@ -92,3 +92,27 @@ def test_error_messages_stay_on_one_line():
     with pytest.raises(LibraError) as e:
         cost_from_dict({"unit_prices_usd_per_gbps": {"a\nb": 3}}, "c.yml")
     assert str(e.value) == "c.yml: unit_prices_usd_per_gbps.a\\nb: expected a mapping with link, switch, nic"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_corrupted_trace_files(tmp_path_factory, data):
+    import shutil
+    from pathlib import Path
+
+    from libra_astra.network import load_network
+    from libra_astra.trace_demand import demand_from_traces
+
+    root = Path(__file__).resolve().parents[1]
+    src = root / "traces/dlrm_16"
+    work = tmp_path_factory.mktemp("bad")
+    for r in range(16):
+        shutil.copy(src / f"dlrm.{r}.et", work / f"dlrm.{r}.et")
+    raw = bytearray((src / "dlrm.0.et").read_bytes())
+    cut = data.draw(st.integers(0, len(raw)))
+    flips = data.draw(st.lists(st.tuples(st.integers(0, len(raw) - 1), st.integers(0, 255)), max_size=4))
+    for pos, val in flips:
+        raw[pos] = val
+    (work / "dlrm.0.et").write_bytes(bytes(raw[:cut]))
+    net = load_network(root / "network_configs/sample_4x4.yml")
+    _only_libra_errors(lambda p: demand_from_traces(p, net), str(work / "dlrm"))
