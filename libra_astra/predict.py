@@ -97,13 +97,6 @@ def _replay(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel)
     return _Replay(tuple(finishes), tuple(causes), tuple(busy))
 
 
-def class_time_with_overlap(rc: RankClass, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> tuple[float, float]:
-    """(finish time, exposed communication) of one rank class replayed alone over its DAG."""
-    r = _replay(Demand("one", net.npus_per_dim, (rc,)), bw_gbps, net, model)
-    end = max(r.finish[0], default=0.0)
-    return end, end - r.busy_comp[0]
-
-
 def critical_paths(d: Demand, bw_gbps: Sequence[float], net: Network,
                    model: TimeModel) -> list[tuple[float, tuple[JobNode, ...]]]:
     """Per rank class, (its finish time, a longest path that ends in it). A path's time is the
@@ -125,12 +118,6 @@ def critical_paths(d: Demand, bw_gbps: Sequence[float], net: Network,
             node = r.cause[node[0]][node[1]]
         out.append((f[path[0][1]], tuple(reversed(path))))
     return out
-
-
-def critical_path(rc: RankClass, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> tuple[float, tuple[int, ...]]:
-    """(finish time, node indices of a longest path) of one rank class replayed alone."""
-    t, path = critical_paths(Demand("one", net.npus_per_dim, (rc,)), bw_gbps, net, model)[0]
-    return t, tuple(v for _, v in path if v >= 0)
 
 
 def predict(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> Prediction:

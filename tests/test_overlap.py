@@ -12,7 +12,7 @@ from libra_astra.cost import cost_from_dict, load_cost
 from libra_astra.demand import Dag, Demand, RankClass, make_collective
 from libra_astra.network import load_network, network_from_dict
 from libra_astra.optimize import Constraints, Workload, evaluate, optimize
-from libra_astra.predict import critical_path, predict
+from libra_astra.predict import critical_paths, predict
 from libra_astra.timing import TimeModel, collective_time_ns
 from libra_astra.trace_demand import demand_from_traces
 
@@ -50,9 +50,10 @@ def test_replay_overlaps_compute_with_the_collective():
     tb = collective_time_ns(d.rank_classes[0].collectives[1], bw, NET)
     expected = 1e6 + max(ta, 5e6) + 1e6 + tb
     assert predict(d, bw, NET, LIBRA_OVERLAP).time_ns == pytest.approx(expected, rel=1e-12)
-    t, path = critical_path(d.rank_classes[0], bw, NET, LIBRA_OVERLAP)
+    t, path = critical_paths(d, bw, NET, LIBRA_OVERLAP)[0]
+    nodes = [v for _, v in path]
     assert t == pytest.approx(expected, rel=1e-12)
-    assert path[0] == 0 and path[-1] == 4 and (1 in path) == (ta > 5e6)
+    assert nodes[0] == 0 and nodes[-1] == 4 and (1 in nodes) == (ta > 5e6)
 
 
 def test_overlap_optimum_beats_a_fine_grid_and_is_certified():
@@ -104,7 +105,6 @@ def test_min_cost_with_overlap_meets_the_target_at_the_cheapest_grid_point():
 
 def test_receives_wait_for_the_sending_class_and_paths_cross_classes():
     from libra_astra.demand import Collective, demand_from_dict, demand_to_dict
-    from libra_astra.predict import critical_paths
 
     send = Collective("P2P", 2**28, (1, 1), (0.0, float(2**28)), (0, 2), algorithm="p2p")
     stage0 = RankClass(5e6, (send,), 8, dag=Dag(nodes=(("comp", 5e6), ("coll", 0)), deps=((0, 1),)))

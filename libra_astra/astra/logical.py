@@ -242,8 +242,3 @@ class Splitter:
                 latency = phys.latency_ns * lo if phys.topology == "Ring" else phys.latency_ns
                 dims.append(LogicalDim(name, d, phys.topology, hi // lo, lo, float(bw_gbps[d]), latency))
         return LogicalNetwork(self.net, tuple(dims))
-
-
-def unsplit(net: Network, bw_gbps: Sequence[float]) -> LogicalNetwork:
-    """The physical network itself as a logical network (no group needs a split)."""
-    return Splitter(net).network(bw_gbps)
