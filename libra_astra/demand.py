@@ -33,7 +33,8 @@ instead of ``rank_classes``. The job time is the time of the slowest rank class.
 [[u, v], ...]}`` with kind ``"comp"`` (value = time in ns) or ``"coll"`` (value = index into
 ``collectives``); ``deps`` lists edges u -> v (v waits for u), node indices in topological order; optional
 ``links`` [[node, source class, source node], ...] make a receive wait for the matching send of
-another rank class (pipeline parallelism).
+another rank class (pipeline parallelism); optional ``syncs`` [[node, class, node], ...] make a
+collective start only when the same collective of another class is ready too.
 """
 
 from __future__ import annotations
@@ -75,12 +76,14 @@ class Dag:
 
     ``links`` are the waits on other ranks: (node, source class, source node) means ``node`` (a
     receive) cannot finish before ``source node`` of a rank of ``source class`` (the matching
-    send) has finished.
+    send) has finished. ``syncs`` (node, class, node) pair a collective with the same collective
+    issued by a rank of another class: it starts only when both are ready.
     """
 
     nodes: tuple[tuple[str, float], ...]
     deps: tuple[tuple[int, int], ...]
     links: tuple[tuple[int, int, int], ...] = ()
+    syncs: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -201,13 +204,17 @@ def _dag_from_dict(raw: Any, where: str, num_coll: int) -> Dag:
                 and 0 <= e[0] < e[1] < len(nodes)):
             raise LibraError(f"{where}: dag edge {e!r} must be [u, v] with 0 <= u < v < {len(nodes)} (topological order)")
         deps.append((e[0], e[1]))
-    links = []
-    for e in raw.get("links", []):
-        if not (isinstance(e, list) and len(e) == 3 and all(isinstance(x, int) and x >= 0 for x in e)
-                and e[0] < len(nodes)):
-            raise LibraError(f"{where}: dag link {e!r} must be [node, source class, source node] with node < {len(nodes)}")
-        links.append((e[0], e[1], e[2]))
-    return Dag(tuple(nodes), tuple(deps), tuple(links))
+    waits = {}
+    for field_name in ("links", "syncs"):
+        out = []
+        for e in raw.get(field_name, []):
+            if not (isinstance(e, list) and len(e) == 3 and all(isinstance(x, int) and not isinstance(x, bool)
+                                                                and x >= 0 for x in e) and e[0] < len(nodes)):
+                raise LibraError(f"{where}: dag {field_name[:-1]} {e!r} must be [node, class, node] with "
+                                 f"node < {len(nodes)}")
+            out.append((e[0], e[1], e[2]))
+        waits[field_name] = tuple(out)
+    return Dag(tuple(nodes), tuple(deps), waits["links"], waits["syncs"])
 
 
 def _class_from_dict(raw: Mapping, where: str, shape: tuple[int, ...]) -> RankClass:
@@ -273,6 +280,8 @@ def demand_to_dict(d: Demand) -> dict[str, Any]:
                            "deps": [list(e) for e in rc.dag.deps]}
             if rc.dag.links:
                 item["dag"]["links"] = [list(e) for e in rc.dag.links]
+            if rc.dag.syncs:
+                item["dag"]["syncs"] = [list(e) for e in rc.dag.syncs]
         classes.append(item)
     out: dict[str, Any] = {"format": FORMAT, "version": VERSION, "name": d.name, "npus_per_dim": list(d.npus_per_dim)}
     if d.notes:

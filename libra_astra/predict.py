@@ -4,7 +4,8 @@ Per rank at most one compute node and one collective run at a time; compute over
 communication when the dependencies allow it. Nodes are issued in the DAG's (topological) order
 on their resource, so a node starts at max(its dependencies' finish, its resource's free time).
 A receive also waits for the matching send of another rank class (the DAG's ``links``, from
-pipeline parallelism), so the classes are replayed together until those waits settle.
+pipeline parallelism) and a collective shared with ranks of other classes starts when they are
+ready for it too (``syncs``), so the classes are replayed together until those waits settle.
 Collective durations come from a time model (timing.py), normally the ``pipelined`` model with
 the simulator's chunk count, latency and local memory bandwidth.
 
@@ -39,10 +40,22 @@ class _Replay:
     busy_comp: tuple[float, ...]
 
 
+@dataclass
+class _ClassState:
+    finish: list[float]
+    cause: list[JobNode | None]
+    ready: list[float]                  # when the node could start on this rank alone
+    ready_cause: list[JobNode | None]
+    busy: float
+
+
 def _replay_class(rc: RankClass, ci: int, coll_ns: list[float], preds: list[list[int]],
-                  waits: dict[int, JobNode], finishes: Sequence[list[float]]):
-    finish = [0.0] * len(rc.dag.nodes)
-    cause: list[JobNode | None] = [None] * len(finish)
+                  waits: dict[int, JobNode], syncs: dict[int, list[JobNode]],
+                  prev: Sequence[_ClassState | None]) -> _ClassState:
+    n = len(rc.dag.nodes)
+    finish, ready = [0.0] * n, [0.0] * n
+    cause: list[JobNode | None] = [None] * n
+    ready_cause: list[JobNode | None] = [None] * n
     last = {"comp": -1, "coll": -1}
     busy = 0.0
     for v, (kind, value) in enumerate(rc.dag.nodes):
@@ -51,50 +64,59 @@ def _replay_class(rc: RankClass, ci: int, coll_ns: list[float], preds: list[list
         for u in preds[v] + ([last[kind]] if last[kind] >= 0 else []):
             if finish[u] > start:
                 start, why = finish[u], (ci, u)
+        ready[v], ready_cause[v] = start, why
+        # A collective shared with other classes starts when their ranks are ready for it too.
+        for cj, u in syncs.get(v, ()):
+            other = prev[cj]
+            if other is not None and other.ready[u] > start:
+                start, why = other.ready[u], other.ready_cause[u]
         dur = float(value) if kind == "comp" else coll_ns[int(value)]
         end = start + dur
         src = waits.get(v)
-        if src is not None and finishes[src[0]] and finishes[src[0]][src[1]] > end:
-            end, why = finishes[src[0]][src[1]], src
+        if src is not None and prev[src[0]] is not None and prev[src[0]].finish[src[1]] > end:
+            end, why = prev[src[0]].finish[src[1]], src
         finish[v] = end
         cause[v] = why
         last[kind] = v
         if kind == "comp":
             busy += dur
-    return finish, cause, busy
+    return _ClassState(finish, cause, ready, ready_cause, busy)
 
 
 def _replay(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> _Replay:
     classes = d.rank_classes
+    k = len(classes)
     coll_ns = [collective_times_ns(rc, bw_gbps, net, model).tolist() for rc in classes]
-    preds, waits = [], []
+    preds, waits, syncs = [], [], []
     for rc in classes:
-        p: list[list[int]] = [[] for _ in (rc.dag.nodes if rc.dag else ())]
-        for u, v in (rc.dag.deps if rc.dag else ()):
+        dag = rc.dag
+        p: list[list[int]] = [[] for _ in (dag.nodes if dag else ())]
+        for u, v in (dag.deps if dag else ()):
             p[v].append(u)
         preds.append(p)
-        waits.append({v: (c, u) for v, c, u in (rc.dag.links if rc.dag else ()) if 0 <= c < len(classes)})
-    finishes: list[list[float]] = [[] for _ in classes]
-    causes: list[list[JobNode | None]] = [[] for _ in classes]
-    busy = [0.0] * len(classes)
+        waits.append({v: (c, u) for v, c, u in (dag.links if dag else ()) if 0 <= c < k})
+        s: dict[int, list[JobNode]] = {}
+        for v, c, u in (dag.syncs if dag else ()):
+            if 0 <= c < k:
+                s.setdefault(v, []).append((c, u))
+        syncs.append(s)
+    states: list[_ClassState | None] = [None] * k
     # Waits only lengthen times, so Jacobi sweeps from zero settle after as many sweeps as the
     # longest chain of cross-class waits (plus one to see nothing change).
-    for _ in range(2 + sum(len(w) for w in waits)):
-        changed = False
-        new_f = []
+    for _ in range(2 + sum(len(w) + len(s) for w, s in zip(waits, syncs))):
+        new: list[_ClassState | None] = []
         for ci, rc in enumerate(classes):
             if rc.dag is None:
                 comp, comm = class_time_ns(rc, bw_gbps, net, model)
-                f, c, b = [comp + comm], [None], comp
+                new.append(_ClassState([comp + comm], [None], [0.0], [None], comp))
             else:
-                f, c, b = _replay_class(rc, ci, coll_ns[ci], preds[ci], waits[ci], finishes)
-            changed |= f != finishes[ci]
-            new_f.append(f)
-            causes[ci], busy[ci] = c, b
-        finishes = new_f
+                new.append(_replay_class(rc, ci, coll_ns[ci], preds[ci], waits[ci], syncs[ci], states))
+        changed = any(a is None or a.finish != b.finish or a.ready != b.ready for a, b in zip(states, new))
+        states = new
         if not changed:
             break
-    return _Replay(tuple(finishes), tuple(causes), tuple(busy))
+    return _Replay(tuple(s.finish for s in states), tuple(s.cause for s in states),
+                   tuple(s.busy for s in states))
 
 
 def critical_paths(d: Demand, bw_gbps: Sequence[float], net: Network,

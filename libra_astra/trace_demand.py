@@ -777,39 +777,64 @@ def _split_by_peers(ctx: _Ctx, programs: list[_Program], rank_prog: np.ndarray,
 
 def _with_links(ctx: _Ctx, programs: list[_Program], rank_prog: np.ndarray,
                 rank_classes: list[RankClass]) -> list[RankClass]:
-    """Receives wait for their sends: link each receive of a class's first rank to the matching
-    send (same source and destination, k-th receive to k-th send) in the sender's class."""
+    """Waits between rank classes, from each class's first rank: a receive waits for the matching
+    send (same source and destination, k-th receive to k-th send); a collective whose
+    communicator has ranks of other classes starts with their k-th collective on it."""
     cols = ctx.reader.attrs.columns()
     class_of = np.zeros(ctx.net.npus_count, dtype=np.int64)
     for ci, rc in enumerate(rank_classes):
         class_of[list(rc.ranks)] = ci
+    reps = [programs[int(rank_prog[rc.ranks[0]])] for rc in rank_classes]
+    comm_ids: dict[tuple[int, int], np.ndarray] = {}
     out = []
-    for rc in rank_classes:
-        r = rc.ranks[0]
-        info = programs[int(rank_prog[r])]
-        prog = info.prog
-        recv = np.flatnonzero(prog.types == COMM_RECV_NODE)
-        if not recv.size or rc.dag is None:
+    for ci, rc in enumerate(rank_classes):
+        if rc.dag is None:
             out.append(rc)
             continue
-        recv = recv[np.argsort(info.topo_of[recv], kind="stable")]
-        srcs = cols["comm_src"][prog.attr[recv]]
-        links = []
-        taken: dict[int, int] = {}
-        for pos, src in zip(recv.tolist(), srcs.tolist()):
-            if not 0 <= src < ctx.net.npus_count or src == r:
-                continue
-            sinfo = programs[int(rank_prog[src])]
-            sprog = sinfo.prog
-            sends = np.flatnonzero((sprog.types == COMM_SEND_NODE) & (cols["comm_dst"][sprog.attr] == r))
-            k = taken.get(src, 0)
-            if k >= sends.size:
-                continue
-            sends = sends[np.argsort(sinfo.topo_of[sends], kind="stable")]
-            taken[src] = k + 1
-            links.append((int(info.topo_of[pos]), int(class_of[src]), int(sinfo.topo_of[sends[k]])))
-        out.append(replace(rc, dag=replace(rc.dag, links=tuple(links))) if links else rc)
+        r = rc.ranks[0]
+        info = reps[ci]
+        links = _recv_links(ctx, cols, programs, rank_prog, class_of, info, r)
+        syncs = []
+        ckey, cinv = info.coll_comm
+        for comm in sorted({(int(k), int(i)) for k, i in zip(ckey.tolist(), cinv.tolist()) if k >= 0}):
+            cid = comm_ids.get(comm)
+            if cid is None:
+                cid = comm_ids[comm] = _communicators(ctx, comm)[0]
+            others = sorted(set(class_of[cid == cid[r]].tolist()) - {ci})
+            mine = info.comm_pos[(ckey == comm[0]) & (cinv == comm[1])]
+            for cj in others:
+                bkey, binv = reps[cj].coll_comm
+                theirs = reps[cj].comm_pos[(bkey == comm[0]) & (binv == comm[1])]
+                syncs.extend((int(a), cj, int(b)) for a, b in zip(mine.tolist(), theirs.tolist()))
+        if links or syncs:
+            rc = replace(rc, dag=replace(rc.dag, links=tuple(links), syncs=tuple(sorted(syncs))))
+        out.append(rc)
     return out
+
+
+def _recv_links(ctx: _Ctx, cols, programs: list[_Program], rank_prog: np.ndarray, class_of: np.ndarray,
+                info: _Program, r: int) -> list[tuple[int, int, int]]:
+    prog = info.prog
+    recv = np.flatnonzero(prog.types == COMM_RECV_NODE)
+    if not recv.size:
+        return []
+    recv = recv[np.argsort(info.topo_of[recv], kind="stable")]
+    srcs = cols["comm_src"][prog.attr[recv]]
+    links = []
+    taken: dict[int, int] = {}
+    for pos, src in zip(recv.tolist(), srcs.tolist()):
+        if not 0 <= src < ctx.net.npus_count or src == r:
+            continue
+        sinfo = programs[int(rank_prog[src])]
+        sprog = sinfo.prog
+        sends = np.flatnonzero((sprog.types == COMM_SEND_NODE) & (cols["comm_dst"][sprog.attr] == r))
+        k = taken.get(src, 0)
+        if k >= sends.size:
+            continue
+        sends = sends[np.argsort(sinfo.topo_of[sends], kind="stable")]
+        taken[src] = k + 1
+        links.append((int(info.topo_of[pos]), int(class_of[src]), int(sinfo.topo_of[sends[k]])))
+    return links
 
 
 def _summarize(ctx: _Ctx, prefix: str, programs: list[_Program], rank_classes: list[RankClass],

@@ -154,3 +154,32 @@ def test_pipeline_stages_with_the_same_program_become_separate_classes(tmp_path)
         assert {src for _, src, _ in rc.dag.links} == {c for c in (ci - 1, ci + 1) if 0 <= c < 4}
     times = predict(d, (100.0, 100.0), net, TimeModel("pipelined", overlap=True)).class_times_ns
     assert times[0] > times[1] > times[2]   # GPipe: the first stage finishes its backward last
+
+
+def shared_collective_traces(path):
+    """Ranks 0-3 compute 10 us, all-reduce with everyone, then compute 100 us; ranks 4-7 compute
+    50 us, the same all-reduce, then 10 us. The all-reduce starts when ranks 4-7 are ready."""
+    from libra_astra import chakra_io as cio
+
+    for r in range(8):
+        first, second = (10, 100) if r < 4 else (50, 10)
+        nodes = [cio.comp_node(1, "a", first),
+                 cio.coll_node(2, "ar", "ALL_REDUCE", 1 << 20, involved_dim=[True, True], data_deps=[1]),
+                 cio.comp_node(3, "b", second, data_deps=[2])]
+        cio.write_et(path / f"s.{r}.et", nodes)
+    return str(path / "s")
+
+
+def test_a_collective_shared_by_two_classes_starts_when_both_are_ready(tmp_path):
+    net = network_from_dict({"name": "n", "dimensions": [{"name": "a", "topology": "Ring", "npus": 4},
+                                                         {"name": "b", "topology": "Switch", "npus": 2}]})
+    d, _ = demand_from_traces(shared_collective_traces(tmp_path), net)
+    early, late = d.rank_classes
+    assert early.dag.syncs == ((1, 1, 1),) and late.dag.syncs == ((1, 0, 1),)
+    model = TimeModel("pipelined", overlap=True)
+    bw = (100.0, 50.0)
+    ar = collective_time_ns(early.collectives[0], bw, net, model)
+    p = predict(d, bw, net, model)
+    assert p.class_times_ns == pytest.approx((50e3 + ar + 100e3, 50e3 + ar + 10e3), rel=1e-12)
+    path = critical_paths(d, bw, net, model)[0][1]
+    assert path == ((1, 0), (0, 1), (0, 2))    # the wait for the late class is on the critical path

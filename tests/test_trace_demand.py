@@ -66,10 +66,12 @@ def test_hand_worked_demand(tmp_path):
     assert (p2p.type, p2p.traffic_bytes, p2p.hops, p2p.algorithm) == ("P2P", (0.0, 4096.0), (0, 2), "p2p")
     assert receivers.collectives[0].group == "2" and len(receivers.collectives) == 2
     assert senders.compute_time_ns == receivers.compute_time_ns == 30000.0
+    # the all-gather over dim 1 pairs each sender with a receiver: it starts when both classes are ready
     assert senders.dag == Dag((("comp", 10000.0), ("coll", 0.0), ("coll", 1.0), ("coll", 2.0), ("comp", 20000.0)),
-                              ((0, 1), (1, 2), (2, 3), (3, 4)))
-    # the receive stays in the graph with 0 ns
+                              ((0, 1), (1, 2), (2, 3), (3, 4)), links=(), syncs=((2, 1, 2),))
+    # the receive stays in the graph with 0 ns, waiting for the senders' send
     assert receivers.dag.nodes[3] == ("comp", 0.0)
+    assert (receivers.dag.links, receivers.dag.syncs) == (((3, 0, 3),), ((2, 0, 2),))
     # summary: mean bytes per NPU
     assert s.bytes_by_type == {"ALL_GATHER": (0.0, 256.0), "ALL_REDUCE": (1536.0, 0.0), "P2P": (0.0, 2048.0)}
     assert s.skipped == {"COMM_RECV (charged on the send side)": 4}
