@@ -19,6 +19,7 @@ from .fileio import check_writable, write_json_atomic
 from .network import load_network
 from .optimize import OBJECTIVES, Constraints, OptimizeResult, Workload, optimize, pareto
 from .timing import TimeModel
+from .trace_demand import default_groups_path, demand_from_traces, is_trace_prefix
 
 
 class _Group(click.Group):
@@ -68,7 +69,6 @@ def load_workloads(traces: tuple[str, ...], demands: tuple[str, ...], weights: t
     ws = list(weights) if weights else [1.0] * n
     out, refs = [], []
     for i, prefix in enumerate(traces):
-        from .trace_demand import default_groups_path, demand_from_traces, is_trace_prefix
         if not is_trace_prefix(prefix):
             raise LibraError(f"{prefix}: no trace files {prefix}.0.et (or .et.gz); give the prefix of PREFIX.N.et files")
         groups = comm_groups or default_groups_path(prefix)
@@ -321,7 +321,7 @@ def loop_cmd(traces, network_path, cost_path, demands, weights, comm_groups, tot
     net, cost, workloads, refs, cons = load_inputs(network_path, cost_path, traces, demands, weights, comm_groups,
                                                    total_bw, total_bw_max, budget, time_target, exprs,
                                                    constraints_file)
-    echo = (lambda m: None) if as_json else click.echo
+    echo = (lambda _line: None) if as_json else click.echo
     res = run_loop(workloads, refs, net, cost, out_dir=out_dir, objective=objective, constraints=cons,
                    binary=binary, splits=splits, calibrate=calibrate, timeout_s=timeout, overwrite=force,
                    local_mem_bw_gbps=local_mem_bw, overlap=overlap, on_event=echo)

@@ -81,7 +81,7 @@ def format_summary(s: TraceSummary, net: Network) -> str:
         k = (g.key == "", g.source, g.size, g.participants, g.algorithm, g.ring_dims, g.involved_dim)
         merged.setdefault(k, []).append(g)
     rows = [["group", "source", "size", "participants", "algorithm", "collectives"]]
-    for k, gs in merged.items():
+    for gs in merged.values():
         g = gs[0]
         if g.key == "":
             name = "all ranks" + ("" if g.involved_dim is None else

@@ -87,10 +87,10 @@ def evaluate(workloads: Sequence[Workload], net: Network, cost: CostModel, bw_gb
         comp += w.weight * br.compute_ns
         comm += w.weight * br.communication_ns
     c = cost.network_cost_usd(net, bw)
-    return Evaluation(bw, t, comp, comm, c, _feasible(bw, net, cost, constraints, t, c))
+    return Evaluation(bw, t, comp, comm, c, _feasible(bw, net, constraints, t, c))
 
 
-def _feasible(bw, net, cost, cons: Constraints, t: float, c: float, tol: float = 1e-6) -> bool:
+def _feasible(bw, net, cons: Constraints, t: float, c: float, tol: float = 1e-6) -> bool:
     total = sum(bw)
     if cons.total_bw_gbps is not None:
         if cons.total_bw_is_upper_bound:
@@ -111,7 +111,7 @@ def _feasible(bw, net, cost, cons: Constraints, t: float, c: float, tol: float =
 # ------------------------------------------------------------------ problem building
 
 
-def _check_bounded(b: ScaledProblem, net: Network, objective: str, workloads: Sequence[Workload]) -> None:
+def _check_bounded(b: ScaledProblem, net: Network, objective: str) -> None:
     """Refuse problems whose infimum is not attained, naming the cause and the fix."""
     p = b.problem
     D = b.D
@@ -211,7 +211,7 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
     def run(paths):
         b = build_problem(workloads, net, cost, cons, objective, model, paths)
         if not checked:
-            _check_bounded(b, net, objective, workloads)
+            _check_bounded(b, net, objective)
             checked.append(True)
         res = solve(b.problem, [start_for(b)] if start_for else b.guesses, rel_gap=rel_gap)
         return b, res, unscale(b, res, objective)

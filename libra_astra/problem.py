@@ -144,7 +144,7 @@ def linear_rows(net: Network, cost: CostModel, cons: Constraints, b0: float, c0:
     return to(G, D), np.array(h, dtype=float), to(E, D), np.array(f, dtype=float), price
 
 
-def _scales(workloads, net, cost, cons) -> tuple[float, float]:
+def _scales(net, cost, cons) -> tuple[float, float]:
     D = net.num_dims
     if cons.total_bw_gbps is not None:
         b0 = cons.total_bw_gbps / D
@@ -170,7 +170,7 @@ def build_problem(workloads: Sequence[Workload], net: Network, cost: CostModel, 
         if w.weight <= 0:
             raise LibraError(f"workload {w.name or w.demand.name!r}: weight must be > 0, got {w.weight:g}")
     D = net.num_dims
-    b0, c0 = _scales(workloads, net, cost, cons)
+    b0, c0 = _scales(net, cost, cons)
     # Time unit: the EqualBW time of the demand at b0, so scaled values are O(1).
     t_eq = sum(w.weight * demand_time(w.demand, [b0] * D, net, model).total_ns for w in workloads)
     t0 = t_eq if t_eq > 0 else 1.0
@@ -248,14 +248,6 @@ def build_problem(workloads: Sequence[Workload], net: Network, cost: CostModel, 
         row[n_recip:] = weights
         G = np.vstack([G, row])
         h = np.r_[h, cons.time_target_ns / t0]
-    G, h, E, f = _promote_implicit_equalities(G, h, E, f, n_recip)
-    E, f = _independent_rows(E, f)
-    problem = ConvexProblem(
-        c=c, recip=recip,
-        A=np.vstack(A_rows), g=np.concatenate(g_rows), owner=np.concatenate(owner),
-        w=np.array(wts, dtype=float), term_class=np.array(tclass), class_z=np.array(cz), class_e=np.array(ce),
-        G=G, h=h, E=E, f=f,
-    )
     # Starting guesses: the equal split (of the total, or of the bounds' midpoints).
     guesses = []
     if cons.total_bw_gbps is not None:
@@ -273,14 +265,27 @@ def build_problem(workloads: Sequence[Workload], net: Network, cost: CostModel, 
             x[:D] = gb / cost_scaled
             x[s_idx] = 1.0 / cost_scaled
         full.append(x)
+    G, h, E, f = _promote_implicit_equalities(G, h, E, f, full)
+    E, f = _independent_rows(E, f)
+    problem = ConvexProblem(
+        c=c, recip=recip,
+        A=np.vstack(A_rows), g=np.concatenate(g_rows), owner=np.concatenate(owner),
+        w=np.array(wts, dtype=float), term_class=np.array(tclass), class_z=np.array(cz), class_e=np.array(ce),
+        G=G, h=h, E=E, f=f,
+    )
     return ScaledProblem(problem, D, b0, t0, c0, s_idx, full, n_coll, k, cost.price_usd_per_gbps(net))
 
 
-def _promote_implicit_equalities(G, h, E, f, n_recip):
+def _promote_implicit_equalities(G, h, E, f, guesses):
     """Move inequalities that hold with equality at every feasible point (bw_min == bw_max, or
     'bw[0] >= bw[1]' with 'bw[1] >= bw[0]') into the equalities, so the barrier has an interior."""
     if not G.shape[0]:
         return G, h, E, f
+    # A guess strictly inside is proof enough that there is an interior (the common case, and it
+    # spares a linear program on every solve).
+    for x in guesses:
+        if np.all(G @ x < h - 1e-9 * np.maximum(1.0, np.abs(h))) and np.allclose(E @ x, f, rtol=1e-12, atol=1e-12):
+            return G, h, E, f
     n = G.shape[1]
     norms = np.maximum(np.linalg.norm(G, axis=1), 1e-300)
     # Quick test: the largest uniform slack; positive means there is an interior already.
@@ -301,7 +306,6 @@ def _promote_implicit_equalities(G, h, E, f, n_recip):
     if not tight:
         return G, h, E, f
     keep = [i for i in range(G.shape[0]) if i not in tight]
-    # Keep non-negativity rows of reciprocal coordinates: they are never implicit equalities here.
     return G[keep], h[keep], np.vstack([E, G[tight]]), np.r_[f, h[tight]]
 
 

@@ -680,7 +680,7 @@ def demand_from_traces(prefix: str | Path, network: Network,
             lst.append(r)
 
     # 3b. pipeline stages: ranks of one class that wait on different classes are timed apart
-    groups = _split_by_peers(ctx, programs, rank_prog, list(classes.items()))
+    groups = _split_by_peers(ctx, programs, list(classes.items()))
 
     # 4. build rank classes
     phys_traffic = np.asarray([c.traffic_bytes for c in ctx.physics], dtype=np.float64).reshape(-1, network.num_dims)
@@ -727,7 +727,7 @@ def demand_from_traces(prefix: str | Path, network: Network,
     return demand, summary
 
 
-def _split_by_peers(ctx: _Ctx, programs: list[_Program], rank_prog: np.ndarray,
+def _split_by_peers(ctx: _Ctx, programs: list[_Program],
                     groups: list[tuple[Any, list[int]]]) -> list[tuple[Any, list[int]]]:
     """Refine classes until the ranks of a class send to and receive from the same classes.
 
