@@ -78,14 +78,17 @@ def evaluate(workloads: Sequence[Workload], net: Network, cost: CostModel, bw_gb
     bw = tuple(float(b) for b in bw_gbps)
     t = comp = comm = 0.0
     for w in workloads:
-        br = demand_time(w.demand, bw, net, model)
         if model.overlap:
-            # Communication here is what compute does not hide.
-            total = predict(w.demand, bw, net, model).time_ns
-            br = type(br)(total, br.compute_ns, total - br.compute_ns, br.slowest_class)
-        t += w.weight * br.total_ns
-        comp += w.weight * br.compute_ns
-        comm += w.weight * br.communication_ns
+            # The slowest class of the replay; communication is what its compute does not hide.
+            p = predict(w.demand, bw, net, model)
+            slowest = max(range(len(p.class_times_ns)), key=p.class_times_ns.__getitem__)
+            total, compute = p.time_ns, w.demand.rank_classes[slowest].compute_time_ns
+        else:
+            br = demand_time(w.demand, bw, net, model)
+            total, compute = br.total_ns, br.compute_ns
+        t += w.weight * total
+        comp += w.weight * compute
+        comm += w.weight * (total - compute)
     c = cost.network_cost_usd(net, bw)
     return Evaluation(bw, t, comp, comm, c, _feasible(bw, net, constraints, t, c))
 
