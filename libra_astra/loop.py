@@ -28,7 +28,7 @@ from .errors import LibraError
 from .network import Network
 from .optimize import Constraints, Workload, optimize
 from .predict import predict
-from .timing import TimeModel
+from .timing import TimeModel, simulator_model
 
 
 @dataclass(frozen=True)
@@ -78,12 +78,6 @@ class LoopResult:
         }
 
 
-def _sim_model(splits: int, local_mem_bw_gbps: float, efficiency: Sequence[float] | None,
-               overlap: bool = True) -> TimeModel:
-    return TimeModel("pipelined", splits=splits, latency=True, local_mem_bw_gbps=local_mem_bw_gbps,
-                     efficiency=tuple(efficiency) if efficiency is not None else None, overlap=overlap)
-
-
 def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Network, cost: CostModel, *,
              out_dir: str | Path, objective: str = "perf", constraints: Constraints = Constraints(),
              binary: str | None = None, splits: int = 1, local_mem_bw_gbps: float = 1e9, calibrate: int = 0,
@@ -126,7 +120,7 @@ def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Ne
         return row
 
     eff = [1.0] * net.num_dims
-    model = _sim_model(splits, local_mem_bw_gbps, None, overlap)
+    model = simulator_model(splits, local_mem_bw_gbps, overlap=overlap)
     on_event(f"optimizing ({objective}, pipelined model, {splits} chunk(s) per collective, "
              f"{'dependency-aware' if overlap else 'no overlap'})")
     r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model)
@@ -142,13 +136,13 @@ def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Ne
             bw[d] *= probe
             probe_row = run_design(it, f"probe-{dim.name}", bw, model)
             ds = best.simulated_ns - probe_row.simulated_ns
-            cur = _sim_model(splits, local_mem_bw_gbps, eff)
+            cur = simulator_model(splits, local_mem_bw_gbps, efficiency=eff)
             dp = (sum(w.weight * predict(w.demand, best.bw_gbps, net, cur).time_ns for w in workloads)
                   - sum(w.weight * predict(w.demand, bw, net, cur).time_ns for w in workloads))
             if ds > 1e-6 * best.simulated_ns and dp > 1e-6 * best.simulated_ns:
                 eff[d] *= dp / ds
         efficiencies.append(tuple(eff))
-        model = _sim_model(splits, local_mem_bw_gbps, eff, overlap)
+        model = simulator_model(splits, local_mem_bw_gbps, efficiency=eff, overlap=overlap)
         r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model, baselines=False)
         row = run_design(it, "optimized", r.bw_gbps, model)
         if row.simulated_ns < best.simulated_ns * (1 - min_gain):

@@ -70,6 +70,14 @@ class TimeModel:
 LIBRA = TimeModel()
 
 
+def simulator_model(splits: int, local_mem_bw_gbps: float, *, efficiency: Sequence[float] | None = None,
+                    overlap: bool = True) -> TimeModel:
+    """The model of what ASTRA-sim computes with the settings libra_astra emits (ring algorithm,
+    one active chunk, ``splits`` chunks, per-hop latency, this local memory bandwidth)."""
+    return TimeModel("pipelined", splits=splits, latency=True, local_mem_bw_gbps=local_mem_bw_gbps,
+                     efficiency=tuple(efficiency) if efficiency is not None else None, overlap=overlap)
+
+
 def _reduced_bytes(kind: str, carried: float, p: int) -> float:
     # Reduce steps of a ring over p members add (p-1) chunks of carried/p bytes each.
     if kind in (coll.ALL_REDUCE, coll.REDUCE_SCATTER) and p > 1:

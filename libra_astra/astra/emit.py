@@ -52,7 +52,7 @@ from ..errors import LibraError
 from ..fileio import read_json
 from ..groups import load_comm_groups
 from ..predict import predict
-from ..timing import TimeModel
+from ..timing import simulator_model
 from ..trace_demand import demand_from_traces
 from .logical import LogicalNetwork
 from .workload import WorkloadStats, plan_for_demand, plan_for_groups, rewrite_traces, synthesize
@@ -375,7 +375,7 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
 
 def _prediction(demand: Demand, design: Design, splits: int, local_mem_bw_gbps: float) -> dict[str, Any]:
     """What libra_astra predicts the simulator will report for these settings."""
-    model = TimeModel("pipelined", splits=splits, latency=True, local_mem_bw_gbps=local_mem_bw_gbps, overlap=True)
+    model = simulator_model(splits, local_mem_bw_gbps)
     p = predict(demand, design.bandwidth_gbps, design.network, model)
     return {"time_ns": p.time_ns, "class_times_ns": list(p.class_times_ns),
             "model": f"pipelined, {splits} chunk(s), per-hop latency, local-mem-bw {local_mem_bw_gbps:g} GB/s, "
