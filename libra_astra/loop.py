@@ -22,13 +22,13 @@ from typing import Callable, Sequence
 
 from .astra.emit import emit
 from .astra.run import resolve_binary, simulate
-from .cost import CostModel
-from .design import Design, WorkloadRef
+from .model.cost import CostModel
+from .optimize.design import Design, WorkloadRef
 from .errors import LibraError
-from .network import Network
-from .optimize import Constraints, Workload, optimize
-from .predict import predict
-from .timing import TimeModel, simulator_model
+from .model.network import Network
+from .optimize.optimizer import Constraints, Workload, optimize
+from .timing.predict import predict
+from .timing.model import TimeModel, simulator_model
 
 
 @dataclass(frozen=True)

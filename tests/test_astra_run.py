@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from libra_astra.astra import emit, simulate
-from libra_astra.cli_astra import emit_command, simulate_command
-from libra_astra.demand import demand_to_dict, make_collective, single_class
-from libra_astra.design import Design, WorkloadRef, design_to_dict
+from libra_astra.cli.astra import emit_command, simulate_command
+from libra_astra.demand.types import demand_to_dict, make_collective, single_class
+from libra_astra.optimize.design import Design, WorkloadRef, design_to_dict
 from libra_astra.errors import LibraError
-from libra_astra.network import network_from_dict
+from libra_astra.model.network import network_from_dict
 
 FIXTURES = Path(__file__).parent / "fixtures" / "astra"
 

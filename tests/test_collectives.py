@@ -2,10 +2,10 @@
 
 import pytest
 
-from libra_astra import collectives as coll
-from libra_astra.demand import make_collective
+from libra_astra.model import collectives as coll
+from libra_astra.demand.types import make_collective
 from libra_astra.errors import LibraError
-from libra_astra.network import network_from_dict
+from libra_astra.model.network import network_from_dict
 
 # Ring 4 x Switch 2 x FullyConnected 3 = 24 NPUs; NPU id = a0 + 4 * (a1 + 2 * a2).
 NET = network_from_dict({"name": "t", "dimensions": [

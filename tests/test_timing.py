@@ -2,10 +2,10 @@
 
 import pytest
 
-from libra_astra.demand import Collective, Demand, RankClass, make_collective
+from libra_astra.demand.types import Collective, Demand, RankClass, make_collective
 from libra_astra.errors import LibraError
-from libra_astra.network import network_from_dict
-from libra_astra.timing import LIBRA, TimeModel, collective_rows, collective_time_ns, demand_time
+from libra_astra.model.network import network_from_dict
+from libra_astra.timing.model import LIBRA, TimeModel, collective_rows, collective_time_ns, demand_time
 
 GIB = 2 ** 30
 

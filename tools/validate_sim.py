@@ -15,14 +15,14 @@ import tempfile
 from pathlib import Path
 
 from libra_astra.astra import emit, simulate
-from libra_astra.cli import load_workloads
-from libra_astra.cost import load_cost
-from libra_astra.demand import demand_to_dict, make_collective, single_class
-from libra_astra.design import Design, WorkloadRef
+from libra_astra.cli.main import load_workloads
+from libra_astra.model.cost import load_cost
+from libra_astra.demand.types import demand_to_dict, make_collective, single_class
+from libra_astra.optimize.design import Design, WorkloadRef
 from libra_astra.loop import run_loop
-from libra_astra.network import load_network, network_from_dict
-from libra_astra.optimize import Constraints
-from libra_astra.timing import TimeModel, collective_time_ns
+from libra_astra.model.network import load_network, network_from_dict
+from libra_astra.optimize.optimizer import Constraints
+from libra_astra.timing.model import TimeModel, collective_time_ns
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = [

@@ -45,15 +45,15 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .. import __version__
-from .. import chakra_io as cio
-from ..demand import Demand, load_demand
-from ..design import Design, WorkloadRef, design_to_dict, load_design
+from ..traces import chakra_io as cio
+from ..demand.types import Demand, load_demand
+from ..optimize.design import Design, WorkloadRef, design_to_dict, load_design
 from ..errors import LibraError
-from ..fileio import read_json
-from ..groups import load_comm_groups
-from ..predict import predict
-from ..timing import simulator_model
-from ..trace_demand import demand_from_traces
+from ..files import read_json
+from ..demand.groups import load_comm_groups
+from ..timing.predict import predict
+from ..timing.model import simulator_model
+from ..demand.from_traces import demand_from_traces
 from .logical import LogicalNetwork
 from .workload import WorkloadStats, plan_for_demand, plan_for_groups, rewrite_traces, synthesize
 

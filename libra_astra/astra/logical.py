@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from ..errors import LibraError
-from ..network import Network, coords_in, id_in
+from ..model.network import Network, coords_in, id_in
 
 GIB_PER_GB = 1e9 / 2**30
 

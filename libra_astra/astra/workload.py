@@ -40,12 +40,12 @@ from typing import Mapping, Sequence
 
 from chakra.schema.protobuf import et_def_pb2 as pb
 
-from .. import chakra_io as cio
-from .. import collectives as coll
-from ..demand import Collective, Demand, RankClass
+from ..traces import chakra_io as cio
+from ..model import collectives as coll
+from ..demand.types import Collective, Demand, RankClass
 from ..errors import LibraError
-from ..network import Network
-from ..trace import file_first_order
+from ..model.network import Network
+from ..traces.reader import file_first_order
 from .logical import LogicalNetwork, Splitter
 
 _DROP_TYPES = (pb.INVALID_NODE, pb.METADATA_NODE)

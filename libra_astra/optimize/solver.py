@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import linprog
 
-from .errors import InfeasibleError, LibraError
+from ..errors import InfeasibleError, LibraError
 
 # Tunables of the primal-dual method (chosen on the benchmark's problems: tools/bench_optimize.py).
 _GAMMA = 1e-4       # wide neighbourhood: every u_i y_i / omega_i >= _GAMMA * mean

@@ -31,10 +31,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import groups as grp
-from .demand import Collective, Dag, Demand, RankClass
-from .errors import LibraError
-from .network import Network
-from .trace import (COMM_COLL_NODE, COMM_RECV_NODE, COMM_SEND_NODE, COMM_TYPE_NAMES, COMP_NODE, INVALID_NODE,
+from .types import Collective, Dag, Demand, RankClass
+from ..errors import LibraError
+from ..model.network import Network
+from ..traces.reader import (COMM_COLL_NODE, COMM_RECV_NODE, COMM_SEND_NODE, COMM_TYPE_NAMES, COMP_NODE, INVALID_NODE,
                     MEM_LOAD_NODE, MEM_STORE_NODE, METADATA_NODE, NODE_TYPE_NAMES, SUPPORTED_COMM_TYPES,
                     RankProgram, TraceReader, comm_type_name, is_trace_prefix, rank_files, topological_order)
 

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import LibraError
-from .fileio import read_json
-from .network import Network, network_from_dict
+from ..errors import LibraError
+from ..files import read_json
+from ..model.network import Network, network_from_dict
 
 FORMAT = "libra_astra.design"
 VERSION = 1

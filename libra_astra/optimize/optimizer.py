@@ -21,14 +21,14 @@ import numpy as np
 from scipy.optimize import linprog
 
 from .constraints import LinearConstraint
-from .cost import CostModel
-from .errors import InfeasibleError, LibraError
-from .network import Network
-from .predict import critical_paths, predict
+from ..model.cost import CostModel
+from ..errors import InfeasibleError, LibraError
+from ..model.network import Network
+from ..timing.predict import critical_paths, predict
 from .problem import (OBJECTIVES, Constraints, ScaledProblem, Workload, build_problem, linear_rows, path_terms,
                       unscale)
 from .solver import solve, term_values, unbounded_coordinates
-from .timing import LIBRA, TimeModel, demand_time
+from ..timing.model import LIBRA, TimeModel, demand_time
 
 __all__ = ["OBJECTIVES", "Constraints", "Evaluation", "OptimizeResult", "Workload", "evaluate", "optimize", "pareto"]
 

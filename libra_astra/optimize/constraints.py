@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .errors import LibraError
-from .network import Network
+from ..errors import LibraError
+from ..model.network import Network
 
 _TOKEN = re.compile(r"\s*(?:(?P<num>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)|"
                     r"(?P<bw>bw\s*\[\s*(?P<dim>[A-Za-z_][\w-]*|\d+)\s*\])|(?P<op><=|>=|==|=|<|>)|(?P<sym>[-+*]))")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .demand import Demand, make_collective, single_class
-from .network import Network
+from .types import Demand, make_collective, single_class
+from ..model.network import Network
 
 # ResNet-50 parameter counts of its 54 weight layers (conv and fc, biases folded in), in order.
 _RESNET50_PARAMS = (

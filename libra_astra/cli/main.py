@@ -9,17 +9,17 @@ from pathlib import Path
 
 import click
 
-from . import __version__
-from .constraints import load_constraints_file, parse_constraints
-from .cost import load_cost
-from .demand import load_demand
-from .design import Design, WorkloadRef, design_to_dict
-from .errors import LibraError
-from .fileio import check_writable, write_json_atomic
-from .network import load_network
-from .optimize import OBJECTIVES, Constraints, OptimizeResult, Workload, optimize, pareto
-from .timing import TimeModel
-from .trace_demand import default_groups_path, demand_from_traces, is_trace_prefix
+from .. import __version__
+from ..optimize.constraints import load_constraints_file, parse_constraints
+from ..model.cost import load_cost
+from ..demand.types import load_demand
+from ..optimize.design import Design, WorkloadRef, design_to_dict
+from ..errors import LibraError
+from ..files import check_writable, write_json_atomic
+from ..model.network import load_network
+from ..optimize.optimizer import OBJECTIVES, Constraints, OptimizeResult, Workload, optimize, pareto
+from ..timing.model import TimeModel
+from ..demand.from_traces import default_groups_path, demand_from_traces, is_trace_prefix
 
 
 class _Group(click.Group):
@@ -316,7 +316,7 @@ def loop_cmd(traces, network_path, cost_path, demands, weights, comm_groups, tot
       libra-astra loop traces/gpt3_tp8_dp8/gpt3 --network network_configs/sample_8x8.yml \\
           --cost network_configs/cost.yml --total-bw 400 --astra-sim $ASTRA_SIM_BIN --out runs/gpt3 --calibrate 2
     """
-    from .loop import run_loop
+    from ..loop import run_loop
 
     net, cost, workloads, refs, cons = load_inputs(network_path, cost_path, traces, demands, weights, comm_groups,
                                                    total_bw, total_bw_max, budget, time_target, exprs,
@@ -344,9 +344,9 @@ def loop_cmd(traces, network_path, cost_path, demands, weights, comm_groups, tot
 
 def _register() -> None:
     # Commands of the other steps live beside the library parts they drive.
-    from .cli_astra import emit_command, simulate_command
-    from .cli_demand import demand_command
-    from .tracegen.cli import generate_command
+    from .astra import emit_command, simulate_command
+    from .demand import demand_command
+    from ..tracegen.cli import generate_command
     main.add_command(generate_command, "generate")
     main.add_command(demand_command, "demand")
     main.add_command(emit_command, "emit")

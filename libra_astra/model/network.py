@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from .errors import LibraError
+from ..errors import LibraError
 
 TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
 _DIM_KEYS = {"name", "topology", "npus", "latency_ns", "cost_class", "bw_min_gbps", "bw_max_gbps"}

@@ -7,11 +7,11 @@ from typing import Sequence
 
 import click
 
-from .demand import demand_to_dict
-from .errors import LibraError
-from .fileio import check_writable, write_json_atomic
-from .network import Network, load_network
-from .trace_demand import TraceSummary, default_groups_path, demand_from_traces, summary_to_dict
+from ..demand.types import demand_to_dict
+from ..errors import LibraError
+from ..files import check_writable, write_json_atomic
+from ..model.network import Network, load_network
+from ..demand.from_traces import TraceSummary, default_groups_path, demand_from_traces, summary_to_dict
 
 
 def _bytes(x: float) -> str:

@@ -6,8 +6,8 @@ import json
 
 import click
 
-from .astra import emit, simulate
-from .errors import LibraError
+from ..astra import emit, simulate
+from ..errors import LibraError
 
 
 def _ms(ns: float) -> str:

@@ -38,7 +38,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from .errors import LibraError
+from ..errors import LibraError
 
 try:  # mlc-chakra is installed with --no-deps; give a usable message if it is missing
     from chakra.schema.protobuf import et_def_pb2 as pb

@@ -44,10 +44,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from . import collectives as coll
-from .errors import LibraError
-from .fileio import read_json
-from .network import Network
+from ..model import collectives as coll
+from ..errors import LibraError
+from ..files import read_json
+from ..model.network import Network
 
 FORMAT = "libra_astra.demand"
 VERSION = 1

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .errors import LibraError
+from ..errors import LibraError
 from .network import Network
 
 ALL_REDUCE = "ALL_REDUCE"

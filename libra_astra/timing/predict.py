@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from .demand import Demand, RankClass
-from .network import Network
-from .timing import TimeModel, class_time_ns, collective_times_ns
+from ..demand.types import Demand, RankClass
+from ..model.network import Network
+from .model import TimeModel, class_time_ns, collective_times_ns
 
 # A node of the job: (rank class, node index); node -1 stands for a whole class without a DAG.
 JobNode = tuple[int, int]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .errors import LibraError
+from ..errors import LibraError
 from .network import Network, load_yaml
 
 PARTS = ("link", "switch", "nic")

@@ -37,8 +37,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from chakra.schema.protobuf import et_def_pb2 as pb
 from chakra.src.third_party.utils import protolib
 
-from .errors import LibraError
-from .fileio import write_json_atomic, write_text_atomic
+from ..errors import LibraError
+from ..files import write_json_atomic, write_text_atomic
 
 ET_VERSION = "0.0.4"
 

@@ -18,12 +18,12 @@ import numpy as np
 from scipy.optimize import linprog
 
 from .constraints import LinearConstraint
-from .cost import CostModel
-from .demand import Demand
-from .errors import LibraError
-from .network import Network
+from ..model.cost import CostModel
+from ..demand.types import Demand
+from ..errors import LibraError
+from ..model.network import Network
 from .solver import ConvexProblem, SolverResult
-from .timing import TimeModel, collective_rows, demand_time
+from ..timing.model import TimeModel, collective_rows, demand_time
 
 OBJECTIVES = ("perf", "perf-per-cost", "min-cost")
 

@@ -34,10 +34,10 @@ from typing import Sequence
 
 import numpy as np
 
-from . import collectives as coll
-from .demand import Collective, Demand, RankClass
-from .errors import LibraError
-from .network import Network
+from ..model import collectives as coll
+from ..demand.types import Collective, Demand, RankClass
+from ..errors import LibraError
+from ..model.network import Network
 
 MODELS = ("libra", "pipelined")
 

@@ -21,11 +21,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import collectives as coll
-from .demand import Collective, make_collective
-from .errors import LibraError
-from .fileio import read_json
-from .network import Network
+from ..model import collectives as coll
+from .types import Collective, make_collective
+from ..errors import LibraError
+from ..files import read_json
+from ..model.network import Network
 
 ALL_RANKS = ""  # group key of the default (all-ranks) communicator
 
