@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from libra_astra.cli.main import main
+from libra_astra.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 COST = str(ROOT / "network_configs/cost.yml")

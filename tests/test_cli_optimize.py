@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from libra_astra.demand import synthetic
-from libra_astra.cli.main import main
+from libra_astra.cli import main
 from libra_astra.demand.types import demand_to_dict
 from libra_astra.optimize.design import load_design
 from libra_astra.model.network import load_network

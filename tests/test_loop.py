@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from libra_astra.cli.main import main, load_workloads
+from libra_astra.cli import main
+from libra_astra.demand.workload import load_workloads
 from libra_astra.model.cost import load_cost
 from libra_astra.demand.types import make_collective, single_class
 from libra_astra.loop import run_loop
@@ -40,8 +41,8 @@ SAMPLES = [
 def test_loop_on_sample_predicts_within_2_percent_and_beats_equal_bw(tmp_path, prefix, network, splits):
     net = load_network(ROOT / network)
     cost = load_cost(ROOT / "network_configs/cost.yml")
-    workloads, refs = load_workloads((str(ROOT / prefix),), (), (), net, None)
-    res = run_loop(workloads, refs, net, cost, out_dir=tmp_path / "loop", constraints=Constraints(total_bw_gbps=400),
+    workloads = load_workloads((str(ROOT / prefix),), (), (), net, None)
+    res = run_loop(workloads, net, cost, out_dir=tmp_path / "loop", constraints=Constraints(total_bw_gbps=400),
                    binary=BIN, splits=splits)
     rows = {r.name: r for r in res.rows}
     assert set(rows) == {"optimized", "EqualBW", "TrafficProportional"}

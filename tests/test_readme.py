@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from libra_astra.cli.main import main
+from libra_astra.cli import main
 from libra_astra.demand.types import demand_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,14 +7,11 @@ import json
 import click
 
 from ..astra import emit, simulate
-from ..errors import LibraError
+from .app import Command
+from .format import fmt_ms
 
 
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.6f} ms"
-
-
-@click.command("emit")
+@click.command("emit", cls=Command)
 @click.argument("design", type=click.Path(exists=True, dir_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Directory to create for the ASTRA-sim inputs.")
@@ -40,11 +37,8 @@ def emit_command(design: str, out_dir: str, workload: str | None, splits: int, e
       libra-astra emit design.json --out runs/gpt3
       libra-astra emit design.json --out runs/gpt3-k4 --splits 4 --workload gpt3 --force
     """
-    try:
-        res = emit(design, out_dir, splits=splits, workload=workload, overwrite=force,
-                   endpoint_delay_ns=endpoint_delay_ns, local_mem_bw_gbps=local_mem_bw_gbps)
-    except LibraError as e:
-        raise click.ClickException(str(e)) from None
+    res = emit(design, out_dir, splits=splits, workload=workload, overwrite=force,
+               endpoint_delay_ns=endpoint_delay_ns, local_mem_bw_gbps=local_mem_bw_gbps)
     shape = " x ".join(f"{d.topology}({d.npus})" for d in res.network.dims)
     click.echo(f"wrote {res.path}: workload {res.workload!r} from {res.source}, {res.npus_count} NPUs, "
                f"network {shape}, splits {res.splits}")
@@ -53,7 +47,7 @@ def emit_command(design: str, out_dir: str, workload: str | None, splits: int, e
     click.echo(f"run it: libra-astra simulate {res.path}   (or {res.path}/run.sh with ASTRA_SIM_BIN set)")
 
 
-@click.command("simulate")
+@click.command("simulate", cls=Command)
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--astra-sim", "binary", default=None, metavar="BIN",
               help="ASTRA-sim analytical binary (default: $ASTRA_SIM_BIN).")
@@ -72,20 +66,17 @@ def simulate_command(run_dir: str, binary: str | None, timeout_s: float, force: 
       ASTRA_SIM_BIN=/path/to/AstraSim_Analytical_Congestion_Unaware libra-astra simulate runs/gpt3
       libra-astra simulate runs/gpt3 --astra-sim ./AstraSim_Analytical_Congestion_Unaware --timeout 600 --json
     """
-    try:
-        res = simulate(run_dir, binary, timeout_s=timeout_s, overwrite=force)
-    except LibraError as e:
-        raise click.ClickException(str(e)) from None
+    res = simulate(run_dir, binary, timeout_s=timeout_s, overwrite=force)
     if as_json:
         click.echo(json.dumps(res.to_dict(), indent=1))
         return
     slowest = max(res.ranks, key=lambda r: r.finished_ns)
     fastest = min(res.ranks, key=lambda r: r.finished_ns)
     exposed = max(r.exposed_comm_ns for r in res.ranks)
-    click.echo(f"simulated time: {_ms(res.simulated_time_ns)} (rank {slowest.rank}; fastest rank {fastest.rank} "
-               f"{_ms(fastest.finished_ns)}), {res.npus_count} NPUs")
-    click.echo(f"exposed communication: up to {_ms(exposed)}; host time {res.wall_seconds:.2f} s; "
+    click.echo(f"simulated time: {fmt_ms(res.simulated_time_ns)} (rank {slowest.rank}; fastest rank {fastest.rank} "
+               f"{fmt_ms(fastest.finished_ns)}), {res.npus_count} NPUs")
+    click.echo(f"exposed communication: up to {fmt_ms(exposed)}; host time {res.wall_seconds:.2f} s; "
                f"results in {res.sim_dir}")
     if res.predicted_time_ns is not None:
-        click.echo(f"predicted by libra_astra at emit: {_ms(res.predicted_time_ns)} "
+        click.echo(f"predicted by libra_astra at emit: {fmt_ms(res.predicted_time_ns)} "
                    f"(error {res.prediction_error:+.3%} against the simulator)")

@@ -3,54 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Sequence
-
 import click
 
+from ..demand.from_traces import TraceSummary, default_groups_path, demand_from_traces, summary_to_dict
 from ..demand.types import demand_to_dict
 from ..errors import LibraError
 from ..files import check_writable, write_json_atomic
 from ..model.network import Network, load_network
-from ..demand.from_traces import TraceSummary, default_groups_path, demand_from_traces, summary_to_dict
-
-
-def _bytes(x: float) -> str:
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3f} {unit}"
-    return f"{x:.0f} B"
-
-
-def _time(ns: float) -> str:
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if ns >= scale:
-            return f"{ns / scale:.3f} {unit}"
-    return f"{ns:.0f} ns"
-
-
-def _ranges(values: Sequence[int], limit: int = 6) -> str:
-    """0,1,2,3,8 -> '0-3,8' (at most ``limit`` pieces)."""
-    vals = sorted(values)
-    parts: list[str] = []
-    i = 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        parts.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
-        i = j + 1
-    if len(parts) > limit:
-        parts = parts[:limit] + ["..."]
-    return ",".join(parts)
-
-
-def _table(rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
-    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    out = []
-    for k, r in enumerate(rows):
-        cells = [r[c].rjust(widths[c]) if c in right and k else r[c].ljust(widths[c]) for c in range(len(r))]
-        out.append("  " + "  ".join(cells).rstrip())
-    return out
+from .app import Command
+from .format import fmt_bytes, fmt_ranges, fmt_time, table
 
 
 def format_summary(s: TraceSummary, net: Network) -> str:
@@ -66,13 +27,13 @@ def format_summary(s: TraceSummary, net: Network) -> str:
     rows = [head]
     total = [0.0] * net.num_dims
     for kind, vals in s.bytes_by_type.items():
-        rows.append([kind] + [_bytes(v) for v in vals])
+        rows.append([kind] + [fmt_bytes(v) for v in vals])
         total = [a + b for a, b in zip(total, vals)]
     if len(s.bytes_by_type) > 1:
-        rows.append(["total"] + [_bytes(v) for v in total])
+        rows.append(["total"] + [fmt_bytes(v) for v in total])
     if len(rows) == 1:
         rows.append(["(no communication)"] + [""] * net.num_dims)
-    lines += _table(rows, right=set(range(1, net.num_dims + 1)))
+    lines += table(rows, right=set(range(1, net.num_dims + 1)))
 
     lines += ["", "Communicator groups:"]
     # groups of the same shape (e.g. all tensor-parallel groups) share one row
@@ -94,17 +55,17 @@ def format_summary(s: TraceSummary, net: Network) -> str:
         algo = g.algorithm if g.algorithm != "flat_ring" else f"flat ring on dims {list(g.ring_dims)}"
         rows.append([name, g.source, str(g.size), str(list(g.participants)), algo,
                      f"{sum(x.collectives for x in gs):,}"])
-    lines += _table(rows, right={2, 5}) if len(rows) > 1 else ["  (none)"]
+    lines += table(rows, right={2, 5}) if len(rows) > 1 else ["  (none)"]
 
     lo, hi = s.compute_time_ns
-    lines += ["", f"Compute per rank: {_time(hi)}" + ("" if lo == hi else f" (slowest; fastest {_time(lo)})")]
+    lines += ["", f"Compute per rank: {fmt_time(hi, 3)}" + ("" if lo == hi else f" (slowest; fastest {fmt_time(lo, 3)})")]
     lines += [f"Rank classes (ranks with identical demand, computed once): {len(s.rank_classes)}"]
     rows = [["ranks", "count", "compute", "collectives"] + [f"bytes {d.name}" for d in net.dims]]
     shown = s.rank_classes[:12]
     for c in shown:
-        rows.append([_ranges(c.ranks), f"{c.num_ranks:,}", _time(c.compute_time_ns), f"{c.num_collectives:,}"]
-                    + [_bytes(t) for t in c.traffic_bytes])
-    lines += _table(rows, right=set(range(1, 4 + net.num_dims)))
+        rows.append([fmt_ranges(c.ranks), f"{c.num_ranks:,}", fmt_time(c.compute_time_ns, 3), f"{c.num_collectives:,}"]
+                    + [fmt_bytes(t) for t in c.traffic_bytes])
+    lines += table(rows, right=set(range(1, 4 + net.num_dims)))
     if len(s.rank_classes) > len(shown):
         lines.append(f"  ... {len(s.rank_classes) - len(shown)} more classes")
     lines += ["", "Nodes without demand: " + (", ".join(f"{k} {v:,}" for k, v in s.skipped.items()) or "none")]
@@ -113,7 +74,7 @@ def format_summary(s: TraceSummary, net: Network) -> str:
     return "\n".join(lines)
 
 
-@click.command("demand")
+@click.command("demand", cls=Command)
 @click.argument("prefix")
 @click.option("--network", "-n", "network_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="Network YAML (dimensions, topology, NPUs); its NPU count must match the trace set.")
@@ -139,17 +100,14 @@ def demand_command(prefix: str, network_path: str, comm_groups: str | None, peak
       libra-astra demand traces/gpt3_tp8_dp8/gpt3 --network network_configs/sample_8x8.yml \\
           -o gpt3.demand.json
     """
-    try:
-        if (peak_tflops is None) != (mem_bw_gbps is None):
-            raise LibraError("give --peak-tflops and --mem-bw-gbps together (roofline timing), or neither")
-        out = check_writable(output, force) if output else None
-        net = load_network(network_path)
-        demand, summary = demand_from_traces(prefix, net, comm_groups=comm_groups or default_groups_path(prefix),
-                                             peak_tflops=peak_tflops, mem_bw_gbps=mem_bw_gbps)
-        if out is not None:
-            write_json_atomic(out, demand_to_dict(demand), overwrite=force)
-    except LibraError as e:
-        raise click.ClickException(str(e)) from None
+    if (peak_tflops is None) != (mem_bw_gbps is None):
+        raise LibraError("give --peak-tflops and --mem-bw-gbps together (roofline timing), or neither")
+    out = check_writable(output, force) if output else None
+    net = load_network(network_path)
+    demand, summary = demand_from_traces(prefix, net, comm_groups=comm_groups or default_groups_path(prefix),
+                                         peak_tflops=peak_tflops, mem_bw_gbps=mem_bw_gbps)
+    if out is not None:
+        write_json_atomic(out, demand_to_dict(demand), overwrite=force)
     if as_json:
         data = summary_to_dict(summary)
         if out is not None:

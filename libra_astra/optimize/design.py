@@ -24,13 +24,18 @@ and read by ``libra-astra emit``::
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
+from ..demand.workload import Workload
 from ..errors import LibraError
 from ..files import read_json
 from ..model.network import Network, network_from_dict
+
+if TYPE_CHECKING:
+    from .optimizer import Evaluation, OptimizeResult
 
 FORMAT = "libra_astra.design"
 VERSION = 1
@@ -45,6 +50,11 @@ class WorkloadRef:
     demand: str | None = None
     traces: str | None = None
     comm_groups: str | None = None
+
+    @classmethod
+    def of(cls, w: Workload) -> "WorkloadRef":
+        """The design file's record of a loaded workload."""
+        return cls(w.name, w.weight, w.source.demand, w.source.traces, w.source.comm_groups)
 
 
 @dataclass(frozen=True)
@@ -104,3 +114,33 @@ def design_from_dict(data: Any, source: str = "<design>") -> Design:
 def load_design(path: str | Path) -> Design:
     data = read_json(path, "design", f"make one with 'libra-astra optimize ... -o {path}'")
     return design_from_dict(data, str(path))
+
+
+def _evaluation_to_dict(e: "Evaluation") -> dict[str, Any]:
+    return {"bandwidth_gbps": list(e.bw_gbps), "time_ns": e.time_ns, "compute_ns": e.compute_ns,
+            "communication_ns": e.communication_ns, "cost_usd": e.cost_usd,
+            "time_x_cost_ns_usd": e.time_cost_ns_usd, "feasible": e.feasible}
+
+
+def result_to_dict(r: "OptimizeResult", net: Network) -> dict[str, Any]:
+    """The design file's ``result``: the solver report and the baselines (also ``optimize --json``)."""
+    out = {
+        "objective": r.objective,
+        "dimensions": list(net.dim_names),
+        "optimum": _evaluation_to_dict(r.best),
+        "objective_value": r.fun,
+        "dual_bound": r.dual_bound,
+        "relative_gap": r.rel_gap if math.isfinite(r.rel_gap) else None,
+        "success": r.success,
+        "status": r.status,
+        "message": r.message,
+        "solve_time_s": r.solve_time_s,
+        "newton_steps": r.newton_steps,
+        "collectives": r.num_collectives,
+        "merged_terms": r.num_terms,
+        "baselines": {},
+    }
+    for name, e in r.baselines.items():
+        out["baselines"][name] = {**_evaluation_to_dict(e), "speedup_of_optimum": e.time_ns / r.best.time_ns,
+                                  "perf_per_cost_gain_of_optimum": e.time_cost_ns_usd / r.best.time_cost_ns_usd}
+    return out

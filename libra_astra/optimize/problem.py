@@ -20,19 +20,13 @@ from scipy.optimize import linprog
 from .constraints import LinearConstraint
 from ..model.cost import CostModel
 from ..demand.types import Demand
+from ..demand.workload import Workload
 from ..errors import LibraError
 from ..model.network import Network
 from .solver import ConvexProblem, SolverResult
 from ..timing.model import TimeModel, collective_rows, demand_time
 
 OBJECTIVES = ("perf", "perf-per-cost", "min-cost")
-
-
-@dataclass(frozen=True)
-class Workload:
-    demand: Demand
-    weight: float = 1.0
-    name: str = ""
 
 
 @dataclass(frozen=True)
