@@ -45,7 +45,8 @@ from ..model import collectives as coll
 from ..demand.types import Collective, Demand, RankClass
 from ..errors import LibraError
 from ..model.network import Network
-from ..traces.reader import file_first_order
+from ..traces.files import find_rank_files
+from ..traces.graph import cycle_error, file_first_order
 from .logical import LogicalNetwork, Splitter
 
 _DROP_TYPES = (pb.INVALID_NODE, pb.METADATA_NODE)
@@ -115,11 +116,10 @@ def _set_attrs(node: pb.Node, drop: Sequence[str], add: Sequence[pb.AttributePro
 def _issue_order(nodes: Sequence[pb.Node], where: str) -> list[int]:
     """Topological order of node positions, following file order where dependencies allow."""
     pos = {n.id: i for i, n in enumerate(nodes)}
-    edges = ((pos[d], i) for i, n in enumerate(nodes) for d in set(n.data_deps) | set(n.ctrl_deps))
-    order, indeg = file_first_order(len(nodes), edges)
+    parents = [sorted({pos[d] for d in n.data_deps} | {pos[d] for d in n.ctrl_deps}) for n in nodes]
+    order, indeg = file_first_order(len(nodes), ((p, i) for i, ps in enumerate(parents) for p in ps))
     if len(order) != len(nodes):
-        stuck = [nodes[i].id for i, k in enumerate(indeg) if k > 0][:5]
-        raise LibraError(f"{where}: dependency cycle among nodes {stuck}...; fix the trace")
+        raise cycle_error(where, [n.id for n in nodes], indeg, parents.__getitem__)
     return order
 
 
@@ -285,19 +285,19 @@ def rewrite_traces(prefix: str | Path, out_prefix: Path, lnet: LogicalNetwork,
                    splits: int = 1) -> WorkloadStats:
     """Rewrite ``PREFIX.r.et`` for every rank r of the network into ``out_prefix.r.et``."""
     stats = WorkloadStats()
-    for r in range(lnet.npus_count):
-        src = Path(f"{prefix}.{r}.et")
-        if not src.is_file() and Path(f"{src}.gz").is_file():
-            src = Path(f"{src}.gz")
-        if not src.is_file():
-            raise LibraError(f"{src}: trace file for rank {r} not found; the network has {lnet.npus_count} NPUs "
+    n = lnet.npus_count
+    found = find_rank_files(prefix)
+    for r in range(n):
+        src = found.get(r)
+        if src is None:
+            raise LibraError(f"{prefix}.{r}.et: trace file for rank {r} not found; the network has {n} NPUs "
                              f"and ASTRA-sim needs one file per NPU")
         meta, nodes = cio.read_et(src)
         data = rewrite_rank(meta, nodes, r, lnet, groups, group_masks, str(src), stats, splits)
         Path(f"{out_prefix}.{r}.et").write_bytes(data)
-    extra = Path(f"{prefix}.{lnet.npus_count}.et")
-    if extra.exists() or Path(f"{extra}.gz").exists():
-        raise LibraError(f"{extra}: the trace has more ranks than the network's {lnet.npus_count} NPUs; "
+    extra = sorted(r for r in found if r >= n)
+    if extra:
+        raise LibraError(f"{found[extra[0]]}: the trace has more ranks than the network's {n} NPUs; "
                          f"use a network of the trace's size")
     return stats
 

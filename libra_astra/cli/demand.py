@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import click
 
-from ..demand.from_traces import TraceSummary, default_groups_path, demand_from_traces, summary_to_dict
+from ..demand.from_traces import TraceSummary, demand_from_traces, summary_to_dict
 from ..demand.types import demand_to_dict
 from ..errors import LibraError
 from ..files import check_writable, write_json_atomic
 from ..model.network import Network, load_network
+from ..traces.files import default_groups_path
 from .app import Command
 from .format import fmt_bytes, fmt_ranges, fmt_time, table
 

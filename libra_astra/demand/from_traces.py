@@ -34,11 +34,14 @@ from . import groups as grp
 from .types import Collective, Dag, Demand, RankClass
 from ..errors import LibraError
 from ..model.network import Network
-from ..traces.reader import (COMM_COLL_NODE, COMM_RECV_NODE, COMM_SEND_NODE, COMM_TYPE_NAMES, COMP_NODE, INVALID_NODE,
-                    MEM_LOAD_NODE, MEM_STORE_NODE, METADATA_NODE, NODE_TYPE_NAMES, SUPPORTED_COMM_TYPES,
-                    RankProgram, TraceReader, comm_type_name, is_trace_prefix, rank_files, topological_order)
+from ..traces.files import rank_files
+from ..traces.graph import topological_order
+from ..traces.reader import RankProgram, TraceReader
+from ..traces.schema import (COMM_COLL_NODE, COMM_RECV_NODE, COMM_SEND_NODE, COMM_TYPE_NAMES, COMP_NODE, INVALID_NODE,
+                             MEM_LOAD_NODE, MEM_STORE_NODE, METADATA_NODE, NODE_TYPE_NAMES, SUPPORTED_COMM_TYPES,
+                             comm_type_name)
 
-__all__ = ["demand_from_traces", "is_trace_prefix", "summary_to_dict", "TraceSummary", "GroupSummary", "ClassSummary"]
+__all__ = ["demand_from_traces", "summary_to_dict", "TraceSummary", "GroupSummary", "ClassSummary"]
 
 
 # ---------------------------------------------------------------- summary values
@@ -950,9 +953,3 @@ def summary_to_dict(s: TraceSummary) -> dict[str, Any]:
         "compute_time_ns": list(s.compute_time_ns),
         "notes": list(s.notes),
     }
-
-
-def default_groups_path(prefix: str | Path) -> str | None:
-    """PREFIX.groups.json beside the traces (as the trace generator writes it), if present."""
-    p = Path(f"{prefix}.groups.json")
-    return str(p) if p.is_file() else None

@@ -12,7 +12,8 @@ from typing import Sequence
 
 from ..errors import LibraError
 from ..model.network import Network
-from .from_traces import default_groups_path, demand_from_traces, is_trace_prefix
+from ..traces.files import default_groups_path, is_trace_prefix
+from .from_traces import demand_from_traces
 from .types import Demand, load_demand
 
 

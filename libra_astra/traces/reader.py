@@ -24,251 +24,30 @@ of a read (:class:`AttrTable`), so programs of different ranks can be compared a
 
 from __future__ import annotations
 
-import ast
-import gzip
 import hashlib
-import heapq
-import json
-import re
-import zlib
-from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..errors import LibraError
-
-try:  # mlc-chakra is installed with --no-deps; give a usable message if it is missing
-    from chakra.schema.protobuf import et_def_pb2 as pb
-except ImportError as _e:  # pragma: no cover - depends on the environment
-    pb = None
-    _IMPORT_ERROR = _e
-else:
-    _IMPORT_ERROR = None
-
-# Node types (et_def.proto NodeType).
-INVALID_NODE, METADATA_NODE, MEM_LOAD_NODE, MEM_STORE_NODE = 0, 1, 2, 3
-COMP_NODE, COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE = 4, 5, 6, 7
-NODE_TYPE_NAMES = ("INVALID", "METADATA", "MEM_LOAD", "MEM_STORE", "COMP", "COMM_SEND", "COMM_RECV", "COMM_COLL")
-
-# Collective types (et_def.proto CollectiveCommType) that ASTRA-sim simulates, by our names.
-COMM_TYPE_NAMES = {0: "ALL_REDUCE", 2: "ALL_GATHER", 6: "ALL_TO_ALL", 7: "REDUCE_SCATTER"}
-SUPPORTED_COMM_TYPES = tuple(COMM_TYPE_NAMES.values())
-
-_TRACE_RE = r"^{}\.(\d+)\.et(\.gz)?$"
+from .attrs import _WANTED, _WANTED_BYTES, AttrTable, NodeAttrs, _attr_value, _attrs_from_protos, _normalize
+from .files import read_file_bytes
+from .graph import resolve_deps
+from .process_groups import metadata_groups
+from .schema import METADATA_NODE, need_chakra, pb
+from . import wire
+from .wire import _frames, _varint_more, _walk
 
 
-def _need_chakra() -> None:
-    if pb is None:
-        raise LibraError(
-            f"cannot import mlc-chakra ({_IMPORT_ERROR}); install it with "
-            "'pip install --no-deps mlc-chakra \"protobuf>=6.31.1\"'"
-        )
 
 
-def comm_type_name(value: int) -> str:
-    """Schema name of a CollectiveCommType value (``"REDUCE"``, ``"BARRIER"``, ...)."""
-    try:
-        return pb.CollectiveCommType.Name(int(value))
-    except (ValueError, AttributeError):
-        return f"comm_type {value}"
-
-
-# ---------------------------------------------------------------- files
-
-
-def find_rank_files(prefix: str | Path) -> dict[int, Path]:
-    """Rank -> file for every ``PREFIX.RANK.et`` or ``PREFIX.RANK.et.gz`` next to ``prefix``."""
-    p = Path(prefix)
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        return {}
-    pattern = re.compile(_TRACE_RE.format(re.escape(p.name)))
-    found: dict[int, Path] = {}
-    for entry in parent.iterdir():
-        m = pattern.match(entry.name)
-        if m is None:
-            continue
-        rank = int(m.group(1))
-        # a plain file wins over a gzipped one of the same rank (ASTRA-sim opens PREFIX.RANK.et)
-        if rank not in found or not m.group(2):
-            found[rank] = entry
-    return found
-
-
-def is_trace_prefix(path: str | Path) -> bool:
-    """True if ``PATH.0.et`` or ``PATH.0.et.gz`` exists, i.e. ``path`` names a trace set."""
-    p = Path(path)
-    return Path(f"{p}.0.et").is_file() or Path(f"{p}.0.et.gz").is_file()
-
-
-def rank_files(prefix: str | Path, num_ranks: int, network_name: str = "network") -> list[Path]:
-    """The ``num_ranks`` rank files of a trace set, in rank order; LibraError if any is missing."""
-    found = find_rank_files(prefix)
-    if not found:
-        raise LibraError(
-            f"{prefix}: no trace files {prefix}.0.et .. {prefix}.{num_ranks - 1}.et (or .et.gz); "
-            "give the prefix without the '.RANK.et' suffix"
-        )
-    top = max(found) + 1
-    contiguous = len(found) == top
-    if top > num_ranks or (contiguous and top != num_ranks):
-        raise LibraError(
-            f"{prefix}: found {len(found)} rank files (ranks up to {top - 1}) but {network_name} has "
-            f"{num_ranks} NPUs; use a network with {top} NPUs or traces for {num_ranks} ranks"
-        )
-    missing = [r for r in range(num_ranks) if r not in found]
-    if missing:
-        shown = ", ".join(f"{prefix}.{r}.et" for r in missing[:3]) + (" ..." if len(missing) > 3 else "")
-        raise LibraError(
-            f"{prefix}: {len(missing)} rank file(s) missing: {shown}; every rank 0..{num_ranks - 1} needs a file"
-        )
-    return [found[r] for r in range(num_ranks)]
-
-
-def read_file_bytes(path: str | Path) -> bytes:
-    """Whole file contents, gunzipped if it is gzip (by magic number, not by name)."""
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise LibraError(f"{p}: trace file not found") from None
-    except OSError as e:
-        raise LibraError(f"{p}: cannot read trace file: {e.strerror}") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            return gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as e:
-            raise LibraError(f"{p}: truncated or corrupt gzip data ({e}); re-create or re-copy the file") from None
-    return raw
-
-
-# ---------------------------------------------------------------- attributes
-
-
-class NodeAttrs(NamedTuple):
-    """The attributes of one node that matter for demand (absent = -1 / None)."""
-
-    is_cpu_op: bool = False
-    num_ops: int = -1
-    tensor_size: int = -1
-    comm_type: int = -1
-    comm_size: int = -1
-    involved_dim: tuple[bool, ...] | None = None
-    pg_name: str | None = None
-    comm_src: int = -1
-    comm_dst: int = -1
-
-
-_EMPTY_ATTRS = NodeAttrs()
-_WANTED = frozenset(NodeAttrs._fields)
-_WANTED_BYTES = frozenset(f.encode() for f in NodeAttrs._fields)
-_INT_FIELDS = ("num_ops", "tensor_size", "comm_type", "comm_size", "comm_src", "comm_dst")
 # Bound on the per-read cache of distinct attribute blocks: PyTorch traces carry per-node
 # attributes (rf_id, seq_id) that never repeat, and caching those would only cost memory.
 _BLOCK_CACHE_LIMIT = 1 << 18
 # Files are decoded together until this many bytes: enough to amortize the array walk's fixed cost
 _BATCH_BYTES = 8 << 20
-
-
-class AttrTable:
-    """Distinct :class:`NodeAttrs` of a read, shared by all rank files, plus column arrays."""
-
-    def __init__(self) -> None:
-        self.rows: list[NodeAttrs] = [_EMPTY_ATTRS]
-        self._index: dict[NodeAttrs, int] = {_EMPTY_ATTRS: 0}
-        self.blocks: dict[bytes, int] = {}     # serialized attribute block -> row
-        self.single: dict[bytes, tuple] = {}   # serialized attribute -> (field, value) or ()
-        self._columns: dict[str, np.ndarray] | None = None
-        self.pg_names: list[str | None] = [None]
-        self._pg_index: dict[str | None, int] = {None: 0}
-        self.involved: list[tuple[bool, ...] | None] = [None]
-        self._inv_index: dict[tuple[bool, ...] | None, int] = {None: 0}
-
-    def intern(self, attrs: NodeAttrs) -> int:
-        i = self._index.get(attrs)
-        if i is None:
-            i = len(self.rows)
-            self.rows.append(attrs)
-            self._index[attrs] = i
-            self._columns = None
-        return i
-
-    def columns(self) -> dict[str, np.ndarray]:
-        """Column arrays indexed by attribute row (pg_name and involved_dim as small ints)."""
-        if self._columns is None or len(self._columns["comm_type"]) != len(self.rows):
-            cols: dict[str, Any] = {f: [] for f in _INT_FIELDS}
-            cpu, pg, inv = [], [], []
-            for r in self.rows:
-                for f in _INT_FIELDS:
-                    cols[f].append(getattr(r, f))
-                cpu.append(r.is_cpu_op)
-                j = self._pg_index.get(r.pg_name)
-                if j is None:
-                    j = self._pg_index[r.pg_name] = len(self.pg_names)
-                    self.pg_names.append(r.pg_name)
-                pg.append(j)
-                k = self._inv_index.get(r.involved_dim)
-                if k is None:
-                    k = self._inv_index[r.involved_dim] = len(self.involved)
-                    self.involved.append(r.involved_dim)
-                inv.append(k)
-            out = {f: np.asarray(v, dtype=np.int64) for f, v in cols.items()}
-            out["is_cpu_op"] = np.asarray(cpu, dtype=bool)
-            out["pg"] = np.asarray(pg, dtype=np.int32)
-            out["involved"] = np.asarray(inv, dtype=np.int32)
-            self._columns = out
-        return self._columns
-
-
-def _attr_value(a: Any) -> Any:
-    kind = a.WhichOneof("value")
-    if kind is None:
-        return None
-    v = getattr(a, kind)
-    if kind.endswith("_list"):
-        return tuple(v.values)
-    return v
-
-
-def _normalize(name: str, v: Any, where: str | Callable[[], str]) -> Any:
-    """Checked value of one wanted attribute (None: leave the field at its default).
-
-    ``where`` (or a function giving it, called only on error) names the node in messages.
-    """
-    if v is None:
-        return None
-    if name in _INT_FIELDS:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
-            w = where() if callable(where) else where
-            raise LibraError(f"{w}: attribute {name} must be an integer, got {v!r}; fix the trace generator")
-        return int(v)
-    if name == "is_cpu_op":
-        return bool(v)
-    if name == "involved_dim":
-        if not isinstance(v, tuple) or not all(isinstance(b, bool) for b in v):
-            w = where() if callable(where) else where
-            raise LibraError(f"{w}: attribute involved_dim must be a bool_list, got {v!r}; fix the trace generator")
-        return v
-    # pg_name: ASTRA-sim needs a string; an integer-typed pg_name still names a group unambiguously
-    return v if isinstance(v, str) else str(v)
-
-
-def _attrs_from_protos(attrs: Any, where: str) -> NodeAttrs:
-    """NodeAttrs from parsed AttributeProto messages (the schema's classes)."""
-    vals: dict[str, Any] = {}
-    for a in attrs:
-        name = a.name
-        if name in _WANTED:
-            v = _normalize(name, _attr_value(a), where)
-            if v is not None:
-                vals[name] = v
-    return NodeAttrs(**vals) if vals else _EMPTY_ATTRS
-
-
-# ---------------------------------------------------------------- program
 
 
 @dataclass(frozen=True, eq=False)
@@ -298,122 +77,12 @@ class RankProgram:
         return np.bincount(self.types.astype(np.int64), minlength=8)
 
 
-def _varint_more(buf: bytes, pos: int, first: int) -> tuple[int, int]:
-    """Finish a varint whose first byte (``first`` >= 0x80) was at pos - 1."""
-    result = first & 0x7F
-    shift = 7
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 70:
-            raise ValueError("varint too long")
-
-
-def _field_tag(name: str, wire: int) -> int:
-    return (pb.Node.DESCRIPTOR.fields_by_name[name].number << 3) | wire
-
-
-class _Tags:
-    """Wire tags of the Node fields read on the fast path (from the schema's descriptor)."""
-
-    def __init__(self) -> None:
-        self.id = _field_tag("id", 0)
-        self.type = _field_tag("type", 0)
-        self.duration = _field_tag("duration_micros", 0)
-        self.ctrl = _field_tag("ctrl_deps", 0)
-        self.ctrl_packed = _field_tag("ctrl_deps", 2)
-        self.data = _field_tag("data_deps", 0)
-        self.data_packed = _field_tag("data_deps", 2)
-        self.attr = _field_tag("attr", 2)
-        # top-level fields in field-number order, with how to read them
-        self.steps = (
-            (self.id, "id"), (_field_tag("name", 2), "len"), (self.type, "type"),
-            (self.ctrl_packed, "deps"), (self.data_packed, "deps"), (_field_tag("start_time_micros", 0), "skip"),
-            (self.duration, "duration"), (_field_tag("inputs", 2), "len"), (_field_tag("outputs", 2), "len"),
-        )
-        assert max(tag for tag, _ in self.steps) < 0x80 and self.attr < 0x80, "the walk assumes one-byte tags"
-
-
-_TAGS: _Tags | None = None
-
-
-def parse_pg_metadata(values: str, where: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """Process groups from a PyTorch ``## process_group:init ##`` METADATA node.
-
-    PyTorch records ``json.dumps(pg_config_info)`` as the node's only input; Chakra's PyTorch
-    converter stores ``str(inputs["values"])``, i.e. a Python list literal holding that JSON
-    string. Each group is ``{"pg_name": "3", "ranks": [...], ...}``; ``ranks`` is empty when the
-    group has every rank, and older PyTorch wrote ``pg_id`` and a {global: local} ``ranks`` map.
-    Returns ``(pg_name, ranks)`` pairs, ranks ``()`` meaning all ranks.
-    """
-    def decode(text: str) -> Any:
-        try:
-            return json.loads(text)
-        except ValueError:
-            pass
-        try:
-            return ast.literal_eval(text)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            return None
-
-    groups: list[tuple[str, tuple[int, ...]]] = []
-
-    def walk(obj: Any, depth: int = 0) -> None:
-        if depth > 8:
-            return
-        if isinstance(obj, str):
-            inner = decode(obj)
-            if inner is not None and not isinstance(inner, str):
-                walk(inner, depth + 1)
-        elif isinstance(obj, (list, tuple)):
-            for x in obj:
-                walk(x, depth + 1)
-        elif isinstance(obj, dict) and ("pg_name" in obj or "pg_id" in obj) and "ranks" in obj:
-            name = obj.get("pg_name", obj.get("pg_id"))
-            ranks = obj["ranks"]
-            if isinstance(ranks, dict):
-                ranks = list(ranks.keys())
-            try:
-                members = tuple(sorted(int(r) for r in ranks))
-            except (TypeError, ValueError):
-                raise LibraError(
-                    f"{where}: process group {name!r} has non-integer ranks {ranks!r}; fix the trace"
-                ) from None
-            groups.append((str(name), members))
-
-    if values.strip():
-        top = decode(values)
-        if top is None:
-            raise LibraError(
-                f"{where}: cannot read process-group info from inputs.values (not JSON or a Python literal); "
-                "fix the trace or give the groups with --comm-groups"
-            )
-        walk(top)
-    return tuple(groups)
-
-
-def _metadata_groups(node: Any, where: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """Process groups of a METADATA node; other metadata (no group info) gives ()."""
-    values = node.inputs.values
-    if "process_group:init" in node.name:
-        return parse_pg_metadata(values, where)
-    # ASTRA-sim reads any METADATA node as process-group info; accept it when it parses
-    try:
-        return parse_pg_metadata(values, where)
-    except LibraError:
-        return ()
-
-
-def _generic_node(frame: bytes, where: str) -> tuple[int, int, int, list[int], NodeAttrs, Any]:
+def _generic_node(frame: bytes, where: str) -> tuple[int, int, int, list[int], NodeAttrs, Any] | None:
     """Full schema parse of one Node message (the slow path)."""
     try:
         node = pb.Node.FromString(frame)
     except Exception:  # protobuf raises DecodeError (and friends) on bad bytes
-        return None  # type: ignore[return-value]
+        return None
     deps = list(node.data_deps) + list(node.ctrl_deps)
     attrs = _attrs_from_protos(node.attr, f"{where} node {node.id}")
     return node.id, node.type, node.duration_micros, deps, attrs, node
@@ -426,10 +95,8 @@ class TraceReader:
     """
 
     def __init__(self) -> None:
-        _need_chakra()
-        global _TAGS
-        if _TAGS is None:
-            _TAGS = _Tags()
+        need_chakra()
+        wire.init_tags()
         self.attrs = AttrTable()
         self._by_bytes: dict[bytes, RankProgram] = {}
         self.files_decoded = 0
@@ -489,7 +156,7 @@ class TraceReader:
         np.cumsum(counts, out=first[1:])
         n = starts.size
         arr = np.frombuffer(buf, dtype=np.uint8)
-        w = _walk(arr, starts, ends, _TAGS)
+        w = _walk(arr, starts, ends, wire.TAGS)
         slow = w.slow | (w.types == METADATA_NODE)
 
         def where_of(i: int) -> tuple[int, str]:
@@ -537,7 +204,7 @@ class TraceReader:
                     frames_l.append(np.full(len(extra), i, dtype=np.int64))
                     vals_l.append(np.asarray(extra, dtype=np.uint64))
                 if typ == METADATA_NODE:
-                    pg_info[f].extend(_metadata_groups(node, f"{where}: node {nid} (METADATA)"))
+                    pg_info[f].extend(metadata_groups(node, f"{where}: node {nid} (METADATA)"))
             dep_frame = np.concatenate(frames_l)
             dep_vals = np.concatenate(vals_l)
         if dep_frame.size > 1 and not bool(np.all(dep_frame[1:] >= dep_frame[:-1])):
@@ -585,7 +252,7 @@ class TraceReader:
         vals: dict[str, Any] = {}
         pos = 0
         n = len(blk)
-        t_attr = _TAGS.attr
+        t_attr = wire.TAGS.attr
         cache = self.attrs.single
         while pos < n:
             if blk[pos] != t_attr:
@@ -643,258 +310,3 @@ class TraceReader:
         h.update(repr(pg_info).encode())
         return RankProgram(where, node_ids, prog_types, durations, attr, dep_ptr, dep_index, pg_info, h.digest(),
                            version)
-
-
-def _frames(buf: bytes, pos: int, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Body start, body end and header offset of every length-prefixed message from ``pos`` on.
-
-    The only per-message Python loop of the reader: the length prefixes chain, so they
-    cannot be found in bulk.
-    """
-    n = len(buf)
-    heads = array("q")
-    ha = heads.append
-    try:
-        while pos < n:
-            ha(pos)
-            size = buf[pos]
-            if size < 0x80:
-                pos += 1 + size
-            else:
-                size, pos = _varint_more(buf, pos + 1, size)
-                pos += size
-    except (IndexError, ValueError):
-        raise LibraError(
-            f"{where}: truncated or corrupt length prefix at byte offset {heads[-1]}; the file was cut short or "
-            "damaged, re-create or re-copy it"
-        ) from None
-    # the loop above only finds where each message starts; decode the length prefixes in bulk
-    h = np.frombuffer(heads, dtype=np.int64) if len(heads) else np.zeros(0, np.int64)
-    arr = np.frombuffer(buf, dtype=np.uint8)
-    size, s, _ = _varints(arr, h, np.full(h.shape, n, dtype=np.int64))
-    e = s + size.astype(np.int64)
-    if e.size and e[-1] > n:
-        raise LibraError(
-            f"{where}: truncated: the message at byte offset {int(h[-1])} needs "
-            f"{int(e[-1] - s[-1])} bytes but only {n - int(s[-1])} remain; the file was cut short, re-create or "
-            "re-copy it"
-        )
-    empty = np.nonzero(e == s)[0]
-    if empty.size:
-        raise LibraError(
-            f"{where}: zero-length message at byte offset {int(h[empty[0]])}; readers (and "
-            "ASTRA-sim) stop there, so the rest of the file would be lost; never write a node with all fields "
-            "at their defaults"
-        )
-    return s, e, h
-
-
-def _varints(arr: np.ndarray, pos: np.ndarray, limit: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Decode one varint at each position (all at once); also the position after it and an ok flag."""
-    val = np.zeros(pos.size, dtype=np.uint64)
-    ok = np.ones(pos.size, dtype=bool)
-    pos = pos.copy()
-    active = np.arange(pos.size)
-    for k in range(10):
-        q = pos[active]
-        inside = q < limit[active]
-        if not inside.all():
-            ok[active[~inside]] = False
-            active, q = active[inside], q[inside]
-        if active.size == 0:
-            break
-        b = arr[q]
-        val[active] |= (b & 0x7F).astype(np.uint64) << np.uint64(7 * k)
-        pos[active] = q + 1
-        active = active[b >= 0x80]
-        if active.size == 0:
-            break
-    else:
-        ok[active] = False
-    return val, pos, ok
-
-
-def _packed(arr: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Decode packed varint ranges [off, off + length); returns (values, count per range).
-
-    Every range must end on a varint's last byte (checked by the caller).
-    """
-    total = int(length.sum())
-    if total == 0:
-        return np.zeros(0, np.uint64), np.zeros(off.size, np.int64)
-    first = np.zeros(off.size, dtype=np.int64)
-    np.cumsum(length[:-1], out=first[1:])
-    byte_idx = np.repeat(off - first, length) + np.arange(total, dtype=np.int64)
-    b = arr[byte_idx]
-    term = b < 0x80
-    # varint v covers bytes (end of varint v - 1, end of varint v]
-    ends = np.nonzero(term)[0]
-    vstart = np.empty(ends.size, dtype=np.int64)
-    vstart[0] = 0
-    vstart[1:] = ends[:-1] + 1
-    k = np.arange(total, dtype=np.int64) - np.repeat(vstart, ends - vstart + 1)
-    contrib = (b & 0x7F).astype(np.uint64) << (7 * k).astype(np.uint64)
-    values = np.bitwise_or.reduceat(contrib, vstart)
-    cum = np.concatenate(([0], np.cumsum(term, dtype=np.int64)))
-    counts = cum[first + length] - cum[first]
-    return values, counts
-
-
-class _Walk(NamedTuple):
-    ids: np.ndarray
-    types: np.ndarray
-    durs: np.ndarray
-    has_attr: np.ndarray
-    attr_start: np.ndarray
-    dep_frame: np.ndarray
-    dep_vals: np.ndarray
-    slow: np.ndarray
-
-
-def _walk(arr: np.ndarray, starts: np.ndarray, ends: np.ndarray, t: "_Tags") -> _Walk:
-    """Read the top-level fields of all messages in lockstep, in the schema's field order.
-
-    Serializers write fields in field-number order, so one pass over the fields in that order
-    reads every canonical message. A message that still has bytes left before its attribute
-    block (repeated or unknown fields, other order) is flagged ``slow`` and re-read by the schema.
-    """
-    n = starts.size
-    last = max(arr.size - 1, 0)
-    cur = starts.copy()
-    ids = np.zeros(n, np.uint64)
-    types = np.zeros(n, np.int64)
-    durs = np.zeros(n, np.uint64)
-    bad = np.zeros(n, bool)
-    dep_frames: list[np.ndarray] = []
-    dep_vals: list[np.ndarray] = []
-
-    def peek() -> np.ndarray:
-        tag = arr[np.minimum(cur, last)].astype(np.int64)
-        tag[cur >= ends] = -1
-        return tag
-
-    for tag, kind in t.steps:
-        idx = np.nonzero(peek() == tag)[0]
-        if idx.size == 0:
-            continue
-        lim = ends[idx]
-        v, p, ok = _varints(arr, cur[idx] + 1, lim)
-        if kind == "len" or kind == "deps":
-            p = p + v.astype(np.int64)
-            ok &= p <= lim
-        if not ok.all():
-            bad[idx[~ok]] = True
-            idx, v, p = idx[ok], v[ok], p[ok]
-        cur[idx] = p
-        if kind == "deps":
-            length = v.astype(np.int64)
-            off = p - length
-            nz = length > 0
-            idx, off, length = idx[nz], off[nz], length[nz]
-            if idx.size:
-                torn = arr[off + length - 1] >= 0x80
-                if torn.any():
-                    bad[idx[torn]] = True
-                    idx, off, length = idx[~torn], off[~torn], length[~torn]
-                vals, counts = _packed(arr, off, length)
-                dep_frames.append(np.repeat(idx, counts))
-                dep_vals.append(vals)
-        elif kind == "id":
-            ids[idx] = v
-        elif kind == "type":
-            types[idx] = v.astype(np.int64)
-        elif kind == "duration":
-            durs[idx] = v
-    tag = peek()
-    has_attr = tag == t.attr
-    slow = bad | ((tag != -1) & ~has_attr)
-    df = np.concatenate(dep_frames) if dep_frames else np.zeros(0, np.int64)
-    dv = np.concatenate(dep_vals) if dep_vals else np.zeros(0, np.uint64)
-    return _Walk(ids, types, durs, has_attr, cur, df.astype(np.int64), dv, slow)
-
-
-def resolve_deps(node_ids: np.ndarray, dep_ids: np.ndarray, dep_ptr: np.ndarray, where: str) -> np.ndarray:
-    """Dependency ids -> node positions; LibraError for duplicate ids or dangling dependencies."""
-    n = node_ids.shape[0]
-    if n > 1 and bool(np.all(node_ids[1:] > node_ids[:-1])):
-        order = None
-        sorted_ids = node_ids
-    else:
-        order = np.argsort(node_ids, kind="stable")
-        sorted_ids = node_ids[order]
-        dup = np.nonzero(sorted_ids[1:] == sorted_ids[:-1])[0]
-        if dup.size:
-            raise LibraError(
-                f"{where}: node id {int(sorted_ids[dup[0]])} appears twice; node ids must be unique within a file"
-            )
-    if dep_ids.size == 0:
-        return np.zeros(0, np.int64)
-    if n == 0:
-        pos = np.zeros(dep_ids.shape, np.int64)
-        found = np.zeros(dep_ids.shape, bool)
-    else:
-        pos = np.searchsorted(sorted_ids, dep_ids)
-        pos_c = np.minimum(pos, n - 1)
-        found = (pos < n) & (sorted_ids[pos_c] == dep_ids)
-        pos = pos_c
-    if not bool(found.all()):
-        k = int(np.argmin(found))
-        owner = int(np.searchsorted(dep_ptr, k, side="right")) - 1
-        raise LibraError(
-            f"{where}: node {int(node_ids[owner])} depends on node {int(dep_ids[k])}, which is not in the file; "
-            "remove the dependency or add the node"
-        )
-    pos = pos.astype(np.int64)
-    return pos if order is None else order[pos].astype(np.int64)
-
-
-def file_first_order(n: int, edges) -> tuple[list[int], list[int]]:
-    """Kahn's algorithm over edges (u, v) = "v waits for u", always taking the ready node that
-    comes first in the file, so the issue order stays as close to the file order as the
-    dependencies allow. Returns the order and the remaining in-degrees (non-zero on a cycle)."""
-    children: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
-    for u, v in edges:
-        children[u].append(v)
-        indeg[v] += 1
-    ready = [i for i in range(n) if indeg[i] == 0]
-    out: list[int] = []
-    while ready:
-        u = heapq.heappop(ready)
-        out.append(u)
-        for v in children[u]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                heapq.heappush(ready, v)
-    return out, indeg
-
-
-def topological_order(prog: RankProgram) -> np.ndarray | None:
-    """Node positions in an order where every dependency comes first; None if file order is one.
-
-    Raises LibraError naming the nodes of a dependency cycle.
-    """
-    n = prog.num_nodes
-    ptr, dep = prog.dep_ptr, prog.dep_index
-    owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))
-    if bool(np.all(dep < owner)):
-        return None
-    out, indeg_l = file_first_order(n, zip(dep.tolist(), owner.tolist()))
-    if len(out) < n:
-        left = {i for i in range(n) if indeg_l[i] > 0}
-        # walk parents inside the unfinished set until a node repeats: that is a cycle
-        start = min(left)
-        seen: dict[int, int] = {}
-        path: list[int] = []
-        u = start
-        while u not in seen:
-            seen[u] = len(path)
-            path.append(u)
-            parents = [int(p) for p in dep[ptr[u]:ptr[u + 1]] if int(p) in left]
-            u = parents[0]
-        cyc = path[seen[u]:][::-1]
-        k = cyc.index(min(cyc))  # start at the first node of the file, for a stable message
-        cyc = cyc[k:] + cyc[:k]
-        ids = " -> ".join(str(int(prog.node_ids[i])) for i in cyc + [cyc[0]])
-        raise LibraError(f"{prog.path}: dependency cycle through nodes {ids}; remove one of these dependencies")
-    return np.asarray(out, dtype=np.int64)
