@@ -72,7 +72,7 @@ class Collective:
 
 @dataclass(frozen=True)
 class Dag:
-    """Per-rank dependency graph: nodes are ("comp", time_ns) or ("coll", collective index).
+    """Per-rank dependency graph: nodes are ("comp", time_ns: float) or ("coll", collective index: int).
 
     ``links`` are the waits on other ranks: (node, source class, source node) means ``node`` (a
     receive) cannot finish before ``source node`` of a rank of ``source class`` (the matching
@@ -80,7 +80,7 @@ class Dag:
     issued by a rank of another class: it starts only when both are ready.
     """
 
-    nodes: tuple[tuple[str, float], ...]
+    nodes: tuple[tuple[str, float | int], ...]
     deps: tuple[tuple[int, int], ...]
     links: tuple[tuple[int, int, int], ...] = ()
     syncs: tuple[tuple[int, int, int], ...] = ()
@@ -197,7 +197,7 @@ def _dag_from_dict(raw: Any, where: str, num_coll: int) -> Dag:
             raise LibraError(f"{where}: dag.nodes[{i}] must be [\"comp\", time_ns] or [\"coll\", index], got {n!r}")
         if n[0] == "coll" and not (isinstance(n[1], int) and 0 <= n[1] < num_coll):
             raise LibraError(f"{where}: dag.nodes[{i}] names collective {n[1]!r}, but there are {num_coll}")
-        nodes.append((n[0], _num(n[1], where, f"dag.nodes[{i}] value")))
+        nodes.append(("coll", n[1]) if n[0] == "coll" else ("comp", _num(n[1], where, f"dag.nodes[{i}] value")))
     deps = []
     for e in raw.get("deps", []):
         if not (isinstance(e, list) and len(e) == 2 and all(isinstance(x, int) for x in e)
