@@ -194,7 +194,7 @@ def test_demand_participants_split_larger_group_innermost():
     net = net_of(("Ring", 8, 0.0), ("Switch", 4, 0.0))
     tp = make_collective("ALL_REDUCE", 1e6, [4, 1])
     dp = make_collective("ALL_REDUCE", 1e6, [2, 4])
-    from libra_astra.astra.workload import plan_for_demand
+    from libra_astra.astra.logical import plan_for_demand
     lnet = plan_for_demand(net, [10.0, 5.0], single_class("x", [8, 4], 0.0, [dp, tp]))
     assert [(d.npus, d.stride) for d in lnet.dims] == [(4, 1), (2, 4), (4, 1)]
     assert lnet.run_for(0, 4) == (0,) and lnet.run_for(0, 2) == (1,) and lnet.run_for(0, 8) == (0, 1)

@@ -5,7 +5,7 @@ The emitted directory, built in a temporary sibling and renamed into place::
     DIR/network.yml         topology, npus_count, bandwidth (GiB/s, see below), latency (ns per hop)
     DIR/system.json         ring collectives, one chunk in flight per dimension, localBWAware
     DIR/memory.json         {"memory-type": "NO_MEMORY_EXPANSION"}
-    DIR/workload/NAME.r.et  one Chakra ET file per NPU (rewritten traces or synthesized, workload.py)
+    DIR/workload/NAME.r.et  one Chakra ET file per NPU (rewrite.py from traces, synthesize.py from a demand)
     DIR/comm_groups.json    only if some communicator group must stay a flat ring
     DIR/manifest.json       design, versions, logical network, settings, command line, notes
     DIR/run.sh              the simulator command, runnable by hand from anywhere
@@ -49,18 +49,16 @@ from ..traces import chakra_io as cio
 from ..demand.types import Demand, load_demand
 from ..optimize.design import Design, WorkloadRef, design_to_dict, load_design
 from ..errors import LibraError
-from ..files import read_json
 from ..demand.groups import load_comm_groups
 from ..timing.predict import predict
 from ..timing.model import simulator_model
 from ..demand.from_traces import demand_from_traces
-from .logical import LogicalNetwork
-from .workload import WorkloadStats, plan_for_demand, plan_for_groups, rewrite_traces, synthesize
+from .logical import LogicalNetwork, plan_for_demand, plan_for_groups
+from .manifest import BINARY_ENV, DEFAULT_BINARY, Manifest, SimulatorCall, write_manifest
+from .rewrite import rewrite_traces
+from .stats import WorkloadStats
+from .synthesize import synthesize
 
-MANIFEST_FORMAT = "libra_astra.astra_run"
-MANIFEST_VERSION = 1
-DEFAULT_BINARY = "AstraSim_Analytical_Congestion_Unaware"
-BINARY_ENV = "ASTRA_SIM_BIN"
 SCHEDULING_POLICIES = ("LIFO", "FIFO")
 
 
@@ -333,26 +331,16 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
         notes = _workload_notes(source, lnet, stats, splits)
         result = EmitResult(out, wl.name, source, lnet, splits, tuple(args), logging_folder, tuple(notes),
                             stats.to_dict())
-        manifest = {
-            "format": MANIFEST_FORMAT,
-            "version": MANIFEST_VERSION,
-            "libra_astra_version": __version__,
-            "mlc_chakra_version": _version("mlc-chakra"),
-            "design": design_to_dict(design),
-            "workload": {"name": wl.name, "source": source, "path": wl.traces if source == "traces" else wl.demand,
-                         "comm_groups": wl.comm_groups, "prefix": f"workload/{name}",
-                         "flat_ring_groups": sorted(flat_groups)},
-            "network": lnet.to_dict(),
-            "preferred_dataset_splits": splits,
-            "system": system,
-            "simulator": {"binary": DEFAULT_BINARY, "binary_env": BINARY_ENV, "args": args,
-                          "logging_folder": logging_folder, "run_from": ".", "command_line": result.command_line},
-            "workload_stats": stats.to_dict(),
-            "prediction": (_prediction(demand, design, splits, float(local_mem_bw_gbps)) if demand is not None
-                           else {"time_ns": None, "unavailable": prediction_unavailable}),
-            "notes": notes,
-        }
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+        manifest = Manifest(
+            __version__, _version("mlc-chakra"), design_to_dict(design),
+            {"name": wl.name, "source": source, "path": wl.traces if source == "traces" else wl.demand,
+             "comm_groups": wl.comm_groups, "prefix": f"workload/{name}", "flat_ring_groups": sorted(flat_groups)},
+            lnet.to_dict(), splits, system, SimulatorCall(tuple(args), logging_folder, result.command_line),
+            stats.to_dict(),
+            (_prediction(demand, design, splits, float(local_mem_bw_gbps)) if demand is not None
+             else {"time_ns": None, "unavailable": prediction_unavailable}),
+            tuple(notes))
+        write_manifest(tmp, manifest)
         run_sh = tmp / "run.sh"
         run_sh.write_text(_run_sh(args, logging_folder))
         run_sh.chmod(run_sh.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
@@ -380,14 +368,3 @@ def _prediction(demand: Demand, design: Design, splits: int, local_mem_bw_gbps: 
     return {"time_ns": p.time_ns, "class_times_ns": list(p.class_times_ns),
             "model": f"pipelined, {splits} chunk(s), per-hop latency, local-mem-bw {local_mem_bw_gbps:g} GB/s, "
                      + ("dependency-aware" if p.overlap_aware else "no overlap (no dependency graph)")}
-
-
-def load_manifest(run_dir: str | Path) -> dict[str, Any]:
-    """The manifest of an emitted directory; LibraError if it is not one."""
-    p = Path(run_dir) / "manifest.json"
-    if not p.is_file():
-        raise LibraError(f"{run_dir}: not an emitted directory (no manifest.json); make one with 'libra-astra emit'")
-    data = read_json(p, "manifest", "re-emit the directory")
-    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
-        raise LibraError(f"{p}: not a libra_astra run manifest; make the directory with 'libra-astra emit'")
-    return data

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
+from ..demand.types import Demand
 from ..errors import LibraError
+from ..model import collectives as coll
 from ..model.network import Network, coords_in, id_in
 
 GIB_PER_GB = 1e9 / 2**30
@@ -242,3 +244,27 @@ class Splitter:
                 latency = phys.latency_ns * lo if phys.topology == "Ring" else phys.latency_ns
                 dims.append(LogicalDim(name, d, phys.topology, hi // lo, lo, float(bw_gbps[d]), latency))
         return LogicalNetwork(self.net, tuple(dims))
+
+
+# ------------------------------------------------------------------ planning
+
+
+def plan_for_groups(net: Network, bw_gbps: Sequence[float],
+                    groups: Mapping[int, Sequence[int]]) -> tuple[LogicalNetwork, dict[int, tuple[bool, ...] | None]]:
+    """Logical network for communicator groups, and each group's involved_dim (None = flat ring)."""
+    sp = Splitter(net)
+    for gid in sorted(groups):
+        sp.add_members(groups[gid])
+    lnet = sp.network(bw_gbps)
+    return lnet, {gid: lnet.slice_mask(m) for gid, m in groups.items()}
+
+
+def plan_for_demand(net: Network, bw_gbps: Sequence[float], demand: Demand) -> LogicalNetwork:
+    """Logical network with pieces for the partial participations of hierarchical collectives."""
+    parts = {c.participants for rc in demand.rank_classes for c in rc.collectives
+             if c.algorithm == "hierarchical" and c.type != coll.P2P}
+    sp = Splitter(net)
+    # Larger groups first take the contiguous (innermost) block; complements become strided.
+    for p in sorted(parts, key=lambda t: tuple(-x for x in t)):
+        sp.add_participants(p)
+    return sp.network(bw_gbps)
