@@ -113,6 +113,6 @@ def test_collective_errors():
     with pytest.raises(LibraError, match=r"^empty communicator group$"):
         coll.group_participation(NET, [])
     with pytest.raises(LibraError, match=r"^NPUs 5 and 5 are the same NPU$"):
-        coll.lowest_differing_dim(NET, 5, 5)
+        NET.lowest_differing_dim(5, 5)
     with pytest.raises(LibraError, match=r"NPU id 24 out of range 0\.\.23"):
         coll.group_participation(NET, [0, 24])

@@ -26,14 +26,13 @@ earlier) stay communicator groups and run as flat rings, as ASTRA-sim does.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..demand.types import Demand
-from ..errors import LibraError
 from ..model import collectives as coll
-from ..model.network import Network, coords_in, id_in
+from ..model.grid import Grid
+from ..model.network import Network
 
 GIB_PER_GB = 1e9 / 2**30
 
@@ -57,21 +56,9 @@ class LogicalDim:
 
 
 @dataclass(frozen=True)
-class LogicalNetwork:
+class LogicalNetwork(Grid):
     physical: Network
     dims: tuple[LogicalDim, ...]
-
-    @property
-    def num_dims(self) -> int:
-        return len(self.dims)
-
-    @property
-    def npus_per_dim(self) -> tuple[int, ...]:
-        return tuple(d.npus for d in self.dims)
-
-    @property
-    def npus_count(self) -> int:
-        return math.prod(self.npus_per_dim)
 
     @property
     def is_split(self) -> bool:
@@ -81,14 +68,9 @@ class LogicalNetwork:
         """Logical dimensions (ascending) that physical dimension ``physical_dim`` was split into."""
         return tuple(i for i, d in enumerate(self.dims) if d.physical_dim == physical_dim)
 
-    def coords(self, npu: int) -> tuple[int, ...]:
-        if not 0 <= npu < self.npus_count:
-            raise LibraError(f"NPU id {npu} out of range 0..{self.npus_count - 1}")
-        return coords_in(npu, self.npus_per_dim)
-
     def npu_id(self, coords: Sequence[int]) -> int:
         """Id of a coordinate tuple; coordinates wrap around (ring neighbours of the ends)."""
-        return id_in([a % n for a, n in zip(coords, self.npus_per_dim)], self.npus_per_dim)
+        return super().npu_id([a % n for a, n in zip(coords, self.npus_per_dim)])
 
     def from_physical_mask(self, mask: Sequence[bool]) -> tuple[bool, ...]:
         """involved_dim over logical dimensions for a mask over physical dimensions."""

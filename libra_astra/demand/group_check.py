@@ -63,14 +63,12 @@ def communicators(ctx: Context, comm: tuple[int, int]) -> tuple[np.ndarray, str]
         cid[np.asarray(ctx.members(key), dtype=np.int64)] = 0
         return cid, f"group {key}"
     parts = grp.all_ranks_participants(net, ctx.reader.attrs.involved[inv])
-    ranks = np.arange(n, dtype=np.int64)
+    coords = net.coords_array(np.arange(n, dtype=np.int64))
     cid = np.zeros(n, dtype=np.int64)
     stride = 1
     for d, dim in enumerate(net.dims):
-        coord = ranks % dim.npus
-        ranks = ranks // dim.npus
         if parts[d] == 1:  # not involved: ranks that differ here are in different communicators
-            cid += coord * stride
+            cid += coords[:, d] * stride
             stride *= dim.npus
     dims = [d for d, p in enumerate(parts) if p > 1]
     return cid, f"all ranks over dimension(s) {dims}"

@@ -118,14 +118,9 @@ def group_shape(net: Network, key: str, members: Sequence[int], source: str) -> 
     parts = coll.group_participation(net, uniq)
     if parts is not None:
         return GroupShape(key, uniq, source, parts, box)
-    step = [0] * net.num_dims
-    for i, a in enumerate(uniq):
-        b = uniq[(i + 1) % len(uniq)]
-        ca, cb = coords[i], coords[(i + 1) % len(uniq)]
-        d = coll.lowest_differing_dim(net, a, b)
-        step[d] = max(step[d], net.dims[d].hops(int(ca[d]), int(cb[d])))
+    step = coll.flat_ring_step_hops(net, uniq)
     dims = tuple(d for d in range(net.num_dims) if step[d] > 0)
-    return GroupShape(key, uniq, source, None, box, dims, tuple(step))
+    return GroupShape(key, uniq, source, None, box, dims, step)
 
 
 def all_ranks_participants(net: Network, involved: Sequence[bool] | None) -> tuple[int, ...]:
@@ -178,23 +173,11 @@ def p2p_dims(net: Network, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray
 
     ``src == dst`` gives dimension -1 and 0 hops.
     """
-    src = np.asarray(src, dtype=np.int64)
-    dst = np.asarray(dst, dtype=np.int64)
-    dim = np.full(src.shape, -1, dtype=np.int64)
-    hops = np.zeros(src.shape, dtype=np.int64)
-    a, b = src.copy(), dst.copy()
+    ca, cb = net.coords_array(src), net.coords_array(dst)
+    dim = np.full(ca.shape[:-1], -1, dtype=np.int64)
+    hops = np.zeros(ca.shape[:-1], dtype=np.int64)
     for d, dm in enumerate(net.dims):
-        ca, cb = a % dm.npus, b % dm.npus
-        a //= dm.npus
-        b //= dm.npus
-        here = (dim < 0) & (ca != cb)
+        here = (dim < 0) & (ca[..., d] != cb[..., d])
         dim[here] = d
-        if dm.topology == "Ring":
-            diff = np.abs(ca - cb)
-            h = np.minimum(diff, dm.npus - diff)
-        elif dm.topology == "Switch":
-            h = np.full(ca.shape, 2)
-        else:
-            h = np.ones(ca.shape, dtype=np.int64)
-        hops[here] = h[here]
+        hops[here] = dm.hops_array(ca[..., d], cb[..., d])[here]
     return dim, hops

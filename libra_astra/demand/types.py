@@ -39,7 +39,6 @@ collective start only when the same collective of another class is ready too.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -48,6 +47,7 @@ from ..model import collectives as coll
 from ..errors import LibraError
 from ..files import read_json
 from ..model.network import Network
+from ..model.numbers import check_number
 
 FORMAT = "libra_astra.demand"
 VERSION = 1
@@ -119,10 +119,7 @@ def default_hops(kind: str, participants: Sequence[int], net: Network | None) ->
     out = []
     for d, p in enumerate(participants):
         steps = coll.ring_steps(kind, int(p))
-        per_hop = 1
-        if net is not None and net.dims[d].topology == "Switch":
-            per_hop = 2
-        out.append(steps * per_hop)
+        out.append(steps * (net.dims[d].step_hops if net is not None else 1))
     return tuple(out)
 
 
@@ -145,9 +142,7 @@ def single_class(name: str, npus_per_dim: Sequence[int], compute_time_ns: float,
 
 
 def _num(v: Any, where: str, what: str, minimum: float = 0.0) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < minimum:
-        raise LibraError(f"{where}: {what} must be a finite number >= {minimum:g}, got {v!r}")
-    return float(v)
+    return check_number(v, where, what, minimum=minimum, finite=True)
 
 
 def _collective_from_dict(raw: Any, where: str, shape: tuple[int, ...]) -> Collective:

@@ -88,27 +88,25 @@ def ring_steps(kind: str, p: int) -> int:
     return p - 1
 
 
-def lowest_differing_dim(net: Network, a: int, b: int) -> int:
-    ca, cb = net.coords(a), net.coords(b)
-    for d, (x, y) in enumerate(zip(ca, cb)):
-        if x != y:
-            return d
-    raise LibraError(f"NPUs {a} and {b} are the same NPU")
-
-
-def flat_ring_dims(net: Network, members: Sequence[int]) -> tuple[tuple[int, ...], int]:
-    """Dimensions crossed by the flat ring over sorted members, and the most hops of one ring step."""
-    ring = sorted(members)
-    crossed: set[int] = set()
-    max_hops = 0
+def flat_ring_step_hops(net: Network, members: Sequence[int]) -> tuple[int, ...]:
+    """Per dimension, the most hops one step of the flat ring over the sorted members takes there
+    (0 where the ring does not cross): each step goes to the next member, across the lowest
+    dimension where the two differ, as ASTRA-sim routes it."""
+    ring = sorted(set(members))
+    step = [0] * net.num_dims
     for i, a in enumerate(ring):
         b = ring[(i + 1) % len(ring)]
         if a == b:
             continue
-        d = lowest_differing_dim(net, a, b)
-        crossed.add(d)
-        max_hops = max(max_hops, net.dims[d].hops(net.coords(a)[d], net.coords(b)[d]))
-    return tuple(sorted(crossed)), max_hops
+        d = net.lowest_differing_dim(a, b)
+        step[d] = max(step[d], net.dims[d].hops(net.coords(a)[d], net.coords(b)[d]))
+    return tuple(step)
+
+
+def flat_ring_dims(net: Network, members: Sequence[int]) -> tuple[tuple[int, ...], int]:
+    """Dimensions crossed by the flat ring over sorted members, and the most hops of one ring step."""
+    step = flat_ring_step_hops(net, members)
+    return tuple(d for d, h in enumerate(step) if h > 0), max(step, default=0)
 
 
 def flat_ring_traffic_bytes(net: Network, kind: str, size_bytes: float, members: Sequence[int]) -> tuple[float, ...]:

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import LibraError
-from .network import Network, load_yaml
+from ..files import load_yaml
+from .network import Network
+from .numbers import check_number
 
 PARTS = ("link", "switch", "nic")
 
@@ -79,10 +81,8 @@ def cost_from_dict(data: Any, source: str = "<cost>") -> CostModel:
             raise LibraError(f"{where}: unknown part(s) {sorted(bad)}; allowed: {list(PARTS)}")
         vals = []
         for part in PARTS:
-            v = prices.get(part, 0.0)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v or v == float("inf"):
-                raise LibraError(f"{where}.{part}: must be a finite number >= 0 (USD per GB/s), got {v!r}")
-            vals.append(float(v))
+            vals.append(check_number(prices.get(part, 0.0), f"{where}.{part}", minimum=0, finite=True,
+                                     note=" (USD per GB/s)"))
         classes[str(cls)] = UnitPrices(*vals)
     return CostModel(str(data.get("name", Path(source).stem)), classes, str(data.get("currency", "USD")))
 

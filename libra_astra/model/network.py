@@ -12,40 +12,25 @@ Network file (our own format, YAML)::
         bw_min_gbps: 10          # optional bounds on the per-NPU bandwidth of this dimension
         bw_max_gbps: 400
 
-NPU ids follow ASTRA-sim: dimension 0 varies fastest, id = a0 + n0 * (a1 + n1 * (a2 + ...)).
+NPU ids and coordinates: see grid.py.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
+import numpy as np
 import yaml
 
 from ..errors import LibraError
+from ..files import load_yaml
+from .grid import Grid
+from .numbers import check_number
 
 TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
 _DIM_KEYS = {"name", "topology", "npus", "latency_ns", "cost_class", "bw_min_gbps", "bw_max_gbps"}
-
-
-def coords_in(npu: int, shape: Sequence[int]) -> tuple[int, ...]:
-    """Coordinates of an id in a grid of ``shape``, dimension 0 fastest (ASTRA-sim's order)."""
-    out = []
-    for n in shape:
-        out.append(npu % n)
-        npu //= n
-    return tuple(out)
-
-
-def id_in(coords: Sequence[int], shape: Sequence[int]) -> int:
-    """Inverse of :func:`coords_in`."""
-    npu, stride = 0, 1
-    for a, n in zip(coords, shape):
-        npu += a * stride
-        stride *= n
-    return npu
 
 
 @dataclass(frozen=True)
@@ -60,6 +45,11 @@ class Dimension:
     bw_min_gbps: float = 0.0
     bw_max_gbps: float | None = None
 
+    @property
+    def step_hops(self) -> int:
+        """Hops between ring neighbours: one link, except through a switch (up and down)."""
+        return 2 if self.topology == "Switch" else 1
+
     def hops(self, a: int, b: int) -> int:
         """Hops between coordinates a and b in this dimension, as ASTRA-sim charges them."""
         if a == b:
@@ -67,27 +57,23 @@ class Dimension:
         if self.topology == "Ring":
             d = abs(a - b)
             return min(d, self.npus - d)
-        if self.topology == "Switch":
-            return 2
-        return 1
+        return self.step_hops
+
+    def hops_array(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """:meth:`hops` of many coordinate pairs at once."""
+        if self.topology == "Ring":
+            d = np.abs(a - b)
+            return np.minimum(d, self.npus - d)
+        return np.where(a != b, self.step_hops, 0)
 
 
 @dataclass(frozen=True)
-class Network:
+class Network(Grid):
     name: str
     dims: tuple[Dimension, ...]
 
-    @property
-    def num_dims(self) -> int:
-        return len(self.dims)
-
-    @property
-    def npus_per_dim(self) -> tuple[int, ...]:
-        return tuple(d.npus for d in self.dims)
-
-    @property
-    def npus_count(self) -> int:
-        return math.prod(self.npus_per_dim)
+    def _where(self) -> str:
+        return f"network {self.name!r}: "
 
     @property
     def dim_names(self) -> tuple[str, ...]:
@@ -108,21 +94,6 @@ class Network:
             f"use an index 0..{self.num_dims - 1} or one of {list(self.dim_names)}"
         )
 
-    def coords(self, npu: int) -> tuple[int, ...]:
-        """Coordinates of an NPU id (dimension 0 fastest)."""
-        if not 0 <= npu < self.npus_count:
-            raise LibraError(f"network {self.name!r}: NPU id {npu} out of range 0..{self.npus_count - 1}")
-        return coords_in(npu, self.npus_per_dim)
-
-    def npu_id(self, coords: Sequence[int]) -> int:
-        """NPU id of a coordinate tuple (inverse of :meth:`coords`)."""
-        if len(coords) != self.num_dims:
-            raise LibraError(f"network {self.name!r}: {len(coords)} coordinates for {self.num_dims} dimensions")
-        for a, n in zip(coords, self.npus_per_dim):
-            if not 0 <= a < n:
-                raise LibraError(f"network {self.name!r}: coordinate {a} out of range 0..{n - 1}")
-        return id_in(coords, self.npus_per_dim)
-
     def to_dict(self) -> dict[str, Any]:
         dims = []
         for d in self.dims:
@@ -139,22 +110,6 @@ class Network:
                 item["bw_max_gbps"] = d.bw_max_gbps
             dims.append(item)
         return {"name": self.name, "dimensions": dims}
-
-
-def _number(value: Any, where: str, what: str, *, integer: bool = False, minimum: float | None = None,
-            strict: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok and integer and not float(value).is_integer():
-        ok = False
-    if ok and not math.isfinite(value):
-        ok = False
-    if ok and minimum is not None and (value < minimum or (strict and value == minimum)):
-        ok = False
-    if not ok:
-        kind = "an integer" if integer else "a number"
-        bound = "" if minimum is None else (f" > {minimum:g}" if strict else f" >= {minimum:g}")
-        raise LibraError(f"{where}: {what} must be {kind}{bound}, got {value!r}")
-    return int(value) if integer else float(value)
 
 
 def network_from_dict(data: Any, source: str = "<network>") -> Network:
@@ -183,12 +138,12 @@ def network_from_dict(data: Any, source: str = "<network>") -> Network:
             raise LibraError(f"{where}: topology must be one of {list(TOPOLOGIES)} (case-sensitive), got {topo!r}")
         if "npus" not in raw:
             raise LibraError(f"{where}: missing 'npus' (NPU count of this dimension, >= 2)")
-        npus = _number(raw["npus"], where, "npus", integer=True, minimum=2)
-        latency = _number(raw.get("latency_ns", 0.0), where, "latency_ns", minimum=0)
-        lo = _number(raw.get("bw_min_gbps", 0.0), where, "bw_min_gbps", minimum=0)
+        npus = check_number(raw["npus"], where, "npus", integer=True, minimum=2)
+        latency = check_number(raw.get("latency_ns", 0.0), where, "latency_ns", minimum=0)
+        lo = check_number(raw.get("bw_min_gbps", 0.0), where, "bw_min_gbps", minimum=0)
         hi = raw.get("bw_max_gbps")
         if hi is not None:
-            hi = _number(hi, where, "bw_max_gbps", minimum=0, strict=True)
+            hi = check_number(hi, where, "bw_max_gbps", minimum=0, strict=True)
             if hi < lo:
                 raise LibraError(f"{where}: bw_max_gbps {hi:g} is below bw_min_gbps {lo:g}")
         cost_class = raw.get("cost_class", "")
@@ -200,22 +155,6 @@ def network_from_dict(data: Any, source: str = "<network>") -> Network:
     if dup:
         raise LibraError(f"{source}: dimension names must be unique; repeated: {dup}")
     return Network(str(data.get("name", Path(source).stem)), tuple(dims))
-
-
-def load_yaml(path: str | Path, what: str) -> Any:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise LibraError(f"{p}: {what} file not found") from None
-    except OSError as e:
-        raise LibraError(f"{p}: cannot read {what} file: {e.strerror}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise LibraError(f"{p}: not valid YAML{at}; fix the syntax of the {what} file") from None
 
 
 def load_network(path: str | Path) -> Network:

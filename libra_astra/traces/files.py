@@ -8,6 +8,7 @@ import zlib
 from pathlib import Path
 
 from ..errors import LibraError
+from ..files import read_bytes
 
 _TRACE_RE = r"^{}\.(\d+)\.et(\.gz)?$"
 
@@ -64,12 +65,7 @@ def rank_files(prefix: str | Path, num_ranks: int, network_name: str = "network"
 def read_file_bytes(path: str | Path) -> bytes:
     """Whole file contents, gunzipped if it is gzip (by magic number, not by name)."""
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise LibraError(f"{p}: trace file not found") from None
-    except OSError as e:
-        raise LibraError(f"{p}: cannot read trace file: {e.strerror}") from None
+    raw = read_bytes(p, "trace")
     if raw[:2] == b"\x1f\x8b":
         try:
             return gzip.decompress(raw)
