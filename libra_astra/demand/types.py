@@ -125,7 +125,7 @@ def default_hops(kind: str, participants: Sequence[int], net: Network | None) ->
 
 def make_collective(kind: str, size_bytes: float, participants: Sequence[int], *, count: float = 1.0,
                     name: str = "", phase: str = "", group: str = "", net: Network | None = None) -> Collective:
-    """A hierarchical collective with its traffic derived from the table in collectives.py."""
+    """A hierarchical collective with its traffic derived from the table in model/collectives.py."""
     coll.check_type(kind)
     parts = tuple(int(p) for p in participants)
     traffic = coll.hierarchical_traffic_bytes(kind, size_bytes, parts)

@@ -6,7 +6,7 @@ and read by ``libra-astra emit``::
     {
       "format": "libra_astra.design", "version": 1,
       "name": "gpt3-paper3d-perf",
-      "network": {...},                    # the network file's content (see network.py)
+      "network": {...},                    # the network file's content (see model/network.py)
       "bandwidth_gbps": [200.0, 100.0, 50.0],
       "objective": "perf",
       "time_model": "libra",

@@ -6,7 +6,7 @@ on their resource, so a node starts at max(its dependencies' finish, its resourc
 A receive also waits for the matching send of another rank class (the DAG's ``links``, from
 pipeline parallelism) and a collective shared with ranks of other classes starts when they are
 ready for it too (``syncs``), so the classes are replayed together until those waits settle.
-Collective durations come from a time model (timing.py), normally the ``pipelined`` model with
+Collective durations come from a time model (model.py), normally the ``pipelined`` model with
 the simulator's chunk count, latency and local memory bandwidth.
 
 A class without a DAG falls back to the no-overlap sum. The job time is the slowest class.
