@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import click
 
+from ..demand.groups import ALL_RANKS
 from ..demand.from_traces import TraceSummary, demand_from_traces, summary_to_dict
 from ..demand.types import demand_to_dict
 from ..errors import LibraError
@@ -40,12 +41,12 @@ def format_summary(s: TraceSummary, net: Network) -> str:
     # groups of the same shape (e.g. all tensor-parallel groups) share one row
     merged: dict[tuple, list] = {}
     for g in s.groups:
-        k = (g.key == "", g.source, g.size, g.participants, g.algorithm, g.ring_dims, g.involved_dim)
+        k = (g.key == ALL_RANKS, g.source, g.size, g.participants, g.algorithm, g.ring_dims, g.involved_dim)
         merged.setdefault(k, []).append(g)
     rows = [["group", "source", "size", "participants", "algorithm", "collectives"]]
     for gs in merged.values():
         g = gs[0]
-        if g.key == "":
+        if g.key == ALL_RANKS:
             name = "all ranks" + ("" if g.involved_dim is None else
                                   " involved_dim [" + ",".join("1" if b else "0" for b in g.involved_dim) + "]")
         elif len(gs) == 1:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import groups as grp
+from ..interning import Interner
 from ..model.network import Network
 from ..traces.reader import TraceReader
 from ..traces.schema import COMM_TYPE_NAMES
@@ -23,31 +24,19 @@ class Context:
         self.peak = peak_tflops
         self.membw = mem_bw_gbps
         self.reader = reader
-        self.keys: list[str] = []
-        self._key_index: dict[str, int] = {}
+        self.keys: Interner[str] = Interner()
         self.shapes: dict[tuple[int, int], grp.GroupShape] = {}
         self.shapes_by_key: dict[bytes, Any] = {}  # program shape digest -> _Shape
-        self.physics: list[Collective] = []
-        self._phys_index: dict[tuple, int] = {}
+        self.physics: Interner[Collective] = Interner()   # distinct collectives ("physics ids")
         self._coll_cache: dict[tuple, int] = {}
-        self._sem_index: dict[tuple, int] = {}
-        self.sems: list[tuple[str, int]] = []
+        self.sems: Interner[tuple[str, int]] = Interner()
 
     def sem(self, ctype: int, size: int) -> int:
         """Id of a (collective type, size) pair: what members of a communicator must agree on."""
-        k = (ctype, size)
-        i = self._sem_index.get(k)
-        if i is None:
-            i = self._sem_index[k] = len(self.sems)
-            self.sems.append((COMM_TYPE_NAMES[ctype], size))
-        return i
+        return self.sems.index((COMM_TYPE_NAMES[ctype], size))
 
     def key_index(self, key: str) -> int:
-        i = self._key_index.get(key)
-        if i is None:
-            i = self._key_index[key] = len(self.keys)
-            self.keys.append(key)
-        return i
+        return self.keys.index(key)
 
     def members(self, key: str) -> tuple[int, ...] | None:
         """Members of a named group, or None if it is not defined anywhere."""
@@ -76,12 +65,7 @@ class Context:
         return s
 
     def intern(self, c: Collective) -> int:
-        k = (c.type, c.size_bytes, c.participants, c.traffic_bytes, c.hops, c.algorithm)
-        i = self._phys_index.get(k)
-        if i is None:
-            i = self._phys_index[k] = len(self.physics)
-            self.physics.append(c)
-        return i
+        return self.physics.index(c)
 
     def coll_pid(self, ctype: int, size: int, kidx: int, inv_idx: int) -> int:
         key = (ctype, size, kidx, inv_idx if self.keys[kidx] == grp.ALL_RANKS else -1)

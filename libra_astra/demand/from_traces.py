@@ -31,6 +31,7 @@ import numpy as np
 
 from . import groups as grp
 from ..errors import LibraError
+from ..interning import Interner
 from ..model.network import Network
 from ..traces.files import rank_files
 from ..traces.reader import RankProgram, TraceReader
@@ -44,17 +45,11 @@ from .types import Collective, Dag, Demand, RankClass
 __all__ = ["demand_from_traces", "summary_to_dict", "TraceSummary"]
 
 
-def _labels(ctx: Context, infos: Sequence[Program], names: list[str], index: dict[str, int]) -> np.ndarray:
+def _labels(ctx: Context, infos: Sequence[Program], names: Interner[str]) -> np.ndarray:
     """Group label id (into ``names``) per comm position of a class: the group id, or the ids when
     the class's ranks use different groups at that position (e.g. one tensor-parallel group each)."""
     keys = np.stack([i.coll_key for i in infos]) if len(infos) > 1 else infos[0].coll_key[None, :]
-
-    def label_id(text: str) -> int:
-        j = index.get(text)
-        if j is None:
-            j = index[text] = len(names)
-            names.append(text)
-        return j
+    label_id = names.index
 
     table = np.asarray([label_id(grp.group_label(k)) for k in ctx.keys] + [label_id("")], dtype=np.int64)
     out = table[keys[0]]  # key -1 (a send) picks the last entry, ""
@@ -164,8 +159,7 @@ def demand_from_traces(prefix: str | Path, network: Network,
 
     # 4. build rank classes
     phys_traffic = np.asarray([c.traffic_bytes for c in ctx.physics], dtype=np.float64).reshape(-1, network.num_dims)
-    label_names: list[str] = []
-    label_index: dict[str, int] = {}
+    label_names: Interner[str] = Interner()
     coll_obj: dict[tuple[int, int], Collective] = {}
     rank_classes: list[RankClass] = []
     class_summaries: list[ClassSummary] = []
@@ -173,7 +167,7 @@ def demand_from_traces(prefix: str | Path, network: Network,
         pids = class_pids[key]
         infos = [programs[p] for p in sorted({int(rank_prog[r]) for r in ranks})]
         rep = infos[0]
-        labels = _labels(ctx, infos, label_names, label_index)
+        labels = _labels(ctx, infos, label_names)
         # one Collective object per distinct (physics, label); positions index into them
         combo = pids * (len(label_names) + 1) + labels
         uniq, inverse = np.unique(combo, return_inverse=True)

@@ -7,6 +7,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from ..errors import LibraError
+from ..interning import Interner
 
 
 class NodeAttrs(NamedTuple):
@@ -33,22 +34,17 @@ class AttrTable:
     """Distinct :class:`NodeAttrs` of a read, shared by all rank files, plus column arrays."""
 
     def __init__(self) -> None:
-        self.rows: list[NodeAttrs] = [_EMPTY_ATTRS]
-        self._index: dict[NodeAttrs, int] = {_EMPTY_ATTRS: 0}
+        self.rows: Interner[NodeAttrs] = Interner([_EMPTY_ATTRS])
         self.blocks: dict[bytes, int] = {}     # serialized attribute block -> row
         self.single: dict[bytes, tuple] = {}   # serialized attribute -> (field, value) or ()
         self._columns: dict[str, np.ndarray] | None = None
-        self.pg_names: list[str | None] = [None]
-        self._pg_index: dict[str | None, int] = {None: 0}
-        self.involved: list[tuple[bool, ...] | None] = [None]
-        self._inv_index: dict[tuple[bool, ...] | None, int] = {None: 0}
+        self.pg_names: Interner[str | None] = Interner([None])
+        self.involved: Interner[tuple[bool, ...] | None] = Interner([None])
 
     def intern(self, attrs: NodeAttrs) -> int:
-        i = self._index.get(attrs)
-        if i is None:
-            i = len(self.rows)
-            self.rows.append(attrs)
-            self._index[attrs] = i
+        n = len(self.rows)
+        i = self.rows.index(attrs)
+        if i == n:
             self._columns = None
         return i
 
@@ -61,16 +57,8 @@ class AttrTable:
                 for f in _INT_FIELDS:
                     cols[f].append(getattr(r, f))
                 cpu.append(r.is_cpu_op)
-                j = self._pg_index.get(r.pg_name)
-                if j is None:
-                    j = self._pg_index[r.pg_name] = len(self.pg_names)
-                    self.pg_names.append(r.pg_name)
-                pg.append(j)
-                k = self._inv_index.get(r.involved_dim)
-                if k is None:
-                    k = self._inv_index[r.involved_dim] = len(self.involved)
-                    self.involved.append(r.involved_dim)
-                inv.append(k)
+                pg.append(self.pg_names.index(r.pg_name))
+                inv.append(self.involved.index(r.involved_dim))
             out = {f: np.asarray(v, dtype=np.int64) for f, v in cols.items()}
             out["is_cpu_op"] = np.asarray(cpu, dtype=bool)
             out["pg"] = np.asarray(pg, dtype=np.int32)
