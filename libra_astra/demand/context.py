@@ -75,3 +75,11 @@ class Context:
             pid = self.intern(grp.group_collective(self.net, COMM_TYPE_NAMES[ctype], float(size), shape))
             self._coll_cache[key] = pid
         return pid
+
+    def p2p_pid(self, size: int, dim: int, hops: int) -> int:
+        """Physics id of a send of ``size`` bytes crossing ``dim`` in ``hops`` hops."""
+        key = ("P2P", size, dim, hops)
+        pid = self._coll_cache.get(key)
+        if pid is None:
+            pid = self._coll_cache[key] = self.intern(grp.p2p_collective(self.net, float(size), int(dim), int(hops)))
+        return pid

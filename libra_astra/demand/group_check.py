@@ -34,7 +34,7 @@ def merge_metadata(ctx: Context, progs: Sequence[RankProgram]) -> None:
             ctx.meta_where.setdefault(key, prog.path)
     check_groups = {k: v for k, v in ctx.meta_groups.items() if k not in ctx.file_groups}
     for key, members in check_groups.items():
-        bad = [m for m in members if not 0 <= m < n]
+        bad = grp.outside(members, n)
         if bad:
             raise LibraError(
                 f"{ctx.meta_where[key]}: METADATA process group {key} has rank(s) {bad[:5]} outside 0..{n - 1} "

@@ -71,9 +71,14 @@ def load_comm_groups(path: str | Path) -> dict[str, tuple[int, ...]]:
     return comm_groups_from_dict(data, str(p))
 
 
+def outside(members: Sequence[int], num_npus: int) -> list[int]:
+    """Members that are not NPU ids of a network with ``num_npus`` NPUs."""
+    return [m for m in members if not 0 <= m < num_npus]
+
+
 def check_members(groups: Mapping[str, Sequence[int]], num_npus: int, source: str) -> None:
     for key, members in groups.items():
-        bad = [m for m in members if not 0 <= m < num_npus]
+        bad = outside(members, num_npus)
         if bad:
             raise LibraError(
                 f"{source}: group {key} has member(s) {bad[:5]} outside 0..{num_npus - 1} (the network has "

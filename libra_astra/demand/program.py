@@ -274,9 +274,5 @@ def send_pids(ctx: Context, info: Program, rank: int) -> np.ndarray:
     sizes = np.maximum(cols["comm_size"][uniq], 0)
     upid = []
     for s, d, h in zip(sizes.tolist(), dims.tolist(), hops.tolist()):
-        key = ("P2P", s, d, h)
-        pid = ctx._coll_cache.get(key)
-        if pid is None:
-            pid = ctx._coll_cache[key] = ctx.intern(grp.p2p_collective(ctx.net, float(s), int(d), int(h)))
-        upid.append(pid)
+        upid.append(ctx.p2p_pid(s, d, h))
     return np.asarray(upid, dtype=np.int64)[inverse.reshape(-1)]
