@@ -179,12 +179,11 @@ def demand_from_traces(prefix: str | Path, network: Network,
                 obj = coll_obj[(pid, lab)] = replace(ctx.physics[pid], group=label_names[lab])
             objs[j] = obj
         colls = tuple(objs[inverse.reshape(-1)].tolist())
-        n = rep.kinds_coll.size
-        coll_index = np.zeros(n, dtype=np.int64)
-        coll_index[rep.comm_pos] = np.arange(rep.comm_pos.size, dtype=np.int64)
-        nodes = tuple(("coll", i) if is_coll else ("comp", t) for is_coll, i, t in
-                      zip(rep.kinds_coll.tolist(), coll_index.tolist(), rep.comp_ns.tolist()))
-        dag = Dag(nodes, tuple(zip(rep.edges_u.tolist(), rep.edges_v.tolist())))
+        kinds = np.where(rep.kinds_coll, "coll", "comp").astype(object).tolist()
+        values = rep.comp_ns.tolist()
+        for i, pos in enumerate(rep.comm_pos.tolist()):  # a collective node holds its index (an int)
+            values[pos] = i
+        dag = Dag(tuple(zip(kinds, values)), tuple(zip(rep.edges_u.tolist(), rep.edges_v.tolist())))
         rank_classes.append(RankClass(rep.compute_ns, colls, len(ranks), tuple(ranks), dag))
         up, cnt = np.unique(pids, return_counts=True)
         traffic = (phys_traffic[up] * cnt[:, None]).sum(axis=0) if up.size else np.zeros(network.num_dims)
