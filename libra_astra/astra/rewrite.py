@@ -25,6 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from ..demand.groups import ALL_RANKS, normalize_key
 from ..errors import LibraError
 from ..traces import chakra_io as cio
 from ..traces.files import find_rank_files
@@ -156,7 +157,8 @@ def rewrite_rank(meta: pb.GlobalMetadata, nodes: list[pb.Node], rank: int, lnet:
                 raise LibraError(f"{at}: collective without a non-negative integer comm_size; fix the trace")
             add.append(cio.make_attr("comm_size", "int64_val", split_size(size, splits, stats)))
         pg = attrs.get("pg_name")
-        gid = None if pg in (None, "", "0", 0) else str(pg).strip()
+        key = normalize_key(None if pg is None else str(pg))
+        gid = None if key == ALL_RANKS else key.strip()
         if gid is None:
             mask = lnet.from_physical_mask(_physical_mask(attrs.get("involved_dim"), phys_dims, at))
         else:
