@@ -112,8 +112,9 @@ def rename_nccl_kernels(kineto: dict) -> int:
     return renamed
 
 
-def _run(cmd: list[str]) -> None:
-    res = subprocess.run(cmd, capture_output=True, text=True)
+def _run(cmd: list[str], cwd: Path) -> None:
+    # the converter writes a debug.log into its working directory
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     if res.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
 
@@ -148,8 +149,8 @@ def main() -> None:
         linked = raw / f"linked.{r}.json"
         converted = raw / f"{SET_NAME}.{r}.et"
         _run(["chakra_trace_link", "--rank", str(r), "--chakra-host-trace", str(host),
-              "--chakra-device-trace", str(device), "--output-file", str(linked)])
-        _run(["chakra_converter", "PyTorch", "--input", str(linked), "--output", str(converted)])
+              "--chakra-device-trace", str(device), "--output-file", str(linked)], cwd=raw)
+        _run(["chakra_converter", "PyTorch", "--input", str(linked), "--output", str(converted)], cwd=raw)
         with open(converted, "rb") as src, gzip.GzipFile(out / f"{SET_NAME}.{r}.et.gz", "wb", mtime=0) as dst:
             shutil.copyfileobj(src, dst)
 

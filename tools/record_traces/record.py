@@ -161,8 +161,9 @@ def _worker(rank: int, world: int, job: str, raw: str, port: int) -> None:
         dist.destroy_process_group()
 
 
-def _run(cmd: list[str]) -> None:
-    res = subprocess.run(cmd, capture_output=True, text=True)
+def _run(cmd: list[str], cwd: Path) -> None:
+    # the converter writes a debug.log into its working directory
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     if res.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
 
@@ -183,8 +184,8 @@ def record(job: str, world: int, out_root: Path, raw_root: Path, port: int) -> N
         _run(["chakra_trace_link", "--rank", str(r),
               "--chakra-host-trace", str(raw / f"host_et.{r}.json"),
               "--chakra-device-trace", str(raw / f"kineto.{r}.json"),
-              "--output-file", str(linked)])
-        _run(["chakra_converter", "PyTorch", "--input", str(linked), "--output", str(converted)])
+              "--output-file", str(linked)], cwd=raw)
+        _run(["chakra_converter", "PyTorch", "--input", str(linked), "--output", str(converted)], cwd=raw)
         with open(converted, "rb") as src, gzip.GzipFile(out / f"{name}.{r}.et.gz", "wb", mtime=0) as dst:
             shutil.copyfileobj(src, dst)
 
