@@ -94,6 +94,19 @@ class RankClass:
     ranks: tuple[int, ...] = ()
     dag: Dag | None = None
 
+    def __hash__(self) -> int:
+        # Time rows are cached per class; hashing walks every collective and DAG node, so the
+        # (immutable) class keeps its hash.
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.compute_time_ns, self.collectives, self.num_ranks, self.ranks, self.dag))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        # string hashes differ between processes: a pickled class recomputes its hash
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
 
 @dataclass(frozen=True)
 class Demand:

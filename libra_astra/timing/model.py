@@ -179,9 +179,20 @@ def _class_rows(rc: RankClass, net: Network, model: TimeModel) -> tuple[np.ndarr
     return np.vstack([a for a, _ in rows]), np.concatenate([g for _, g in rows]), starts
 
 
+def class_rows(rc: RankClass, net: Network, model: TimeModel = LIBRA) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The stacked rows of a class for ``rows_times_ns``: a caller that times one class at many
+    bandwidths keeps them, instead of paying the cache's hash of the whole class per call."""
+    return _class_rows(rc, net, model)
+
+
 def collective_times_ns(rc: RankClass, bw_gbps: Sequence[float], net: Network, model: TimeModel = LIBRA) -> np.ndarray:
     """Time of each collective of a rank class (one run each), vectorized over the class."""
-    A, const, starts = _class_rows(rc, net, model)
+    return rows_times_ns(_class_rows(rc, net, model), bw_gbps)
+
+
+def rows_times_ns(rows: tuple[np.ndarray, np.ndarray, np.ndarray], bw_gbps: Sequence[float]) -> np.ndarray:
+    """Time of each collective from its class's rows (``class_rows``)."""
+    A, const, starts = rows
     if not starts.shape[0]:
         return np.zeros(0)
     with np.errstate(divide="ignore"):
