@@ -21,6 +21,7 @@ from typing import Iterable, Sequence
 
 from .errors import LibraError
 from .network import Network
+from .strictload import read_text
 
 _TOKEN = re.compile(r"\s*(?:(?P<num>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)|"
                     r"(?P<bw>bw\s*\[\s*(?P<dim>[A-Za-z_][\w-]*|\d+)\s*\])|(?P<op><=|>=|==|=|<|>)|(?P<sym>[-+*]))")
@@ -151,10 +152,7 @@ def parse_constraints(texts: Iterable[str], net: Network, where: str = "--constr
 def load_constraints_file(path: str | Path, net: Network) -> tuple[LinearConstraint, ...]:
     """One constraint per line; blank lines and text after '#' are ignored."""
     p = Path(path)
-    try:
-        lines = p.read_text().splitlines()
-    except FileNotFoundError:
-        raise LibraError(f"{p}: constraints file not found") from None
+    lines = read_text(p, "constraints").splitlines()
     out = []
     for n, line in enumerate(lines, 1):
         line = line.split("#", 1)[0].strip()

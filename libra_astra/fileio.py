@@ -3,50 +3,33 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from .errors import LibraError
+from . import publish
+from .strictload import load_json
 
 
 def read_json(path: str | Path, what: str, missing_hint: str = "") -> Any:
-    """Parse a JSON file; a missing file or bad JSON is a one-line LibraError naming the file."""
-    p = Path(path)
-    try:
-        return json.loads(p.read_text())
-    except FileNotFoundError:
-        raise LibraError(f"{p}: {what} file not found{'; ' + missing_hint if missing_hint else ''}") from None
-    except IsADirectoryError:
-        raise LibraError(f"{p}: is a directory, not a {what} file") from None
-    except json.JSONDecodeError as e:
-        raise LibraError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}; fix the {what} file") from None
+    """Parse a JSON file strictly; any problem is a one-line LibraError naming the file."""
+    return load_json(path, what, missing_hint)
 
 
 def check_writable(path: str | Path, overwrite: bool) -> Path:
-    p = Path(path)
-    if p.exists() and not overwrite:
-        raise LibraError(f"{p}: already exists; choose another path or pass --force to overwrite it")
-    if not p.parent.exists():
-        raise LibraError(f"{p}: directory {p.parent} does not exist; create it first")
-    return p
+    return publish.check_new(path, overwrite)
 
 
 def write_text_atomic(path: str | Path, text: str | bytes, overwrite: bool = False) -> Path:
-    """Write via a temporary file in the same directory, then rename over the target."""
-    p = check_writable(path, overwrite)
-    data = text.encode() if isinstance(text, str) else text
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
+    """Write via a temporary file in the same directory, then publish it (no-replace unless ``overwrite``)."""
+    return publish.write_bytes(path, text.encode() if isinstance(text, str) else text, overwrite)
 
 
 def write_json_atomic(path: str | Path, data: Any, overwrite: bool = False) -> Path:
-    return write_text_atomic(path, json.dumps(data, indent=1) + "\n", overwrite)
+    # allow_nan=False: a NaN or infinity here is a bug upstream, never something to write for a reader.
+    try:
+        text = json.dumps(data, indent=1, allow_nan=False)
+    except ValueError:
+        from .errors import LibraError
+        raise LibraError(f"{path}: refusing to write a non-finite number (NaN or infinity); "
+                         "check the inputs for values that overflow") from None
+    return write_text_atomic(path, text + "\n", overwrite)

@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from . import strictload
 from .errors import LibraError
 
 TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
@@ -203,19 +204,7 @@ def network_from_dict(data: Any, source: str = "<network>") -> Network:
 
 
 def load_yaml(path: str | Path, what: str) -> Any:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise LibraError(f"{p}: {what} file not found") from None
-    except OSError as e:
-        raise LibraError(f"{p}: cannot read {what} file: {e.strerror}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise LibraError(f"{p}: not valid YAML{at}; fix the syntax of the {what} file") from None
+    return strictload.load_yaml(path, what)
 
 
 def load_network(path: str | Path) -> Network:
