@@ -25,7 +25,6 @@ of a read (:class:`AttrTable`), so programs of different ranks can be compared a
 from __future__ import annotations
 
 import ast
-import gzip
 import hashlib
 import heapq
 import json
@@ -34,10 +33,11 @@ import zlib
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from . import limits
 from .errors import LibraError
 
 try:  # mlc-chakra is installed with --no-deps; give a usable message if it is missing
@@ -106,6 +106,8 @@ def is_trace_prefix(path: str | Path) -> bool:
 
 def rank_files(prefix: str | Path, num_ranks: int, network_name: str = "network") -> list[Path]:
     """The ``num_ranks`` rank files of a trace set, in rank order; LibraError if any is missing."""
+    if num_ranks > limits.value(limits.MAX_RANKS):
+        raise limits.exceeded(limits.MAX_RANKS, str(prefix), f"{network_name} has {num_ranks:,} NPUs")
     found = find_rank_files(prefix)
     if not found:
         raise LibraError(
@@ -119,11 +121,13 @@ def rank_files(prefix: str | Path, num_ranks: int, network_name: str = "network"
             f"{prefix}: found {len(found)} rank files (ranks up to {top - 1}) but {network_name} has "
             f"{num_ranks} NPUs; use a network with {top} NPUs or traces for {num_ranks} ranks"
         )
-    missing = [r for r in range(num_ranks) if r not in found]
-    if missing:
-        shown = ", ".join(f"{prefix}.{r}.et" for r in missing[:3]) + (" ..." if len(missing) > 3 else "")
+    n_missing = num_ranks - len(found)
+    if n_missing:
+        # never list every rank: a network can have 2^64 of them
+        first = [r for r in range(min(num_ranks, top + 3)) if r not in found][:3]
+        shown = ", ".join(f"{prefix}.{r}.et" for r in first) + (" ..." if n_missing > 3 else "")
         raise LibraError(
-            f"{prefix}: {len(missing)} rank file(s) missing: {shown}; every rank 0..{num_ranks - 1} needs a file"
+            f"{prefix}: {n_missing} rank file(s) missing: {shown}; every rank 0..{num_ranks - 1} needs a file"
         )
     return [found[r] for r in range(num_ranks)]
 
@@ -139,10 +143,32 @@ def read_file_bytes(path: str | Path) -> bytes:
         raise LibraError(f"{p}: cannot read trace file: {e.strerror}") from None
     if raw[:2] == b"\x1f\x8b":
         try:
-            return gzip.decompress(raw)
+            return _gunzip(raw, limits.value(limits.MAX_DECOMPRESSED_BYTES), str(p))
         except (EOFError, OSError, zlib.error) as e:
             raise LibraError(f"{p}: truncated or corrupt gzip data ({e}); re-create or re-copy the file") from None
     return raw
+
+
+def _gunzip(raw: bytes, cap: int, where: str) -> bytes:
+    """Gunzip every member of ``raw``, refusing output beyond ``cap`` bytes before it is held."""
+    out = bytearray()
+    data = raw
+    while True:
+        d = zlib.decompressobj(31)
+        while True:
+            chunk = d.decompress(data, cap + 1 - len(out))
+            out += chunk
+            if len(out) > cap:
+                raise limits.exceeded(limits.MAX_DECOMPRESSED_BYTES, where,
+                                      f"gzip data inflates to more than {cap:,} bytes")
+            data = d.unconsumed_tail
+            if d.eof or (not data and not chunk):
+                break
+        if not d.eof:
+            raise EOFError("compressed file ended before the end-of-stream marker was reached")
+        data = d.unused_data
+        if not data.strip(b"\x00"):
+            return bytes(out)
 
 
 # ---------------------------------------------------------------- attributes
@@ -165,6 +191,7 @@ class NodeAttrs(NamedTuple):
 _EMPTY_ATTRS = NodeAttrs()
 _WANTED = frozenset(NodeAttrs._fields)
 _WANTED_BYTES = frozenset(f.encode() for f in NodeAttrs._fields)
+_INT64_MAX = (1 << 63) - 1
 _INT_FIELDS = ("num_ops", "tensor_size", "comm_type", "comm_size", "comm_src", "comm_dst")
 # Bound on the per-read cache of distinct attribute blocks: PyTorch traces carry per-node
 # attributes (rf_id, seq_id) that never repeat, and caching those would only cost memory.
@@ -244,6 +271,10 @@ def _normalize(name: str, v: Any, where: str | Callable[[], str]) -> Any:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
             w = where() if callable(where) else where
             raise LibraError(f"{w}: attribute {name} must be an integer, got {v!r}; fix the trace generator")
+        if not 0 <= v <= _INT64_MAX:
+            # -1 means "absent" inside the reader: a negative size or type must not read as missing
+            w = where() if callable(where) else where
+            raise LibraError(f"{w}: attribute {name} = {int(v)} is outside 0..2^63-1; fix the trace generator")
         return int(v)
     if name == "is_cpu_op":
         return bool(v)
@@ -437,15 +468,22 @@ class TraceReader:
     def read(self, path: str | Path) -> RankProgram:
         return self.read_many([path])[0]
 
-    def read_many(self, paths: Sequence[str | Path]) -> list[RankProgram]:
+    def read_many(self, paths: Sequence[str | Path], expect: Mapping[str, str] | None = None) -> list[RankProgram]:
         """Programs of ``paths`` in order. Files with identical bytes are decoded once, and small
-        files are decoded in batches: the per-call overhead of the array walk is paid per batch."""
+        files are decoded in batches: the per-call overhead of the array walk is paid per batch.
+
+        ``expect`` maps a path to the hex blake2b-160 digest its content must have (the trace
+        set's completion marker)."""
         out: list[RankProgram | bytes] = []
         batch: dict[bytes, tuple[bytes, str]] = {}
         size = 0
         for p in paths:
             data = read_file_bytes(p)
             key = hashlib.blake2b(data, digest_size=20).digest()
+            if expect is not None and expect.get(str(p), key.hex()) != key.hex():
+                raise LibraError(f"{p}: content differs from the digest in the trace set's completion marker (the "
+                                 "file was changed after the set was written); write the set again, or delete the "
+                                 "marker PREFIX.set.json if the files are right")
             out.append(key)
             if key not in self._by_bytes and key not in batch:
                 batch[key] = (data, str(p))
@@ -588,12 +626,15 @@ class TraceReader:
         t_attr = _TAGS.attr
         cache = self.attrs.single
         while pos < n:
-            if blk[pos] != t_attr:
+            if blk[pos] != t_attr or pos + 1 >= n:   # a bare tag at the end: let the schema judge it
                 return -1
             ln = blk[pos + 1]
             pos += 2
             if ln >= 0x80:
-                ln, pos = _varint_more(blk, pos, ln)
+                try:
+                    ln, pos = _varint_more(blk, pos, ln)
+                except (IndexError, ValueError):
+                    return -1
             end = pos + ln
             if end > n:
                 return -1

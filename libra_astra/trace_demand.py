@@ -32,6 +32,7 @@ import numpy as np
 
 from . import groups as grp
 from .demand import Collective, Dag, Demand, RankClass
+from . import traceset
 from .errors import LibraError
 from .network import Network
 from .trace import (COMM_COLL_NODE, COMM_RECV_NODE, COMM_SEND_NODE, COMM_TYPE_NAMES, COMP_NODE, INVALID_NODE,
@@ -627,6 +628,7 @@ def demand_from_traces(prefix: str | Path, network: Network,
             raise LibraError(f"{what} must be > 0, got {v!r}")
     n_npus = network.npus_count
     paths = rank_files(prefix, n_npus, f"network {network.name!r}")
+    expect = traceset.expected_digests(prefix, paths)
 
     if comm_groups is None:
         file_groups: dict[str, tuple[int, ...]] = {}
@@ -646,7 +648,7 @@ def demand_from_traces(prefix: str | Path, network: Network,
     programs: list[_Program] = []
     by_digest: dict[bytes, int] = {}
     rank_prog = np.zeros(n_npus, dtype=np.int64)
-    for r, prog in enumerate(reader.read_many(paths)):
+    for r, prog in enumerate(reader.read_many(paths, expect)):
         pi = by_digest.get(prog.digest)
         if pi is None:
             pi = by_digest[prog.digest] = len(programs)

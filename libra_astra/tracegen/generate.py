@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .. import chakra_io as cio
+from .. import traceset
 from ..errors import LibraError
 from ..fileio import check_writable, write_text_atomic
 from .dlrm import dlrm_plan
@@ -164,7 +165,7 @@ def generate(spec: str | Path | Mapping[str, Any], out_prefix: str | Path, overw
     groups_path = Path(f"{prefix}.groups.json") if groups else None
 
     paths = [Path(f"{prefix}.{r}.et") for r in range(n)]
-    for p in paths + ([groups_path] if groups_path else []):
+    for p in paths + ([groups_path] if groups_path else []) + [traceset.marker_path(prefix)]:
         check_writable(p, overwrite)
     stale = [Path(f"{prefix}.{n}.et")] + ([] if groups_path else [Path(f"{prefix}.groups.json")])
     for p in stale:
@@ -175,6 +176,9 @@ def generate(spec: str | Path | Mapping[str, Any], out_prefix: str | Path, overw
     encoders = {key: _ProgramEncoder(ops, layout, group_ids) for key, ops in plan.programs.items()}
     shared: dict[Any, bytes] = {}
     total = 0
+    # Marked "writing" before the first rank file changes, "complete" after the last.
+    traceset.begin(prefix, n, "libra-astra generate", overwrite)
+    written: list[tuple[Path, bytes]] = []
     for r, path in enumerate(paths):
         enc = encoders[plan.rank_program[r]]
         if enc.rank_independent:
@@ -182,9 +186,12 @@ def generate(spec: str | Path | Mapping[str, Any], out_prefix: str | Path, overw
         else:
             data = enc.encode(r)
         write_text_atomic(path, data, overwrite)
+        written.append((path, data))
         total += len(data)
     if groups_path is not None:
         cio.write_comm_groups(groups_path, groups, overwrite)
+    traceset.finish(prefix, written, "libra-astra generate",
+                    {"groups": groups_path.name if groups_path is not None else None})
 
     counts: dict[str, int] = {}
     for key, ranks in Counter(plan.rank_program).items():
