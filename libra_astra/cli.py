@@ -14,7 +14,9 @@ from .constraints import load_constraints_file, parse_constraints
 from .cost import load_cost
 from .demand import load_demand
 from .design import Design, WorkloadRef, design_to_dict
+from .cli_guard import guarded
 from .errors import LibraError
+from .validation import FiniteFloat
 from .fileio import check_writable, write_json_atomic
 from .network import load_network
 from .optimize import OBJECTIVES, Constraints, OptimizeResult, Workload, optimize, pareto
@@ -26,10 +28,8 @@ class _Group(click.Group):
     """Turns LibraError into a one-line message and exit code 2, with no traceback."""
 
     def invoke(self, ctx: click.Context):
-        try:
+        with guarded():
             return super().invoke(ctx)
-        except LibraError as e:
-            raise click.ClickException(str(e)) from None
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -116,13 +116,13 @@ _common = [
                  help="Cost model YAML with unit prices per cost class."),
     click.option("--demand", "demands", multiple=True, type=click.Path(exists=True, dir_okay=False),
                  help="Demand JSON (repeatable: several workloads)."),
-    click.option("--weight", "weights", multiple=True, type=float,
+    click.option("--weight", "weights", multiple=True, type=FiniteFloat(),
                  help="Weight per workload, in order: trace prefixes, then --demand files."),
     click.option("--comm-groups", type=click.Path(exists=True, dir_okay=False),
                  help="ASTRA-sim communicator-group JSON for the trace prefixes [default: PREFIX.groups.json "
                       "when it exists]."),
-    click.option("--total-bw", type=float, help="Total bandwidth per NPU over all dimensions, GB/s (equality)."),
-    click.option("--total-bw-max", type=float, help="Upper bound on total bandwidth per NPU, GB/s."),
+    click.option("--total-bw", type=FiniteFloat(), help="Total bandwidth per NPU over all dimensions, GB/s (equality)."),
+    click.option("--total-bw-max", type=FiniteFloat(), help="Upper bound on total bandwidth per NPU, GB/s."),
     click.option("--constraint", "exprs", multiple=True, metavar="EXPR",
                  help="Linear constraint, e.g. 'bw[0] >= bw[1]' or 'bw[pod] + bw[node] == 200' (repeatable)."),
     click.option("--constraints-file", type=click.Path(exists=True, dir_okay=False),
@@ -131,7 +131,7 @@ _common = [
                  help="Time model: LIBRA's max over dimensions, or ASTRA-sim's chunk pipeline."),
     click.option("--splits", type=click.IntRange(min=1), default=1, show_default=True,
                  help="Chunks per collective for --model pipelined (ASTRA-sim preferred-dataset-splits)."),
-    click.option("--local-mem-bw", "local_mem_bw", type=click.FloatRange(min=0, min_open=True),
+    click.option("--local-mem-bw", "local_mem_bw", type=FiniteFloat(0, strict_min=True),
                  help="For --model pipelined: local memory GB/s that each reduction step reads and writes "
                       "(ASTRA-sim's local-mem-bw) [default: unlimited]."),
     click.option("--overlap/--no-overlap", default=False, show_default=True,
@@ -171,7 +171,8 @@ def _result_dict(r: OptimizeResult, net) -> dict:
     }
     for name, e in r.baselines.items():
         out["baselines"][name] = {**ev(e), "speedup_of_optimum": e.time_ns / r.best.time_ns,
-                                  "perf_per_cost_gain_of_optimum": e.time_cost_ns_usd / r.best.time_cost_ns_usd}
+                                  "perf_per_cost_gain_of_optimum": (e.time_cost_ns_usd / r.best.time_cost_ns_usd
+                                                                   if r.best.time_cost_ns_usd else None)}
     return out
 
 
@@ -190,8 +191,10 @@ def _print_result(r: OptimizeResult, net, cost, n_workloads: int) -> None:
     click.echo(f"cost      {_fmt_usd(b.cost_usd)}   time x cost {b.time_cost_ns_usd / 1e9:,.6g} s*USD")
     for name, e in r.baselines.items():
         flag = "" if e.feasible else "  (violates the constraints)"
+        # all-zero prices (a cost model that only names classes) make every cost 0
+        gain = f"x{e.time_cost_ns_usd / b.time_cost_ns_usd:.4f}" if b.time_cost_ns_usd else "n/a (cost 0)"
         click.echo(f"vs {name:<20} time {_fmt_time(e.time_ns):>12}  speedup x{e.time_ns / b.time_ns:.4f}  "
-                   f"perf/cost gain x{e.time_cost_ns_usd / b.time_cost_ns_usd:.4f}{flag}")
+                   f"perf/cost gain {gain}{flag}")
     gap = f"{r.rel_gap:.2e}" if math.isfinite(r.rel_gap) else "unknown"
     click.echo(f"solver    {r.message}; relative duality gap {gap}; {r.newton_steps} Newton steps; "
                f"{r.solve_time_s * 1e3:.2f} ms")
@@ -202,8 +205,8 @@ def _print_result(r: OptimizeResult, net, cost, n_workloads: int) -> None:
 @_apply(_common)
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="perf", show_default=True,
               help="perf: min time; perf-per-cost: min time x cost; min-cost: min cost with --time-target.")
-@click.option("--budget", type=float, help="Upper bound on network cost, USD.")
-@click.option("--time-target", type=float, help="Time target in ns for --objective min-cost.")
+@click.option("--budget", type=FiniteFloat(), help="Upper bound on network cost, USD.")
+@click.option("--time-target", type=FiniteFloat(), help="Time target in ns for --objective min-cost.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the design JSON here (for 'emit').")
 @click.option("--force", is_flag=True, help="Overwrite an existing --output file.")
@@ -229,6 +232,7 @@ def optimize_cmd(traces, network_path, cost_path, demands, weights, comm_groups,
                                                    constraints_file)
     if objective != "min-cost" and time_target is not None:
         raise LibraError("--time-target only applies to --objective min-cost")
+    cost.check_priced(net, objective)
     r = optimize(workloads, net, cost, objective=objective, constraints=cons, model=_model(model, splits, overlap, local_mem_bw))
     data = _result_dict(r, net)
     if as_json:
@@ -246,8 +250,8 @@ def optimize_cmd(traces, network_path, cost_path, demands, weights, comm_groups,
 @main.command("pareto")
 @click.argument("traces", nargs=-1, metavar="[PREFIX]...")
 @_apply(_common)
-@click.option("--min-budget", type=float, required=True, help="Lowest cost budget, USD.")
-@click.option("--max-budget", type=float, required=True, help="Highest cost budget, USD.")
+@click.option("--min-budget", type=FiniteFloat(), required=True, help="Lowest cost budget, USD.")
+@click.option("--max-budget", type=FiniteFloat(), required=True, help="Highest cost budget, USD.")
 @click.option("--points", type=click.IntRange(min=2), default=10, show_default=True, help="Budgets, spaced geometrically.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the frontier as JSON here.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --output file.")
@@ -286,8 +290,8 @@ def pareto_cmd(traces, network_path, cost_path, demands, weights, comm_groups, t
 @click.argument("traces", nargs=-1, metavar="[PREFIX]...")
 @_apply(_common[:8] + _common[8:9])
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="perf", show_default=True)
-@click.option("--budget", type=float, help="Upper bound on network cost, USD.")
-@click.option("--time-target", type=float, help="Time target in ns for --objective min-cost.")
+@click.option("--budget", type=FiniteFloat(), help="Upper bound on network cost, USD.")
+@click.option("--time-target", type=FiniteFloat(), help="Time target in ns for --objective min-cost.")
 @click.option("--astra-sim", "binary", type=click.Path(dir_okay=False),
               help="ASTRA-sim analytical congestion-unaware binary [default: $ASTRA_SIM_BIN].")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
@@ -296,11 +300,11 @@ def pareto_cmd(traces, network_path, cost_path, demands, weights, comm_groups, t
               help="preferred-dataset-splits of the emitted runs (chunks per collective).")
 @click.option("--calibrate", type=click.IntRange(min=0), default=0, show_default=True,
               help="Calibration iterations: fit per-dimension efficiency from the simulator, re-optimize.")
-@click.option("--local-mem-bw", "local_mem_bw", type=click.FloatRange(min=0, min_open=True), default=1e9,
+@click.option("--local-mem-bw", "local_mem_bw", type=FiniteFloat(0, strict_min=True), default=1e9,
               show_default=True, help="ASTRA-sim local-mem-bw of the emitted runs, GB/s (also used by the model).")
 @click.option("--overlap/--no-overlap", default=True, show_default=True,
               help="Optimize the dependency-aware time (as the simulator runs the traces) or the no-overlap sum.")
-@click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds per simulator run.")
+@click.option("--timeout", type=FiniteFloat(), default=3600.0, show_default=True, help="Seconds per simulator run.")
 @click.option("--force", is_flag=True, help="Reuse an existing --out directory, replacing its runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def loop_cmd(traces, network_path, cost_path, demands, weights, comm_groups, total_bw, total_bw_max, exprs,
@@ -321,12 +325,13 @@ def loop_cmd(traces, network_path, cost_path, demands, weights, comm_groups, tot
     net, cost, workloads, refs, cons = load_inputs(network_path, cost_path, traces, demands, weights, comm_groups,
                                                    total_bw, total_bw_max, budget, time_target, exprs,
                                                    constraints_file)
+    cost.check_priced(net, objective)
     echo = (lambda _line: None) if as_json else click.echo
     res = run_loop(workloads, refs, net, cost, out_dir=out_dir, objective=objective, constraints=cons,
                    binary=binary, splits=splits, calibrate=calibrate, timeout_s=timeout, overwrite=force,
                    local_mem_bw_gbps=local_mem_bw, overlap=overlap, on_event=echo)
     data = res.to_dict(net)
-    write_json_atomic(Path(out_dir) / "loop.json", data, overwrite=True)
+    write_json_atomic(Path(out_dir) / "loop.json", data, overwrite=force)
     if as_json:
         click.echo(json.dumps(data, indent=1))
         return

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 import click
 
 from .astra import emit, simulate
 from .errors import LibraError
+from .validation import FiniteFloat
 
 
 def _ms(ns: float) -> str:
@@ -24,7 +26,7 @@ def _ms(ns: float) -> str:
               help="preferred-dataset-splits k: 1 sums per-dimension times; larger k pipelines chunks across dimensions.")
 @click.option("--endpoint-delay", "endpoint_delay_ns", default=1, show_default=True, type=click.IntRange(min=0),
               help="endpoint-delay in ns (0 is refused when a dimension has latency 0: ASTRA-sim aborts).")
-@click.option("--local-mem-bw", "local_mem_bw_gbps", default=1e9, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--local-mem-bw", "local_mem_bw_gbps", default=1e9, show_default=True, type=FiniteFloat(0, strict_min=True),
               help="local-mem-bw in GB/s; each reducing step costs 3 * bytes / local-mem-bw.")
 @click.option("--force", is_flag=True, help="Replace an existing emitted directory.")
 def emit_command(design: str, out_dir: str, workload: str | None, splits: int, endpoint_delay_ns: int,
@@ -50,14 +52,15 @@ def emit_command(design: str, out_dir: str, workload: str | None, splits: int, e
                f"network {shape}, splits {res.splits}")
     for note in res.notes:
         click.echo(f"  note: {note}")
-    click.echo(f"run it: libra-astra simulate {res.path}   (or {res.path}/run.sh with ASTRA_SIM_BIN set)")
+    q = shlex.quote(str(res.path))
+    click.echo(f"run it: libra-astra simulate {q}   (or {shlex.quote(str(res.path / 'run.sh'))} with ASTRA_SIM_BIN set)")
 
 
 @click.command("simulate")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--astra-sim", "binary", default=None, metavar="BIN",
               help="ASTRA-sim analytical binary (default: $ASTRA_SIM_BIN).")
-@click.option("--timeout", "timeout_s", default=3600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--timeout", "timeout_s", default=3600.0, show_default=True, type=FiniteFloat(0, strict_min=True),
               help="Stop the simulator after this many seconds.")
 @click.option("--force", is_flag=True, help="Replace the results of an earlier run (RUN_DIR/sim).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -86,6 +89,6 @@ def simulate_command(run_dir: str, binary: str | None, timeout_s: float, force: 
                f"{_ms(fastest.finished_ns)}), {res.npus_count} NPUs")
     click.echo(f"exposed communication: up to {_ms(exposed)}; host time {res.wall_seconds:.2f} s; "
                f"results in {res.sim_dir}")
-    if res.predicted_time_ns is not None:
+    if res.prediction_error is not None:
         click.echo(f"predicted by libra_astra at emit: {_ms(res.predicted_time_ns)} "
                    f"(error {res.prediction_error:+.3%} against the simulator)")

@@ -9,6 +9,7 @@ import click
 
 from .demand import demand_to_dict
 from .errors import LibraError
+from .validation import FiniteFloat
 from .fileio import check_writable, write_json_atomic
 from .network import Network, load_network
 from .trace_demand import TraceSummary, default_groups_path, demand_from_traces, summary_to_dict
@@ -120,8 +121,8 @@ def format_summary(s: TraceSummary, net: Network) -> str:
 @click.option("--comm-groups", type=click.Path(exists=True, dir_okay=False),
               help='ASTRA-sim communicator-group JSON {"1": [0, 1, ...], ...}; overrides METADATA process groups '
                    "[default: PREFIX.groups.json when it exists].")
-@click.option("--peak-tflops", type=float, help="Time COMP nodes with the roofline model: peak compute, TFLOPS.")
-@click.option("--mem-bw-gbps", type=float, help="Roofline memory bandwidth, GB/s (give with --peak-tflops).")
+@click.option("--peak-tflops", type=FiniteFloat(), help="Time COMP nodes with the roofline model: peak compute, TFLOPS.")
+@click.option("--mem-bw-gbps", type=FiniteFloat(), help="Roofline memory bandwidth, GB/s (give with --peak-tflops).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the demand JSON here.")
 @click.option("--force", is_flag=True, help="Overwrite the --output file if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of a table.")

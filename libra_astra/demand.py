@@ -144,9 +144,16 @@ def single_class(name: str, npus_per_dim: Sequence[int], compute_time_ns: float,
 # ---------------------------------------------------------------- JSON
 
 
+# Far above any real job (a zettabyte, ten million years) and far below float overflow: products
+# of such numbers (count x size x ranks, summed over collectives) must stay finite.
+MAX_VALUE = 1e21
+
+
 def _num(v: Any, where: str, what: str, minimum: float = 0.0) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < minimum:
-        raise LibraError(f"{where}: {what} must be a finite number >= {minimum:g}, got {v!r}")
+    if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < minimum
+            or v > MAX_VALUE):
+        shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+        raise LibraError(f"{where}: {what} must be a finite number in {minimum:g}..{MAX_VALUE:g}, got {shown}")
     return float(v)
 
 
@@ -167,6 +174,9 @@ def _collective_from_dict(raw: Any, where: str, shape: tuple[int, ...]) -> Colle
     if algorithm not in ALGORITHMS:
         raise LibraError(f"{where}: algorithm must be one of {list(ALGORITHMS)}, got {algorithm!r}")
     count = _num(raw.get("count", 1), where, "count")
+    if count * size > MAX_VALUE:
+        raise LibraError(f"{where}: count x size_bytes = {count * size:.3g} bytes is beyond {MAX_VALUE:g}; "
+                         "fix the count or the size")
     traffic = raw.get("traffic_bytes")
     if traffic is None:
         if algorithm != "hierarchical":

@@ -31,6 +31,7 @@ from typing import Any, Mapping
 from .errors import LibraError
 from .fileio import read_json
 from .network import Network, network_from_dict
+from .validation import check_number, check_str
 
 FORMAT = "libra_astra.design"
 VERSION = 1
@@ -89,16 +90,27 @@ def design_from_dict(data: Any, source: str = "<design>") -> Design:
     if (not isinstance(bw, list) or len(bw) != net.num_dims
             or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and b >= 0 for b in bw)):
         raise LibraError(f"{source}: bandwidth_gbps must list {net.num_dims} numbers >= 0 (one per dimension), got {bw!r}")
+    raw_wl = data.get("workloads", [])
+    if not isinstance(raw_wl, list):
+        raise LibraError(f"{source}: workloads must be a list of objects, got {type(raw_wl).__name__}")
     workloads = []
-    for i, w in enumerate(data.get("workloads", [])):
+    for i, w in enumerate(raw_wl):
+        where = f"{source}: workloads[{i}]"
         if not isinstance(w, Mapping):
-            raise LibraError(f"{source}: workloads[{i}] must be an object")
-        workloads.append(WorkloadRef(str(w.get("name", f"w{i}")), float(w.get("weight", 1.0)), w.get("demand"),
-                                     w.get("traces"), w.get("comm_groups")))
+            raise LibraError(f"{where} must be an object")
+        paths = [check_str(w.get(k), where, k, optional=True) for k in ("demand", "traces", "comm_groups")]
+        workloads.append(WorkloadRef(str(w.get("name", f"w{i}")),
+                                     check_number(w.get("weight", 1.0), where, "weight", minimum=0), *paths))
+    result = data.get("result", {})
+    if not isinstance(result, Mapping):
+        raise LibraError(f"{source}: result must be an object, got {type(result).__name__}")
+    for b in bw:
+        check_number(b, source, "bandwidth_gbps", minimum=0)
     return Design(str(data.get("name", Path(source).stem)), net, tuple(float(b) for b in bw),
                   str(data.get("objective", "perf")), str(data.get("time_model", "libra")),
-                  float(data.get("predicted_time_ns", 0.0)), float(data.get("cost_usd", 0.0)),
-                  tuple(workloads), data.get("result", {}))
+                  check_number(data.get("predicted_time_ns", 0.0), source, "predicted_time_ns", minimum=0),
+                  check_number(data.get("cost_usd", 0.0), source, "cost_usd", minimum=0),
+                  tuple(workloads), result)
 
 
 def load_design(path: str | Path) -> Design:

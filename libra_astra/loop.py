@@ -94,7 +94,12 @@ def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Ne
     out = Path(out_dir)
     if out.exists() and not overwrite:
         raise LibraError(f"{out}: already exists; choose a new --out directory or pass --force to replace runs in it")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        # without --force the directory must be new when it is made, not only when checked
+        out.mkdir(parents=True, exist_ok=overwrite)
+    except FileExistsError:
+        raise LibraError(f"{out}: appeared while starting (another loop?); it is kept: choose a new --out "
+                         "directory or pass --force") from None
     rows: list[LoopRow] = []
 
     def run_design(iteration: int, name: str, bw: Sequence[float], model: TimeModel) -> LoopRow:

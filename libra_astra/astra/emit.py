@@ -36,9 +36,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import stat
-import tempfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -46,6 +44,7 @@ from typing import Any, Sequence
 
 from .. import __version__
 from .. import chakra_io as cio
+from .. import limits, publish, traceset
 from ..demand import Demand, load_demand
 from ..design import Design, WorkloadRef, design_to_dict, load_design
 from ..errors import LibraError
@@ -54,6 +53,8 @@ from ..groups import load_comm_groups
 from ..predict import predict
 from ..timing import simulator_model
 from ..trace_demand import demand_from_traces
+from ..trace import rank_files
+from . import rundir
 from .logical import LogicalNetwork
 from .workload import WorkloadStats, plan_for_demand, plan_for_groups, rewrite_traces, synthesize
 
@@ -221,7 +222,8 @@ def _run_sh(args: Sequence[str], logging_folder: str) -> str:
         "#!/bin/sh\n"
         "# Runs ASTRA-sim on the inputs in this directory. Set ASTRA_SIM_BIN to the binary if it is not on PATH.\n"
         "# The logging folder's parent must exist; unknown flags are silently ignored by the simulator.\n"
-        'cd "$(dirname "$0")" || exit 1\n'
+        # $(...) drops trailing newlines, which a directory name may end with: keep them behind a '.'
+        'here=$(dirname -- "$0"; printf .) && here=${here%??} && cd -- "$here" || exit 1\n'
         f'exec "${{{BINARY_ENV}:-{DEFAULT_BINARY}}}" \\\n'
         + "".join(f"  {shlex.quote(a)} \\\n" for a in args)
         + f"  {shlex.quote('--logging-folder=' + logging_folder)}\n"
@@ -266,9 +268,9 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
         design = load_design(design)
     _check_options(splits, endpoint_delay_ns, local_mem_bw_gbps, peak_perf_tflops, scheduling_policy, max_repeats)
     out = Path(out_dir)
-    if out.exists() and not overwrite:
+    if os.path.lexists(out) and not overwrite:
         raise LibraError(f"{out}: already exists; choose another directory or pass --force to replace it")
-    if out.exists() and not (out / "manifest.json").is_file():
+    if os.path.lexists(out) and not (out / "manifest.json").is_file():
         raise LibraError(f"{out}: exists and is not an emitted directory (no manifest.json); refusing to replace it")
     parent = out.absolute().parent
     if not parent.is_dir():
@@ -302,6 +304,13 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
     else:
         raise LibraError(f"design {design.name!r}: workload {wl.name!r} names neither traces nor a demand file; "
                          f"nothing to emit")
+    if lnet.npus_count > limits.value(limits.MAX_RANKS):
+        raise limits.exceeded(limits.MAX_RANKS, f"design {design.name!r}", f"the network has {lnet.npus_count:,} NPUs")
+    if lnet.npus_count + 8 > limits.value(limits.MAX_EMIT_FILES):
+        raise limits.exceeded(limits.MAX_EMIT_FILES, f"{out}", f"the run needs {lnet.npus_count + 8:,} files "
+                              f"({lnet.npus_count:,} rank files)")
+    if wl.traces and os.path.lexists(traceset.marker_path(wl.traces)):
+        traceset.expected_digests(wl.traces, rank_files(wl.traces, lnet.npus_count, f"design {design.name!r}"))
     if endpoint_delay_ns == 0 and any(d.latency_ns == 0 for d in lnet.dims):
         raise LibraError("ASTRA-sim aborts when a dimension has latency 0 and endpoint-delay is 0; "
                          "use an endpoint delay of at least 1 ns (--endpoint-delay) or give every dimension a latency")
@@ -317,7 +326,7 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
                            local_mem_bw_gbps=float(local_mem_bw_gbps), peak_perf_tflops=float(peak_perf_tflops),
                            scheduling_policy=scheduling_policy)
 
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
+    tmp = publish.temp_dir(out)
     try:
         (tmp / "workload").mkdir()
         if source == "traces":
@@ -325,6 +334,9 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
         else:
             stats = synthesize(demand, tmp / "workload" / name, lnet, wl.demand, max_repeats=max_repeats,
                                splits=splits)
+        traceset.finish(tmp / "workload" / name,
+                        [(tmp / "workload" / f"{name}.{r}.et", None) for r in range(lnet.npus_count)],
+                        "libra-astra emit")
         if flat_groups:
             cio.write_comm_groups(tmp / "comm_groups.json", flat_groups)
         (tmp / "network.yml").write_text(network_yaml(lnet, design.name))
@@ -356,20 +368,17 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
         run_sh = tmp / "run.sh"
         run_sh.write_text(_run_sh(args, logging_folder))
         run_sh.chmod(run_sh.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-        tmp.chmod(0o755)
-        if out.exists():
-            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=parent))
-            os.replace(out, trash / out.name)
-            os.replace(tmp, out)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            try:
-                os.rename(tmp, out)
-            except OSError:
-                raise LibraError(f"{out}: appeared while emitting; choose another directory or pass --force") from None
+    except OSError as e:
+        publish.discard(tmp)
+        raise publish.write_error(out, e) from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        publish.discard(tmp)
         raise
+    # Re-checked now, not only at the start: the destination may have appeared meanwhile.
+    if overwrite and os.path.lexists(out):
+        rundir.replace_own(tmp, out)
+    else:
+        rundir.publish_new(tmp, out)
     return result
 
 
@@ -390,4 +399,4 @@ def load_manifest(run_dir: str | Path) -> dict[str, Any]:
     data = read_json(p, "manifest", "re-emit the directory")
     if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
         raise LibraError(f"{p}: not a libra_astra run manifest; make the directory with 'libra-astra emit'")
-    return data
+    return rundir.check_manifest(data, p, run_dir)

@@ -1,0 +1,128 @@
+"""Publishing an emitted run directory, and checking its manifest before trusting it.
+
+A new directory is built whole under a temporary name and renamed into place without
+replacing anything (publish.rename_noreplace). ``emit --force`` on an existing run replaces
+only what emit writes — the configuration files, run.sh, the workload files of the previous
+emit and the manifest — and keeps everything else (``sim/`` results, the user's own files).
+The manifest is the run's completion marker: it is first rewritten with ``state: "incomplete"``,
+the files are swapped, and the new manifest is published last, so an interrupted replacement
+is detected by simulate and repaired by running ``emit --force`` again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from .. import limits, publish
+from ..errors import LibraError
+from ..validation import check_int, check_number
+
+MANIFEST = "manifest.json"
+# Top-level files emit writes (besides the workload files and the manifest).
+OWN_FILES = ("network.yml", "system.json", "memory.json", "comm_groups.json", "run.sh")
+INCOMPLETE = "incomplete"
+
+
+def check_manifest(data: Any, path: str | Path, run_dir: str | Path) -> dict[str, Any]:
+    """The fields simulate relies on must be there and well typed; an unfinished emit is refused."""
+    where = str(path)
+    fix = f"re-emit the directory (libra-astra emit DESIGN --out {run_dir} --force)"
+    if data.get("state", "complete") != "complete":
+        raise LibraError(f"{run_dir}: emit did not finish writing this directory (manifest state "
+                         f"{str(data.get('state'))[:40]!r}); {fix}")
+    sim = data.get("simulator")
+    if not isinstance(sim, dict) or not isinstance(sim.get("args"), list) or not all(
+            isinstance(a, str) for a in sim["args"]):
+        raise LibraError(f"{where}: 'simulator.args' must be a list of strings; {fix}")
+    net = data.get("network")
+    if not isinstance(net, dict) or "npus_count" not in net:
+        raise LibraError(f"{where}: 'network.npus_count' is missing; {fix}")
+    check_int(net["npus_count"], where, "network.npus_count", minimum=1, maximum=limits.value(limits.MAX_RANKS))
+    if "preferred_dataset_splits" in data:
+        check_int(data["preferred_dataset_splits"], where, "preferred_dataset_splits", minimum=1)
+    pred = data.get("prediction")
+    if pred is not None:
+        if not isinstance(pred, dict):
+            raise LibraError(f"{where}: 'prediction' must be an object; {fix}")
+        if pred.get("time_ns") is not None:
+            check_number(pred["time_ns"], where, "prediction.time_ns", minimum=0)
+    return data
+
+
+def _old_workload_files(out: Path, old: dict[str, Any]) -> list[Path]:
+    """Workload files the previous emit wrote (by the prefix its manifest records)."""
+    wl = old.get("workload") if isinstance(old, dict) else None
+    prefix = wl.get("prefix") if isinstance(wl, dict) else None
+    if not isinstance(prefix, str) or not prefix.startswith("workload/") or "/" in prefix[len("workload/"):]:
+        return []
+    name = prefix[len("workload/"):]
+    if name in ("", ".", ".."):
+        return []
+    pattern = re.compile(re.escape(name) + r"\.(\d+\.et|set\.json)$")
+    d = out / "workload"
+    if not d.is_dir():
+        return []
+    return [p for p in d.iterdir() if pattern.fullmatch(p.name)]
+
+
+def publish_new(tmp: Path, out: Path) -> None:
+    """Rename the finished ``tmp`` to ``out``; LibraError (``tmp`` removed) if ``out`` appeared meanwhile."""
+    try:
+        publish.rename_noreplace(tmp, out)
+    except FileExistsError:
+        publish.discard(tmp)
+        raise LibraError(f"{out}: appeared while emitting (another command wrote it?); it is kept: choose another "
+                         "directory, or pass --force to replace an emitted one") from None
+    except OSError as e:
+        publish.discard(tmp)
+        raise publish.write_error(out, e) from None
+    publish._unregister(str(tmp))
+
+
+def replace_own(tmp: Path, out: Path) -> None:
+    """Swap emit's own files in ``out`` for those built in ``tmp``; keep every other file of ``out``."""
+    mpath = out / MANIFEST
+    try:
+        old = json.loads(mpath.read_text())
+    except (OSError, ValueError):
+        old = None
+    if not isinstance(old, dict) or not str(old.get("format", "")).startswith("libra_astra."):
+        publish.discard(tmp)
+        raise LibraError(f"{out}: is no longer an emitted directory (its manifest.json changed or went away while "
+                         "emitting); refusing to replace anything in it")
+    trash = publish.temp_dir(out)
+    try:
+        # 1. mark the run unfinished, so an interruption from here on is detected
+        publish.write_bytes(mpath, (json.dumps({**old, "state": INCOMPLETE}, indent=1) + "\n").encode(),
+                            overwrite=True)
+        # 2. move emit's previous files out of the way
+        (trash / "workload").mkdir()
+        for name in OWN_FILES:
+            if os.path.lexists(out / name):
+                os.rename(out / name, trash / name)
+        for p in _old_workload_files(out, old):
+            os.rename(p, trash / "workload" / p.name)
+        # 3. move the new files in (the workload files one by one: the directory may hold other files)
+        for p in sorted(tmp.iterdir()):
+            if p.name in (MANIFEST, "workload"):
+                continue
+            os.rename(p, out / p.name)
+        wdir = out / "workload"
+        if not os.path.lexists(wdir):
+            os.rename(tmp / "workload", wdir)
+        else:
+            for p in sorted((tmp / "workload").iterdir()):
+                if os.path.lexists(wdir / p.name):   # same name as a file of ours: emit wrote it before
+                    os.rename(wdir / p.name, trash / "workload" / p.name)
+                os.rename(p, wdir / p.name)
+        # 4. the new manifest last: the run is complete again
+        os.replace(tmp / MANIFEST, mpath)
+    except OSError as e:
+        raise publish.write_error(out, e) from None
+    finally:
+        publish.discard(trash)
+        publish.discard(tmp)
