@@ -47,12 +47,10 @@ def _signals() -> Iterator[None]:
 
 
 def _interrupted_message(signum: int) -> str:
-    removed = publish.remove_temporaries()
+    publish.remove_temporaries()   # those the unwinding code did not remove itself
     done = publish.published()
     name = signal.Signals(signum).name
-    parts = [f"interrupted by {name}"]
-    parts.append(f"removed {len(removed)} temporary file(s) or directory(ies)" if removed
-                 else "no temporary file left")
+    parts = [f"interrupted by {name}", "temporary files removed"]
     if done:
         more = f" and {len(done) - 1} more" if len(done) > 1 else ""
         parts.append(f"already written: {done[-1]}{more} (a trace set stays marked incomplete until written again)")
@@ -64,6 +62,7 @@ def _interrupted_message(signum: int) -> str:
 @contextlib.contextmanager
 def guarded() -> Iterator[None]:
     """Run a command: LibraError and OSError become one-line errors, signals a clean stop."""
+    publish.forget_published()
     with _signals():
         try:
             yield

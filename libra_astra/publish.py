@@ -95,9 +95,17 @@ def remove_temporaries() -> list[str]:
 
 
 def published() -> list[str]:
-    """Paths published by this process so far, in order."""
+    """Paths published since :func:`forget_published` that still exist, in order (inside a
+    temporary directory that was removed, they are gone)."""
     with _lock:
-        return list(_published)
+        done = list(_published)
+    return [p for p in done if os.path.lexists(p)]
+
+
+def forget_published() -> None:
+    """Start a new account of published paths (at the start of a command)."""
+    with _lock:
+        _published.clear()
 
 
 def _note_published(path: str) -> None:
