@@ -104,8 +104,8 @@ def design_from_dict(data: Any, source: str = "<design>") -> Design:
     result = data.get("result", {})
     if not isinstance(result, Mapping):
         raise LibraError(f"{source}: result must be an object, got {type(result).__name__}")
-    for b in bw:
-        check_number(b, source, "bandwidth_gbps", minimum=0)
+    for b in bw:   # a petabyte per second per NPU is far beyond any link, and stays finite in GiB/s
+        check_number(b, source, "bandwidth_gbps", minimum=0, maximum=1e15)
     return Design(str(data.get("name", Path(source).stem)), net, tuple(float(b) for b in bw),
                   str(data.get("objective", "perf")), str(data.get("time_model", "libra")),
                   check_number(data.get("predicted_time_ns", 0.0), source, "predicted_time_ns", minimum=0),

@@ -169,3 +169,14 @@ def test_every_writing_command_reports_a_full_disk_in_one_line(tmp_path, demand_
         assert r.output.strip().splitlines()[-1] == errors[0]
         assert errors[0].endswith("cannot write (No space left on device); free some space or write elsewhere"), (
             name, errors[0])
+
+
+def test_design_bandwidth_beyond_any_link_is_refused(tmp_path, demand_file):
+    out = tmp_path / "design.json"
+    assert opt(demand_file, "--total-bw", "300", "-o", out).exit_code == 0
+    data = json.loads(out.read_text())
+    data["bandwidth_gbps"][0] = 1e308
+    out.write_text(json.dumps(data))
+    one_line(invoke("emit", out, "--out", tmp_path / "run"),
+             r"design\.json: bandwidth_gbps must be a finite number >= 0 and <= 1e\+15, got 1e\+308$")
+    assert not (tmp_path / "run").exists()

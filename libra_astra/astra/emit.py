@@ -364,7 +364,12 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
                            else {"time_ns": None, "unavailable": prediction_unavailable}),
             "notes": notes,
         }
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+        try:
+            text = json.dumps(manifest, indent=1, allow_nan=False)
+        except ValueError:
+            raise LibraError(f"{out}: the run's manifest would hold a non-finite number (NaN or infinity); check "
+                             "the design's values") from None
+        (tmp / "manifest.json").write_text(text + "\n")
         run_sh = tmp / "run.sh"
         run_sh.write_text(_run_sh(args, logging_folder))
         run_sh.chmod(run_sh.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
