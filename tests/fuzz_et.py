@@ -11,6 +11,7 @@ exception (type, where) with the seed that reproduces it.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import random
 import shutil
@@ -67,6 +68,8 @@ def main() -> int:
     sets = {"dlrm_16/dlrm": "sample_4x4.yml", "gpt_tp2_pp2_dp4/gpt": "sample_4x4.yml",
             "resnet50_dp16/resnet50": "sample_4x4.yml"}
     donors = [Path(f"{ROOT / 'traces' / s}.{r}.et").read_bytes() for s in sets for r in (0, 1)]
+    # recorded PyTorch traces (METADATA nodes, many attributes) as bases for the reader-only cases
+    real = [gzip.decompress(p.read_bytes()) for p in sorted((ROOT / "tests" / "fixtures" / "real").glob("*/*.0.et.gz"))]
     rng = random.Random(args.seed)
     report = {"seed": args.seed, "cases": 0, "errors": 0, "accepted": 0, "crashes": []}
     work = Path(tempfile.mkdtemp(prefix="fuzz_et."))
@@ -90,6 +93,8 @@ def main() -> int:
                     demand_from_traces(d / base, net, comm_groups=groups if groups.exists() else None)
                     shutil.rmtree(d)
                 else:
+                    if real and rng.random() < 0.4:
+                        data = mutate(rng, rng.choice(real), donors)
                     TraceReader().parse(data, f"case{case}.et")
                 report["accepted"] += 1
             except LibraError as e:
