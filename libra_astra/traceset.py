@@ -38,16 +38,18 @@ def begin(prefix: str | Path, num_ranks: int, writer: str, overwrite: bool) -> P
     return write_text_atomic(marker_path(prefix), json.dumps(body) + "\n", overwrite)
 
 
-def finish(prefix: str | Path, files: Sequence[tuple[str | Path, bytes | None]], writer: str,
+def record(path: str | Path, data: bytes | None = None) -> dict[str, Any]:
+    """The marker's entry for one rank file: its name, size and content digest (``data`` or read back)."""
+    if data is None:
+        data = Path(path).read_bytes()
+    return {"file": Path(path).name, "size_bytes": len(data), "blake2b": digest(data)}
+
+
+def finish(prefix: str | Path, records: Sequence[Mapping[str, Any]], writer: str,
            extra: Mapping[str, Any] | None = None) -> Path:
-    """Mark the set complete; ``files`` are (path, content or None to read it back) in rank order."""
-    entries = []
-    for path, data in files:
-        if data is None:
-            data = Path(path).read_bytes()
-        entries.append({"file": Path(path).name, "size_bytes": len(data), "blake2b": digest(data)})
-    body = {"format": FORMAT, "version": VERSION, "state": "complete", "writer": writer, "num_ranks": len(entries),
-            **(dict(extra) if extra else {}), "files": entries}
+    """Mark the set complete; ``records`` (from :func:`record`) are in rank order."""
+    body = {"format": FORMAT, "version": VERSION, "state": "complete", "writer": writer, "num_ranks": len(records),
+            **(dict(extra) if extra else {}), "files": [dict(r) for r in records]}
     return write_text_atomic(marker_path(prefix), json.dumps(body, indent=1) + "\n", overwrite=True)
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from libra_astra import publish
 from libra_astra.astra import emit, simulate
 from libra_astra.cli import main
 from libra_astra.cli_guard import Interrupted

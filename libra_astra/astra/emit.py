@@ -335,7 +335,7 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
             stats = synthesize(demand, tmp / "workload" / name, lnet, wl.demand, max_repeats=max_repeats,
                                splits=splits)
         traceset.finish(tmp / "workload" / name,
-                        [(tmp / "workload" / f"{name}.{r}.et", None) for r in range(lnet.npus_count)],
+                        [traceset.record(tmp / "workload" / f"{name}.{r}.et") for r in range(lnet.npus_count)],
                         "libra-astra emit")
         if flat_groups:
             cio.write_comm_groups(tmp / "comm_groups.json", flat_groups)

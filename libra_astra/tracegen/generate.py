@@ -178,7 +178,8 @@ def generate(spec: str | Path | Mapping[str, Any], out_prefix: str | Path, overw
     total = 0
     # Marked "writing" before the first rank file changes, "complete" after the last.
     traceset.begin(prefix, n, "libra-astra generate", overwrite)
-    written: list[tuple[Path, bytes]] = []
+    records: list[dict[str, Any]] = []
+    shared_records: dict[Any, dict[str, Any]] = {}
     for r, path in enumerate(paths):
         enc = encoders[plan.rank_program[r]]
         if enc.rank_independent:
@@ -186,11 +187,17 @@ def generate(spec: str | Path | Mapping[str, Any], out_prefix: str | Path, overw
         else:
             data = enc.encode(r)
         write_text_atomic(path, data, overwrite)
-        written.append((path, data))
+        if enc.rank_independent:   # same bytes for every rank of this program: digest once
+            rec = shared_records.get(plan.rank_program[r])
+            if rec is None:
+                rec = shared_records[plan.rank_program[r]] = traceset.record(path, data)
+            records.append({**rec, "file": path.name})
+        else:
+            records.append(traceset.record(path, data))
         total += len(data)
     if groups_path is not None:
         cio.write_comm_groups(groups_path, groups, overwrite)
-    traceset.finish(prefix, written, "libra-astra generate",
+    traceset.finish(prefix, records, "libra-astra generate",
                     {"groups": groups_path.name if groups_path is not None else None})
 
     counts: dict[str, int] = {}
