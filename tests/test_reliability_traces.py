@@ -180,3 +180,9 @@ def test_gzipped_after_writing_is_still_checked_by_content(tmp_path):
         p.unlink()
     d, _ = demand_from_traces(tmp_path / "g", _net(), comm_groups=tmp_path / "g.groups.json")
     assert d.rank_classes
+
+
+def test_deeply_nested_process_group_info_is_one_line():
+    from libra_astra.trace import parse_pg_metadata
+    with pytest.raises(LibraError, match=r"^x\.et: cannot read process-group info from inputs\.values"):
+        parse_pg_metadata("[" * 100_000, "x.et")
