@@ -180,3 +180,19 @@ def test_design_bandwidth_beyond_any_link_is_refused(tmp_path, demand_file):
     one_line(invoke("emit", out, "--out", tmp_path / "run"),
              r"design\.json: bandwidth_gbps must be a finite number >= 0 and <= 1e\+15, got 1e\+308$")
     assert not (tmp_path / "run").exists()
+
+
+def test_loop_keeps_a_summary_file_that_appeared_while_it_ran(tmp_path, demand_file):
+    out = ROOT / "tests" / "fixtures" / "astra" / "real_ring4_switch4_k4.stdout"
+    exe = tmp_path / "fake_astra"
+    # runs in OUT/iter0/NAME/WORKLOAD: meanwhile, someone else writes OUT/loop.json
+    exe.write_text(f"#!{sys.executable}\nimport os, sys\n"
+                   "p = os.path.join('..', '..', '..', 'loop.json')\n"
+                   "os.path.exists(p) or open(p, 'w').write('someone else\\n')\n"
+                   f"sys.stdout.write(open({str(out)!r}).read())\n")
+    exe.chmod(0o755)
+    r = invoke("loop", "--demand", demand_file, "--network", NET, "--cost", COST, "--total-bw", "300",
+               "--astra-sim", exe, "--out", tmp_path / "loop")
+    assert r.exit_code == 1, r.output
+    assert r.output.strip().splitlines()[-1].startswith("Error: ") and "loop.json: already exists" in r.output
+    assert (tmp_path / "loop" / "loop.json").read_text() == "someone else\n"
