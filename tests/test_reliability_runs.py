@@ -296,3 +296,15 @@ def test_interrupted_emit_removes_its_temporary_directory(tmp_path, monkeypatch)
     assert r.exit_code == 143
     assert "interrupted by SIGTERM" in r.output and "nothing was written" in r.output
     assert not (tmp_path / "run").exists() and _hidden(tmp_path) == []
+
+
+def test_twenty_dimension_design_is_refused_before_writing(tmp_path):
+    net = network_from_dict({"name": "n20", "dimensions": [{"name": f"d{i}", "topology": "Ring", "npus": 2}
+                                                           for i in range(20)]})
+    d = single_class("ar", [2] * 20, 0.0, [make_collective("ALL_REDUCE", 2**20, [2] * 20)])
+    (tmp_path / "d.json").write_text(json.dumps(demand_to_dict(d)))
+    design = Design("n20", net, (10.0,) * 20, workloads=(WorkloadRef("ar", demand=str(tmp_path / "d.json")),))
+    with pytest.raises(LibraError, match=r"run: the run needs 1,048,584 files \(1,048,576 rank files\), more than the "
+                                         r"limit of 131,072 files of one emitted run"):
+        emit(design, tmp_path / "run")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.json"]
