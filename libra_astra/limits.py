@@ -21,7 +21,7 @@ class Limit(NamedTuple):
     what: str        # what is limited, for messages and the README
 
 
-MAX_DECOMPRESSED_BYTES = Limit("LIBRA_ASTRA_MAX_DECOMPRESSED_BYTES", 4 << 30, "bytes of one gunzipped trace file")
+MAX_DECOMPRESSED_BYTES = Limit("LIBRA_ASTRA_MAX_DECOMPRESSED_BYTES", 2 << 30, "bytes of one gunzipped trace file")
 MAX_INPUT_BYTES = Limit("LIBRA_ASTRA_MAX_INPUT_BYTES", 1 << 30, "bytes of one YAML or JSON input file")
 MAX_NESTING_DEPTH = Limit("LIBRA_ASTRA_MAX_NESTING_DEPTH", 100, "nesting depth of YAML or JSON input")
 MAX_YAML_NODES = Limit("LIBRA_ASTRA_MAX_YAML_NODES", 1_000_000,

@@ -53,23 +53,36 @@ def finish(prefix: str | Path, records: Sequence[Mapping[str, Any]], writer: str
     return write_text_atomic(marker_path(prefix), json.dumps(body, indent=1) + "\n", overwrite=True)
 
 
+def _fix(m: Path) -> str:
+    return f"write the set again (libra-astra generate --force, or emit --force) or delete {m} if the files are right"
+
+
+def check_complete(prefix: str | Path) -> dict[str, Any] | None:
+    """The set's marker if it has one; LibraError if the marker says the set is incomplete."""
+    m = marker_path(prefix)
+    if not os.path.lexists(m):
+        return None
+    from .strictload import load_json
+    data = load_json(m, "trace-set marker")
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise LibraError(f"{m}: not a libra_astra trace-set marker; {_fix(m)}")
+    if data.get("state") != "complete":
+        raise LibraError(f"{prefix}: trace set is incomplete: {m.name} says it was still being written by "
+                         f"{data.get('writer', 'a writer')!s:.40} (interrupted?); {_fix(m)}")
+    return data
+
+
 def expected_digests(prefix: str | Path, paths: Sequence[str | Path]) -> dict[str, str] | None:
     """Check the set's marker against ``paths`` (rank order); the content digest each file must have.
 
     None when the set has no marker. Raises LibraError when the marker says the set is
     incomplete or lists other files, sizes or a different rank count.
     """
-    m = marker_path(prefix)
-    if not os.path.lexists(m):
+    data = check_complete(prefix)
+    if data is None:
         return None
-    from .strictload import load_json
-    data = load_json(m, "trace-set marker")
-    fix = f"write the set again (libra-astra generate --force, or emit --force) or delete {m} if the files are right"
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise LibraError(f"{m}: not a libra_astra trace-set marker; {fix}")
-    if data.get("state") != "complete":
-        raise LibraError(f"{prefix}: trace set is incomplete: {m.name} says it was still being written by "
-                         f"{data.get('writer', 'a writer')!s:.40} (interrupted?); {fix}")
+    m = marker_path(prefix)
+    fix = _fix(m)
     files = data.get("files")
     if not isinstance(files, list) or len(files) != len(paths):
         n = len(files) if isinstance(files, list) else "?"

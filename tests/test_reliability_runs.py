@@ -308,3 +308,33 @@ def test_twenty_dimension_design_is_refused_before_writing(tmp_path):
                                          r"limit of 131,072 files of one emitted run"):
         emit(design, tmp_path / "run")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.json"]
+
+
+def test_interrupted_force_leaves_the_workload_set_marked_incomplete(tmp_path, monkeypatch):
+    from libra_astra.network import load_network
+    from libra_astra.trace_demand import demand_from_traces
+    root = Path(__file__).resolve().parents[1]
+    net = load_network(root / "network_configs" / "sample_4x4.yml")
+    design = Design("g", net, (100.0, 100.0), workloads=(WorkloadRef(
+        "gpt", traces=str(root / "traces" / "gpt_tp2_pp2_dp4" / "gpt"),
+        comm_groups=str(root / "traces" / "gpt_tp2_pp2_dp4" / "gpt.groups.json")),))
+    out = tmp_path / "run"
+    emit(design, out)
+    real_rename = os.rename
+    moved = []
+
+    def rename(a, b):
+        if str(a).startswith(str(tmp_path / ".run.")) and "workload" in str(a):
+            moved.append(a)
+            if len(moved) == 5:   # half-way through the new rank files
+                raise KeyboardInterrupt
+        return real_rename(a, b)
+    monkeypatch.setattr(rundir.os, "rename", rename)
+    with pytest.raises(KeyboardInterrupt):
+        emit(design, out, splits=2, overwrite=True)
+    monkeypatch.setattr(rundir.os, "rename", real_rename)
+    files = sorted(p.name for p in (out / "workload").iterdir())
+    assert "gpt.set.json" in files
+    with pytest.raises(LibraError, match=r"trace set is incomplete: gpt\.set\.json says it was still being written by "
+                                         r"libra-astra emit --force"):
+        demand_from_traces(out / "workload" / "gpt", net)

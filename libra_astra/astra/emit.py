@@ -309,7 +309,7 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
     if lnet.npus_count + 8 > limits.value(limits.MAX_EMIT_FILES):
         raise limits.exceeded(limits.MAX_EMIT_FILES, f"{out}", f"the run needs {lnet.npus_count + 8:,} files "
                               f"({lnet.npus_count:,} rank files)")
-    if wl.traces and os.path.lexists(traceset.marker_path(wl.traces)):
+    if wl.traces and traceset.check_complete(wl.traces) is not None:
         traceset.expected_digests(wl.traces, rank_files(wl.traces, lnet.npus_count, f"design {design.name!r}"))
     if endpoint_delay_ns == 0 and any(d.latency_ns == 0 for d in lnet.dims):
         raise LibraError("ASTRA-sim aborts when a dimension has latency 0 and endpoint-delay is 0; "

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .. import limits, publish
+from .. import limits, publish, traceset
 from ..errors import LibraError
 from ..validation import check_int, check_number
 
@@ -99,14 +99,22 @@ def replace_own(tmp: Path, out: Path) -> None:
         # 1. mark the run unfinished, so an interruption from here on is detected
         publish.write_bytes(mpath, (json.dumps({**old, "state": INCOMPLETE}, indent=1) + "\n").encode(),
                             overwrite=True)
-        # 2. move emit's previous files out of the way
+        # 2. mark the previous workload set as being rewritten (a reader must not take a mix of
+        #    old and new rank files for a set), then move emit's previous files out of the way
         (trash / "workload").mkdir()
+        new_markers = {p.name for p in (tmp / "workload").glob("*.set.json")}
+        old_files = _old_workload_files(out, old)
+        for p in old_files:
+            if p.name.endswith(".set.json"):
+                traceset.begin(out / "workload" / p.name[:-len(".set.json")], 0, "libra-astra emit --force", True)
         for name in OWN_FILES:
             if os.path.lexists(out / name):
                 os.rename(out / name, trash / name)
-        for p in _old_workload_files(out, old):
-            os.rename(p, trash / "workload" / p.name)
-        # 3. move the new files in (the workload files one by one: the directory may hold other files)
+        for p in old_files:
+            if p.name not in new_markers:
+                os.rename(p, trash / "workload" / p.name)
+        # 3. move the new files in (the workload files one by one: the directory may hold other
+        #    files), the set's marker last
         for p in sorted(tmp.iterdir()):
             if p.name in (MANIFEST, "workload"):
                 continue
@@ -116,9 +124,13 @@ def replace_own(tmp: Path, out: Path) -> None:
             os.rename(tmp / "workload", wdir)
         else:
             for p in sorted((tmp / "workload").iterdir()):
+                if p.name in new_markers:
+                    continue
                 if os.path.lexists(wdir / p.name):   # same name as a file of ours: emit wrote it before
                     os.rename(wdir / p.name, trash / "workload" / p.name)
                 os.rename(p, wdir / p.name)
+            for name in sorted(new_markers):
+                os.replace(tmp / "workload" / name, wdir / name)
         # 4. the new manifest last: the run is complete again
         os.replace(tmp / MANIFEST, mpath)
     except OSError as e:
