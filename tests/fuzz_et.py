@@ -61,9 +61,9 @@ def main() -> int:
     args = ap.parse_args()
 
     from libra_astra.errors import LibraError
-    from libra_astra.network import load_network
-    from libra_astra.trace import TraceReader
-    from libra_astra.trace_demand import demand_from_traces
+    from libra_astra.model.network import load_network
+    from libra_astra.traces.reader import TraceReader
+    from libra_astra.demand.from_traces import demand_from_traces
 
     sets = {"dlrm_16/dlrm": "sample_4x4.yml", "gpt_tp2_pp2_dp4/gpt": "sample_4x4.yml",
             "resnet50_dp16/resnet50": "sample_4x4.yml"}

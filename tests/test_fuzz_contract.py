@@ -17,14 +17,14 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from libra_astra.constraints import parse_constraint
-from libra_astra.cost import cost_from_dict
-from libra_astra.demand import demand_from_dict, demand_to_dict
-from libra_astra.design import design_from_dict
+from libra_astra.optimize.constraints import parse_constraint
+from libra_astra.model.cost import cost_from_dict
+from libra_astra.demand.types import demand_from_dict, demand_to_dict
+from libra_astra.optimize.design import design_from_dict
 from libra_astra.errors import LibraError
-from libra_astra.network import load_network, network_from_dict
+from libra_astra.model.network import load_network, network_from_dict
 from libra_astra.strictload import loads_json, loads_yaml
-from libra_astra.synthetic import gpt3_demand
+from libra_astra.demand.synthetic import gpt3_demand
 from libra_astra.tracegen.spec import spec_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,8 +10,8 @@ import pytest
 
 from libra_astra import publish
 from libra_astra.errors import LibraError
-from libra_astra.fileio import read_json, write_json_atomic, write_text_atomic
-from libra_astra.network import load_network
+from libra_astra.files import read_json, write_json_atomic, write_text_atomic
+from libra_astra.model.network import load_network
 from libra_astra.strictload import loads_json, loads_yaml
 
 
@@ -144,7 +144,7 @@ def test_duplicate_json_keys_are_refused():
 
 
 def test_comm_group_ids_1_and_01_are_one_group(tmp_path):
-    from libra_astra.groups import load_comm_groups
+    from libra_astra.demand.groups import load_comm_groups
     p = tmp_path / "g.json"
     p.write_text('{"1": [0, 1], "01": [2, 3]}')
     with pytest.raises(LibraError, match=r"g\.json: group id '01' is group 1 again"):
@@ -213,7 +213,7 @@ def test_yaml_aliases_within_the_limit_are_read():
 
 
 def test_non_utf8_files_are_one_line(tmp_path):
-    from libra_astra.constraints import load_constraints_file
+    from libra_astra.optimize.constraints import load_constraints_file
     net = load_network("network_configs/sample_4x4.yml")
     p = tmp_path / "c.txt"
     p.write_bytes(b"bw[0] >= 1\n\xff\xfe\n")

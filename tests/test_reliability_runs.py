@@ -16,11 +16,11 @@ from click.testing import CliRunner
 
 from libra_astra.astra import emit, simulate
 from libra_astra.cli import main
-from libra_astra.cli_guard import Interrupted
-from libra_astra.demand import demand_to_dict, make_collective, single_class
-from libra_astra.design import Design, WorkloadRef, design_to_dict
+from libra_astra.cli.guard import Interrupted
+from libra_astra.demand.types import demand_to_dict, make_collective, single_class
+from libra_astra.optimize.design import Design, WorkloadRef, design_to_dict
 from libra_astra.errors import LibraError
-from libra_astra.network import network_from_dict
+from libra_astra.model.network import network_from_dict
 
 emit_mod = importlib.import_module("libra_astra.astra.emit")
 rundir = importlib.import_module("libra_astra.astra.rundir")
@@ -269,7 +269,7 @@ def test_signal_to_simulate_ends_the_simulator_and_cleans_up(tmp_path, fake_sim,
     exe = fake_sim(RING8, sleep=60)
     pid_file = tmp_path / "child.pid"
     monkeypatch.setenv("FAKE_PID", str(pid_file))
-    proc = subprocess.Popen([sys.executable, "-m", "libra_astra.cli", "simulate", str(tmp_path / "run"),
+    proc = subprocess.Popen([sys.executable, "-c", "from libra_astra.cli import main; main()", "simulate", str(tmp_path / "run"),
                              "--astra-sim", exe], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for(pid_file)
     child = int(pid_file.read_text())
@@ -311,8 +311,8 @@ def test_twenty_dimension_design_is_refused_before_writing(tmp_path):
 
 
 def test_interrupted_force_leaves_the_workload_set_marked_incomplete(tmp_path, monkeypatch):
-    from libra_astra.network import load_network
-    from libra_astra.trace_demand import demand_from_traces
+    from libra_astra.model.network import load_network
+    from libra_astra.demand.from_traces import demand_from_traces
     root = Path(__file__).resolve().parents[1]
     net = load_network(root / "network_configs" / "sample_4x4.yml")
     design = Design("g", net, (100.0, 100.0), workloads=(WorkloadRef(

@@ -9,12 +9,13 @@ import json
 import pytest
 from chakra.schema.protobuf import et_def_pb2 as pb
 
-from libra_astra import chakra_io as cio
+from libra_astra.traces import chakra_io as cio
 from libra_astra.errors import LibraError
-from libra_astra.groups import comm_groups_from_dict
-from libra_astra.network import network_from_dict
-from libra_astra.trace import TraceReader, rank_files, read_file_bytes
-from libra_astra.trace_demand import demand_from_traces
+from libra_astra.demand.groups import comm_groups_from_dict
+from libra_astra.model.network import network_from_dict
+from libra_astra.traces.files import rank_files, read_file_bytes
+from libra_astra.traces.reader import TraceReader
+from libra_astra.demand.from_traces import demand_from_traces
 
 gen_mod = importlib.import_module("libra_astra.tracegen.generate")
 ATTR_TAG = (pb.Node.DESCRIPTOR.fields_by_name["attr"].number << 3) | 2
@@ -112,7 +113,7 @@ NET = "network_configs/sample_4x4.yml"
 
 
 def _net():
-    from libra_astra.network import load_network
+    from libra_astra.model.network import load_network
     return load_network(NET)
 
 
@@ -183,6 +184,6 @@ def test_gzipped_after_writing_is_still_checked_by_content(tmp_path):
 
 
 def test_deeply_nested_process_group_info_is_one_line():
-    from libra_astra.trace import parse_pg_metadata
+    from libra_astra.traces.process_groups import parse_pg_metadata
     with pytest.raises(LibraError, match=r"^x\.et: cannot read process-group info from inputs\.values"):
         parse_pg_metadata("[" * 100_000, "x.et")

@@ -26,7 +26,7 @@ from typing import Any
 
 from .. import limits, publish
 from ..errors import LibraError
-from .emit import BINARY_ENV, DEFAULT_BINARY, load_manifest
+from .manifest import BINARY_ENV, DEFAULT_BINARY, load_manifest
 from .parse import OutputParser, RankStats
 
 SIM_DIR = "sim"
@@ -147,8 +147,7 @@ def simulate(run_dir: str | os.PathLike, binary: str | os.PathLike | None = None
     exe = resolve_binary(binary)
     if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
         raise LibraError(f"timeout must be a finite number of seconds > 0, got {timeout_s!r}")
-    sim_cfg = manifest["simulator"]
-    npus = int(manifest["network"]["npus_count"])
+    npus = manifest.npus_count
     sim = run / SIM_DIR
     if os.path.lexists(sim) and not overwrite:
         raise LibraError(f"{sim}: already exists (an earlier run); pass --force to replace it")
@@ -156,8 +155,8 @@ def simulate(run_dir: str | os.PathLike, binary: str | os.PathLike | None = None
     # an earlier sim/ stays intact until then, and an interrupted run leaves nothing half-written.
     tmp = publish.temp_dir(sim)
     try:
-        argv = [exe] + list(sim_cfg["args"]) + [f"--logging-folder={tmp.name}/log"]
-        shown = [exe] + list(sim_cfg["args"]) + [f"--logging-folder={SIM_DIR}/log"]
+        argv = [exe] + list(manifest.simulator.args) + [f"--logging-folder={tmp.name}/log"]
+        shown = [exe] + list(manifest.simulator.args) + [f"--logging-folder={SIM_DIR}/log"]
         (tmp / "log").mkdir()
         (tmp / "command.txt").write_text(shlex.join(shown) + "\n")
         start = time.monotonic()
@@ -195,8 +194,8 @@ def simulate(run_dir: str | os.PathLike, binary: str | os.PathLike | None = None
         # keep the failed run's output for inspection where the message points
         _publish_sim(tmp, sim, overwrite)
         raise LibraError(failure)
-    predicted = (manifest.get("prediction") or {}).get("time_ns")
-    result = SimResult(str(run), str(sim), exe, code, wall, npus, int(manifest.get("preferred_dataset_splits", 1)),
+    predicted = manifest.predicted_time_ns
+    result = SimResult(str(run), str(sim), exe, code, wall, npus, manifest.preferred_dataset_splits,
                        parsed.ranks, tuple(shown), float(predicted) if predicted is not None else None)
     try:
         (tmp / "result.json").write_text(json.dumps(result.to_dict(), indent=1) + "\n")

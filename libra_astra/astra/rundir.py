@@ -17,40 +17,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .. import limits, publish, traceset
+from .. import publish
+from ..traces import completion
 from ..errors import LibraError
-from ..validation import check_int, check_number
 
 MANIFEST = "manifest.json"
 # Top-level files emit writes (besides the workload files and the manifest).
 OWN_FILES = ("network.yml", "system.json", "memory.json", "comm_groups.json", "run.sh")
 INCOMPLETE = "incomplete"
-
-
-def check_manifest(data: Any, path: str | Path, run_dir: str | Path) -> dict[str, Any]:
-    """The fields simulate relies on must be there and well typed; an unfinished emit is refused."""
-    where = str(path)
-    fix = f"re-emit the directory (libra-astra emit DESIGN --out {run_dir} --force)"
-    if data.get("state", "complete") != "complete":
-        raise LibraError(f"{run_dir}: emit did not finish writing this directory (manifest state "
-                         f"{str(data.get('state'))[:40]!r}); {fix}")
-    sim = data.get("simulator")
-    if not isinstance(sim, dict) or not isinstance(sim.get("args"), list) or not all(
-            isinstance(a, str) for a in sim["args"]):
-        raise LibraError(f"{where}: 'simulator.args' must be a list of strings; {fix}")
-    net = data.get("network")
-    if not isinstance(net, dict) or "npus_count" not in net:
-        raise LibraError(f"{where}: 'network.npus_count' is missing; {fix}")
-    check_int(net["npus_count"], where, "network.npus_count", minimum=1, maximum=limits.value(limits.MAX_RANKS))
-    if "preferred_dataset_splits" in data:
-        check_int(data["preferred_dataset_splits"], where, "preferred_dataset_splits", minimum=1)
-    pred = data.get("prediction")
-    if pred is not None:
-        if not isinstance(pred, dict):
-            raise LibraError(f"{where}: 'prediction' must be an object; {fix}")
-        if pred.get("time_ns") is not None:
-            check_number(pred["time_ns"], where, "prediction.time_ns", minimum=0)
-    return data
 
 
 def _old_workload_files(out: Path, old: dict[str, Any]) -> list[Path]:
@@ -106,7 +80,7 @@ def replace_own(tmp: Path, out: Path) -> None:
         old_files = _old_workload_files(out, old)
         for p in old_files:
             if p.name.endswith(".set.json"):
-                traceset.begin(out / "workload" / p.name[:-len(".set.json")], 0, "libra-astra emit --force", True)
+                completion.begin(out / "workload" / p.name[:-len(".set.json")], 0, "libra-astra emit --force", True)
         for name in OWN_FILES:
             if os.path.lexists(out / name):
                 os.rename(out / name, trash / name)

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import chakra_io as cio
-from .. import traceset
+from ..traces import chakra_io as cio
+from ..traces import completion
 from ..errors import LibraError
-from ..fileio import check_writable, write_text_atomic
+from ..files import check_writable, write_text_atomic
 from .dlrm import dlrm_plan
 from .placement import Layout
 from .program import COLL, COMP, RECV, SEND, Op, Plan
@@ -165,7 +165,7 @@ def generate(spec: str | Path | Mapping[str, Any], out_prefix: str | Path, overw
     groups_path = Path(f"{prefix}.groups.json") if groups else None
 
     paths = [Path(f"{prefix}.{r}.et") for r in range(n)]
-    for p in paths + ([groups_path] if groups_path else []) + [traceset.marker_path(prefix)]:
+    for p in paths + ([groups_path] if groups_path else []) + [completion.marker_path(prefix)]:
         check_writable(p, overwrite)
     stale = [Path(f"{prefix}.{n}.et")] + ([] if groups_path else [Path(f"{prefix}.groups.json")])
     for p in stale:
@@ -177,7 +177,7 @@ def generate(spec: str | Path | Mapping[str, Any], out_prefix: str | Path, overw
     shared: dict[Any, bytes] = {}
     total = 0
     # Marked "writing" before the first rank file changes, "complete" after the last.
-    traceset.begin(prefix, n, "libra-astra generate", overwrite)
+    completion.begin(prefix, n, "libra-astra generate", overwrite)
     records: list[dict[str, Any]] = []
     shared_records: dict[Any, dict[str, Any]] = {}
     for r, path in enumerate(paths):
@@ -190,14 +190,14 @@ def generate(spec: str | Path | Mapping[str, Any], out_prefix: str | Path, overw
         if enc.rank_independent:   # same bytes for every rank of this program: digest once
             rec = shared_records.get(plan.rank_program[r])
             if rec is None:
-                rec = shared_records[plan.rank_program[r]] = traceset.record(path, data)
+                rec = shared_records[plan.rank_program[r]] = completion.record(path, data)
             records.append({**rec, "file": path.name})
         else:
-            records.append(traceset.record(path, data))
+            records.append(completion.record(path, data))
         total += len(data)
     if groups_path is not None:
         cio.write_comm_groups(groups_path, groups, overwrite)
-    traceset.finish(prefix, records, "libra-astra generate",
+    completion.finish(prefix, records, "libra-astra generate",
                     {"groups": groups_path.name if groups_path is not None else None})
 
     counts: dict[str, int] = {}
