@@ -16,6 +16,9 @@ from .demand import load_demand
 from .design import Design, WorkloadRef, design_to_dict
 from .errors import LibraError
 from .fileio import check_writable, write_json_atomic
+from .labels import (DEFAULT_LOCAL_MEM_BW_GBPS, DEFAULT_MODEL, DEFAULT_SPLITS, MODELS, header, model_settings,
+                     resolve_model)
+from .report import time_breakdown, workload_times
 from .network import load_network
 from .optimize import OBJECTIVES, Constraints, OptimizeResult, Workload, optimize, pareto
 from .timing import TimeModel
@@ -105,8 +108,10 @@ def load_inputs(network_path, cost_path, traces, demands, weights, comm_groups, 
     return net, cost, workloads, refs, cons
 
 
-def _model(model: str, splits: int, overlap: bool = False, local_mem_bw: float | None = None) -> TimeModel:
-    return TimeModel(model, splits=splits, overlap=overlap, local_mem_bw_gbps=local_mem_bw)
+def _model(model: str | None, splits: int | None, overlap: bool | None = None,
+           local_mem_bw: float | None = None) -> TimeModel:
+    # None means "not given": the shared defaults apply and options the model ignores are refused.
+    return resolve_model(model, splits, local_mem_bw, overlap)
 
 
 _common = [
@@ -127,16 +132,19 @@ _common = [
                  help="Linear constraint, e.g. 'bw[0] >= bw[1]' or 'bw[pod] + bw[node] == 200' (repeatable)."),
     click.option("--constraints-file", type=click.Path(exists=True, dir_okay=False),
                  help="File with one constraint per line ('#' starts a comment)."),
-    click.option("--model", type=click.Choice(["libra", "pipelined"]), default="libra", show_default=True,
-                 help="Time model: LIBRA's max over dimensions, or ASTRA-sim's chunk pipeline."),
-    click.option("--splits", type=click.IntRange(min=1), default=1, show_default=True,
-                 help="Chunks per collective for --model pipelined (ASTRA-sim preferred-dataset-splits)."),
+    click.option("--model", type=click.Choice(list(MODELS)), default=None,
+                 help=f"Time model [default: {DEFAULT_MODEL}]: pipelined is what ASTRA-sim computes with the "
+                      "settings emit writes (chunk pipeline, per-hop latency); libra is the LIBRA paper's max "
+                      "over dimensions of traffic/bandwidth."),
+    click.option("--splits", type=click.IntRange(min=1), default=None,
+                 help=f"For --model pipelined: chunks per collective (ASTRA-sim preferred-dataset-splits); the "
+                      f"design keeps it for emit [default: {DEFAULT_SPLITS}]."),
     click.option("--local-mem-bw", "local_mem_bw", type=click.FloatRange(min=0, min_open=True),
                  help="For --model pipelined: local memory GB/s that each reduction step reads and writes "
-                      "(ASTRA-sim's local-mem-bw) [default: unlimited]."),
-    click.option("--overlap/--no-overlap", default=False, show_default=True,
-                 help="Time a rank by its longest dependency path (compute/communication overlap) instead of "
-                      "summing; uses the traces' dependency graphs."),
+                      f"(ASTRA-sim's local-mem-bw) [default: {DEFAULT_LOCAL_MEM_BW_GBPS:g}, as emit writes]."),
+    click.option("--overlap/--no-overlap", default=None,
+                 help="Time a rank by its longest dependency path (compute/communication overlap, as the "
+                      "simulator runs it) or by the sum [default: overlap for pipelined, sum for libra]."),
 ]
 
 
@@ -148,13 +156,14 @@ def _apply(options):
     return deco
 
 
-def _result_dict(r: OptimizeResult, net) -> dict:
+def _result_dict(r: OptimizeResult, net, model: TimeModel | None = None, workloads=()) -> dict:
     def ev(e):
         return {"bandwidth_gbps": list(e.bw_gbps), "time_ns": e.time_ns, "compute_ns": e.compute_ns,
                 "communication_ns": e.communication_ns, "cost_usd": e.cost_usd,
                 "time_x_cost_ns_usd": e.time_cost_ns_usd, "feasible": e.feasible}
     out = {
         "objective": r.objective,
+        "time_model": model_settings(model) if model is not None else None,
         "dimensions": list(net.dim_names),
         "optimum": ev(r.best),
         "objective_value": r.fun,
@@ -172,12 +181,18 @@ def _result_dict(r: OptimizeResult, net) -> dict:
     for name, e in r.baselines.items():
         out["baselines"][name] = {**ev(e), "speedup_of_optimum": e.time_ns / r.best.time_ns,
                                   "perf_per_cost_gain_of_optimum": e.time_cost_ns_usd / r.best.time_cost_ns_usd}
+    if model is not None and workloads:
+        out["workloads"] = workload_times(workloads, net, r.bw_gbps, model)
+        out["breakdown"] = {name: time_breakdown(workloads, net, e.bw_gbps, model)
+                            for name, e in [("optimum", r.best), *r.baselines.items()]}
     return out
 
 
-def _print_result(r: OptimizeResult, net, cost, n_workloads: int) -> None:
+def _print_result(r: OptimizeResult, net, cost, n_workloads: int, data: dict | None = None) -> None:
     b = r.best
-    click.echo(f"objective {r.objective} on {net.name} ({net.npus_count:,} NPUs), {n_workloads} workload(s), "
+    if data is not None and data.get("time_model"):
+        click.echo(header(r.objective, data["time_model"]))
+    click.echo(f"network {net.name} ({net.npus_count:,} NPUs), {n_workloads} workload{'s' if n_workloads > 1 else ''}, "
                f"{r.num_collectives:,} collectives -> {r.num_terms} distinct terms")
     prices = cost.price_usd_per_gbps(net)
     total = sum(b.bw_gbps)
@@ -185,8 +200,13 @@ def _print_result(r: OptimizeResult, net, cost, n_workloads: int) -> None:
     for d, bw, p in zip(net.dims, b.bw_gbps, prices):
         click.echo(f"  {d.name:<12} {d.topology:<15} {d.npus:>5} {bw:>13.4f} {bw / total:>6.1%} {_fmt_usd(p * bw):>14}")
     click.echo(f"  {'total':<12} {'':<15} {'':>5} {total:>13.4f} {'':>7} {_fmt_usd(b.cost_usd):>14}")
+    several = n_workloads > 1
     click.echo(f"time      {_fmt_time(b.time_ns)} = compute {_fmt_time(b.compute_ns)} + communication "
-               f"{_fmt_time(b.communication_ns)}")
+               f"{_fmt_time(b.communication_ns)}" + ("   (weighted sum over the workloads)" if several else ""))
+    if several and data is not None:
+        for w in data.get("workloads", []):
+            click.echo(f"  {w['name']:<18} weight {w['weight']:g}: {_fmt_time(w['time_ns'])} = compute "
+                       f"{_fmt_time(w['compute_ns'])} + communication {_fmt_time(w['communication_ns'])}")
     click.echo(f"cost      {_fmt_usd(b.cost_usd)}   time x cost {b.time_cost_ns_usd / 1e9:,.6g} s*USD")
     for name, e in r.baselines.items():
         flag = "" if e.feasible else "  (violates the constraints)"
@@ -229,15 +249,16 @@ def optimize_cmd(traces, network_path, cost_path, demands, weights, comm_groups,
                                                    constraints_file)
     if objective != "min-cost" and time_target is not None:
         raise LibraError("--time-target only applies to --objective min-cost")
-    r = optimize(workloads, net, cost, objective=objective, constraints=cons, model=_model(model, splits, overlap, local_mem_bw))
-    data = _result_dict(r, net)
+    tm = _model(model, splits, overlap, local_mem_bw)
+    r = optimize(workloads, net, cost, objective=objective, constraints=cons, model=tm)
+    data = _result_dict(r, net, tm, workloads)
     if as_json:
         click.echo(json.dumps(data, indent=1))
     else:
-        _print_result(r, net, cost, len(workloads))
+        _print_result(r, net, cost, len(workloads), data)
     if output:
-        design = Design(Path(output).stem, net, r.bw_gbps, objective, model, r.best.time_ns, r.best.cost_usd,
-                        tuple(refs), {**data, "splits": splits, "overlap": overlap})
+        design = Design(Path(output).stem, net, r.bw_gbps, objective, tm.kind, r.best.time_ns, r.best.cost_usd,
+                        tuple(refs), data, model_settings(tm))
         write_json_atomic(output, design_to_dict(design), overwrite=force)
         if not as_json:
             click.echo(f"wrote {output}")

@@ -9,7 +9,9 @@ and read by ``libra-astra emit``::
       "network": {...},                    # the network file's content (see network.py)
       "bandwidth_gbps": [200.0, 100.0, 50.0],
       "objective": "perf",
-      "time_model": "libra",
+      "time_model": "pipelined",
+      "time_model_settings": {"kind": "pipelined", "splits": 1, "overlap": true, "latency": true,
+                              "local_mem_bw_gbps": 1e9},   # what emit simulates (labels.py)
       "predicted_time_ns": 1.23e9,
       "cost_usd": 4.5e6,
       "workloads": [
@@ -58,6 +60,8 @@ class Design:
     cost_usd: float = 0.0
     workloads: tuple[WorkloadRef, ...] = ()
     result: Mapping[str, Any] = field(default_factory=dict)
+    # The time model the bandwidths were optimized for (labels.model_settings); emit simulates it.
+    time_model_settings: Mapping[str, Any] = field(default_factory=dict)
 
 
 def design_to_dict(d: Design) -> dict[str, Any]:
@@ -69,6 +73,7 @@ def design_to_dict(d: Design) -> dict[str, Any]:
         "bandwidth_gbps": list(d.bandwidth_gbps),
         "objective": d.objective,
         "time_model": d.time_model,
+        "time_model_settings": dict(d.time_model_settings) or {"kind": d.time_model},
         "predicted_time_ns": d.predicted_time_ns,
         "cost_usd": d.cost_usd,
         "workloads": [
@@ -95,10 +100,22 @@ def design_from_dict(data: Any, source: str = "<design>") -> Design:
             raise LibraError(f"{source}: workloads[{i}] must be an object")
         workloads.append(WorkloadRef(str(w.get("name", f"w{i}")), float(w.get("weight", 1.0)), w.get("demand"),
                                      w.get("traces"), w.get("comm_groups")))
+    result = data.get("result", {})
+    kind = str(data.get("time_model", "libra"))
+    settings = data.get("time_model_settings")
+    if settings is None:
+        # Files written before the settings were stored kept them in the result.
+        r = result if isinstance(result, Mapping) else {}
+        settings = {"kind": kind, "overlap": bool(r.get("overlap", False))}
+        if kind == "pipelined":
+            settings.update(splits=int(r.get("splits", 1)), latency=True, local_mem_bw_gbps=r.get("local_mem_bw_gbps"))
+    elif not isinstance(settings, Mapping) or settings.get("kind") != kind:
+        raise LibraError(f"{source}: time_model_settings must be an object whose kind is the time_model {kind!r}, "
+                         f"got {settings!r}")
     return Design(str(data.get("name", Path(source).stem)), net, tuple(float(b) for b in bw),
-                  str(data.get("objective", "perf")), str(data.get("time_model", "libra")),
+                  str(data.get("objective", "perf")), kind,
                   float(data.get("predicted_time_ns", 0.0)), float(data.get("cost_usd", 0.0)),
-                  tuple(workloads), data.get("result", {}))
+                  tuple(workloads), result, dict(settings))
 
 
 def load_design(path: str | Path) -> Design:

@@ -28,6 +28,7 @@ from .errors import LibraError
 from .network import Network
 from .optimize import Constraints, Workload, optimize
 from .predict import predict
+from .labels import header, model_settings
 from .timing import TimeModel, simulator_model
 
 
@@ -56,6 +57,8 @@ class LoopResult:
     splits: int
     binary: str
     notes: tuple[str, ...] = field(default=())
+    time_model_settings: dict = field(default_factory=dict)   # of iteration 0 (labels.model_settings)
+    objective: str = "perf"
 
     def to_dict(self, net: Network) -> dict:
         def row(r: LoopRow) -> dict:
@@ -68,6 +71,7 @@ class LoopResult:
         return {
             "format": "libra_astra.loop", "version": 1,
             "dimensions": list(net.dim_names), "splits": self.splits, "binary": self.binary,
+            "objective": self.objective, "time_model": self.time_model_settings,
             "rows": [row(r) for r in self.rows],
             "efficiency_per_iteration": [list(e) for e in self.efficiency],
             "best": row(self.best),
@@ -83,8 +87,10 @@ def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Ne
              binary: str | None = None, splits: int = 1, local_mem_bw_gbps: float = 1e9, calibrate: int = 0,
              probe: float = 1.25, min_gain: float = 1e-3, timeout_s: float = 3600.0, overwrite: bool = False,
              overlap: bool = True,
-             on_event: Callable[[str], None] = lambda _msg: None) -> LoopResult:
-    """Run the closed loop; see the module docstring. ``on_event`` receives progress lines."""
+             on_event: Callable[[str], None] = lambda _msg: None,
+             on_progress: Callable[[str], None] = lambda _msg: None) -> LoopResult:
+    """Run the closed loop; see the module docstring. ``on_event`` receives a line per finished run,
+    ``on_progress`` a line when each step (optimize, emit, simulate) starts."""
     if len(workloads) != len(refs) or not workloads:
         raise LibraError("the loop needs at least one workload")
     for ref in refs:
@@ -100,15 +106,18 @@ def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Ne
     def run_design(iteration: int, name: str, bw: Sequence[float], model: TimeModel) -> LoopRow:
         bw = tuple(float(b) for b in bw)
         design = Design(f"{name}-it{iteration}", net, bw, objective, model.kind, 0.0,
-                        cost.network_cost_usd(net, bw), tuple(refs))
+                        cost.network_cost_usd(net, bw), tuple(refs), time_model_settings=model_settings(model))
         sim_total = pred_total = 0.0
         dirs = []
         for w, ref in zip(workloads, refs):
             run_dir = out / f"iter{iteration}" / name / _safe(ref.name)
             run_dir.parent.mkdir(parents=True, exist_ok=True)
             # The prediction recorded by emit uses the simulator's own settings (no fitted efficiency).
+            step = f"iter {iteration} {name}, {ref.name}"
+            on_progress(f"{step}: emitting")
             emit(design, run_dir, splits=splits, workload=ref.name, overwrite=overwrite,
                  local_mem_bw_gbps=local_mem_bw_gbps, demand=w.demand)
+            on_progress(f"{step}: simulating")
             res = simulate(run_dir, bin_path, timeout_s=timeout_s, overwrite=overwrite)
             sim_total += w.weight * res.simulated_time_ns
             pred_total += w.weight * res.predicted_time_ns
@@ -121,8 +130,8 @@ def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Ne
 
     eff = [1.0] * net.num_dims
     model = simulator_model(splits, local_mem_bw_gbps, overlap=overlap)
-    on_event(f"optimizing ({objective}, pipelined model, {splits} chunk(s) per collective, "
-             f"{'dependency-aware' if overlap else 'no overlap'})")
+    on_event(header(objective, model_settings(model)))
+    on_progress("optimizing")
     r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model)
     best = run_design(0, "optimized", r.bw_gbps, model)
     for name, ev in r.baselines.items():
@@ -143,6 +152,7 @@ def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Ne
                 eff[d] *= dp / ds
         efficiencies.append(tuple(eff))
         model = simulator_model(splits, local_mem_bw_gbps, efficiency=eff, overlap=overlap)
+        on_progress(f"iter {it}: optimizing with the fitted efficiencies")
         r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model, baselines=False)
         row = run_design(it, "optimized", r.bw_gbps, model)
         if row.simulated_ns < best.simulated_ns * (1 - min_gain):
@@ -155,7 +165,8 @@ def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Ne
             break
     notes = ("prediction: pipelined time model replayed over each rank's dependency graph "
              "(one compute and one collective at a time); cross-rank waiting is not modelled",)
-    return LoopResult(tuple(rows), tuple(efficiencies), best, stop, splits, bin_path, notes)
+    return LoopResult(tuple(rows), tuple(efficiencies), best, stop, splits, bin_path, notes,
+                      model_settings(simulator_model(splits, local_mem_bw_gbps, overlap=overlap)), objective)
 
 
 def _safe(name: str) -> str:

@@ -39,15 +39,16 @@ import shlex
 import shutil
 import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .. import __version__
 from .. import chakra_io as cio
 from ..demand import Demand, load_demand
 from ..design import Design, WorkloadRef, design_to_dict, load_design
+from ..labels import describe_model, emit_settings, model_settings
 from ..errors import LibraError
 from ..fileio import read_json
 from ..groups import load_comm_groups
@@ -77,6 +78,8 @@ class EmitResult:
     logging_folder: str
     notes: tuple[str, ...]
     stats: dict[str, Any]
+    prediction: dict[str, Any] | None = None     # manifest.json's "prediction"
+    local_mem_bw_gbps: float | None = None
 
     @property
     def npus_count(self) -> int:
@@ -233,10 +236,11 @@ def _safe_name(name: str) -> str:
     return out or "workload"
 
 
-def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, workload: str | None = None,
-         overwrite: bool = False, endpoint_delay_ns: int = 1, local_mem_bw_gbps: float = 1e9,
-         peak_perf_tflops: float = 1000.0, scheduling_policy: str = "LIFO", max_repeats: int = 256,
-         demand: Demand | None = None) -> EmitResult:
+def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None = None,
+         workload: str | None = None, overwrite: bool = False, endpoint_delay_ns: int = 1,
+         local_mem_bw_gbps: float | None = None, peak_perf_tflops: float = 1000.0, scheduling_policy: str = "LIFO",
+         max_repeats: int = 256, demand: Demand | None = None,
+         on_progress: Callable[[int, int], None] | None = None) -> EmitResult:
     """Write ASTRA-sim inputs for one workload of ``design`` into the new directory ``out_dir``.
 
     Parameters
@@ -245,8 +249,9 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
         A Design, or the path of a design JSON file.
     out_dir
         Directory to create; an existing one is refused unless ``overwrite``.
-    splits
-        ``preferred-dataset-splits`` k (chunks per collective).
+    splits, local_mem_bw_gbps
+        ``preferred-dataset-splits`` k (chunks per collective) and ``local-mem-bw``; None takes the
+        design's (the settings it was optimized for); a value that differs from them is refused.
     workload
         Name of the design's workload to emit; needed when it has several.
     endpoint_delay_ns, local_mem_bw_gbps, peak_perf_tflops, scheduling_policy
@@ -256,6 +261,8 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
     demand
         The workload's demand, if the caller has it (spares reading the traces again for the
         prediction recorded in the manifest).
+    on_progress
+        Called as ``on_progress(ranks_written, ranks)`` while the workload files are written.
 
     Raises
     ------
@@ -264,6 +271,8 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
     """
     if not isinstance(design, Design):
         design = load_design(design)
+    splits, local_mem_bw_gbps, settings_notes = emit_settings(design.name, design.time_model_settings, splits,
+                                                              local_mem_bw_gbps)
     _check_options(splits, endpoint_delay_ns, local_mem_bw_gbps, peak_perf_tflops, scheduling_policy, max_repeats)
     out = Path(out_dir)
     if out.exists() and not overwrite:
@@ -321,18 +330,20 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
     try:
         (tmp / "workload").mkdir()
         if source == "traces":
-            stats = rewrite_traces(wl.traces, tmp / "workload" / name, lnet, groups, masks, splits)
+            stats = rewrite_traces(wl.traces, tmp / "workload" / name, lnet, groups, masks, splits, on_progress)
         else:
             stats = synthesize(demand, tmp / "workload" / name, lnet, wl.demand, max_repeats=max_repeats,
-                               splits=splits)
+                               splits=splits, on_progress=on_progress)
         if flat_groups:
             cio.write_comm_groups(tmp / "comm_groups.json", flat_groups)
         (tmp / "network.yml").write_text(network_yaml(lnet, design.name))
         (tmp / "system.json").write_text(json.dumps(system, indent=1) + "\n")
         (tmp / "memory.json").write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}) + "\n")
-        notes = _workload_notes(source, lnet, stats, splits)
+        notes = settings_notes + _workload_notes(source, lnet, stats, splits)
+        prediction = (_prediction(demand, design, splits, float(local_mem_bw_gbps)) if demand is not None
+                      else {"time_ns": None, "unavailable": prediction_unavailable})
         result = EmitResult(out, wl.name, source, lnet, splits, tuple(args), logging_folder, tuple(notes),
-                            stats.to_dict())
+                            stats.to_dict(), prediction, float(local_mem_bw_gbps))
         manifest = {
             "format": MANIFEST_FORMAT,
             "version": MANIFEST_VERSION,
@@ -348,8 +359,7 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
             "simulator": {"binary": DEFAULT_BINARY, "binary_env": BINARY_ENV, "args": args,
                           "logging_folder": logging_folder, "run_from": ".", "command_line": result.command_line},
             "workload_stats": stats.to_dict(),
-            "prediction": (_prediction(demand, design, splits, float(local_mem_bw_gbps)) if demand is not None
-                           else {"time_ns": None, "unavailable": prediction_unavailable}),
+            "prediction": prediction,
             "notes": notes,
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
@@ -377,9 +387,10 @@ def _prediction(demand: Demand, design: Design, splits: int, local_mem_bw_gbps: 
     """What libra_astra predicts the simulator will report for these settings."""
     model = simulator_model(splits, local_mem_bw_gbps)
     p = predict(demand, design.bandwidth_gbps, design.network, model)
-    return {"time_ns": p.time_ns, "class_times_ns": list(p.class_times_ns),
-            "model": f"pipelined, {splits} chunk(s), per-hop latency, local-mem-bw {local_mem_bw_gbps:g} GB/s, "
-                     + ("dependency-aware" if p.overlap_aware else "no overlap (no dependency graph)")}
+    if not p.overlap_aware:
+        model = replace(model, overlap=False)   # no dependency graph: the replay sums
+    return {"time_ns": p.time_ns, "class_times_ns": list(p.class_times_ns), "model": describe_model(model),
+            "time_model_settings": model_settings(model)}
 
 
 def load_manifest(run_dir: str | Path) -> dict[str, Any]:

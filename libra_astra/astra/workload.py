@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from chakra.schema.protobuf import et_def_pb2 as pb
 
@@ -282,8 +282,9 @@ def rewrite_rank(meta: pb.GlobalMetadata, nodes: list[pb.Node], rank: int, lnet:
 
 def rewrite_traces(prefix: str | Path, out_prefix: Path, lnet: LogicalNetwork,
                    groups: Mapping[int, Sequence[int]], group_masks: Mapping[int, tuple[bool, ...] | None],
-                   splits: int = 1) -> WorkloadStats:
-    """Rewrite ``PREFIX.r.et`` for every rank r of the network into ``out_prefix.r.et``."""
+                   splits: int = 1, on_progress: Callable[[int, int], None] | None = None) -> WorkloadStats:
+    """Rewrite ``PREFIX.r.et`` for every rank r of the network into ``out_prefix.r.et``
+    (``on_progress(ranks_done, ranks)`` after each)."""
     stats = WorkloadStats()
     for r in range(lnet.npus_count):
         src = Path(f"{prefix}.{r}.et")
@@ -295,6 +296,8 @@ def rewrite_traces(prefix: str | Path, out_prefix: Path, lnet: LogicalNetwork,
         meta, nodes = cio.read_et(src)
         data = rewrite_rank(meta, nodes, r, lnet, groups, group_masks, str(src), stats, splits)
         Path(f"{out_prefix}.{r}.et").write_bytes(data)
+        if on_progress is not None:
+            on_progress(r + 1, lnet.npus_count)
     extra = Path(f"{prefix}.{lnet.npus_count}.et")
     if extra.exists() or Path(f"{extra}.gz").exists():
         raise LibraError(f"{extra}: the trace has more ranks than the network's {lnet.npus_count} NPUs; "
@@ -483,8 +486,10 @@ def rank_classes_by_rank(demand: Demand, npus: int, source: str) -> list[int]:
 
 
 def synthesize(demand: Demand, out_prefix: Path, lnet: LogicalNetwork, source: str, *,
-               max_repeats: int = 256, splits: int = 1) -> WorkloadStats:
-    """Write ``out_prefix.r.et`` for every rank from the demand (see the module docstring)."""
+               max_repeats: int = 256, splits: int = 1,
+               on_progress: Callable[[int, int], None] | None = None) -> WorkloadStats:
+    """Write ``out_prefix.r.et`` for every rank from the demand (see the module docstring;
+    ``on_progress(ranks_done, ranks)`` after each)."""
     stats = WorkloadStats()
     owner = rank_classes_by_rank(demand, lnet.npus_count, source)
     parts = [[_collective_parts(c, lnet, stats) for c in rc.collectives] for rc in demand.rank_classes]
@@ -509,6 +514,8 @@ def synthesize(demand: Demand, out_prefix: Path, lnet: LogicalNetwork, source: s
             if not any(n.type in (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE) for n in nodes):
                 cache[ci] = data  # rank-independent: reuse the bytes for the class's other ranks
         Path(f"{out_prefix}.{r}.et").write_bytes(data)
+        if on_progress is not None:
+            on_progress(r + 1, lnet.npus_count)
     stats.ranks = lnet.npus_count
     stats.collectives = sum(len(rc.collectives) * owner.count(ci) for ci, rc in enumerate(demand.rank_classes))
     return stats
