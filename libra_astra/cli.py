@@ -367,11 +367,14 @@ def _register() -> None:
     # Commands of the other steps live beside the library parts they drive.
     from .cli_astra import emit_command, simulate_command
     from .cli_demand import demand_command
+    from .cli_show import plot_command, show_command
     from .tracegen.cli import generate_command
     main.add_command(generate_command, "generate")
     main.add_command(demand_command, "demand")
     main.add_command(emit_command, "emit")
     main.add_command(simulate_command, "simulate")
+    main.add_command(show_command, "show")
+    main.add_command(plot_command, "plot")
 
 
 _register()
