@@ -19,6 +19,8 @@ from .fileio import check_writable, write_json_atomic
 from .labels import (DEFAULT_LOCAL_MEM_BW_GBPS, DEFAULT_MODEL, DEFAULT_SPLITS, MODELS, header, model_settings,
                      resolve_model)
 from .report import time_breakdown, workload_times
+from .cli_common import check_plot, draw, plot_option, progress, quiet_option
+from .cli_show import format_frontier, format_loop
 from .network import load_network
 from .optimize import OBJECTIVES, Constraints, OptimizeResult, Workload, optimize, pareto
 from .timing import TimeModel
@@ -37,6 +39,7 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="libra-astra")
+@quiet_option
 def main() -> None:
     """LIBRA bandwidth optimization for multi-dimensional training networks.
 
@@ -75,7 +78,8 @@ def load_workloads(traces: tuple[str, ...], demands: tuple[str, ...], weights: t
         if not is_trace_prefix(prefix):
             raise LibraError(f"{prefix}: no trace files {prefix}.0.et (or .et.gz); give the prefix of PREFIX.N.et files")
         groups = comm_groups or default_groups_path(prefix)
-        d, _ = demand_from_traces(prefix, net, comm_groups=groups)
+        with progress(f"reading {prefix}") as p:
+            d, _ = demand_from_traces(prefix, net, comm_groups=groups, on_progress=p)
         out.append(Workload(d, ws[i], Path(prefix).name))
         refs.append(WorkloadRef(Path(prefix).name, ws[i], None, str(Path(prefix).resolve()),
                                 str(Path(groups).resolve()) if groups else None))
@@ -226,9 +230,11 @@ def _print_result(r: OptimizeResult, net, cost, n_workloads: int, data: dict | N
 @click.option("--time-target", type=float, help="Time target in ns for --objective min-cost.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the design JSON here (for 'emit').")
-@click.option("--force", is_flag=True, help="Overwrite an existing --output file.")
+@plot_option("bandwidth per dimension and the time breakdown, optimum vs baselines")
+@click.option("--force", is_flag=True, help="Overwrite an existing --output or --plot file.")
 def optimize_cmd(traces, network_path, cost_path, demands, weights, comm_groups, total_bw, total_bw_max, exprs,
-                 constraints_file, model, splits, local_mem_bw, overlap, objective, budget, time_target, as_json, output, force):
+                 constraints_file, model, splits, local_mem_bw, overlap, objective, budget, time_target, as_json, output,
+                 plot_out, force):
     """Find the bandwidth per dimension that minimizes training time (or time x cost, or cost).
 
     Workloads are Chakra ET trace prefixes (PREFIX.0.et ...) and/or --demand files.
@@ -244,13 +250,16 @@ def optimize_cmd(traces, network_path, cost_path, demands, weights, comm_groups,
     """
     if output:
         check_writable(output, force)
+    check_plot(plot_out, force)
+    tm = _model(model, splits, overlap, local_mem_bw)
     net, cost, workloads, refs, cons = load_inputs(network_path, cost_path, traces, demands, weights, comm_groups,
                                                    total_bw, total_bw_max, budget, time_target, exprs,
                                                    constraints_file)
     if objective != "min-cost" and time_target is not None:
         raise LibraError("--time-target only applies to --objective min-cost")
-    tm = _model(model, splits, overlap, local_mem_bw)
-    r = optimize(workloads, net, cost, objective=objective, constraints=cons, model=tm)
+    with progress("optimize") as p:
+        p.note(f"solving ({objective}, {tm.kind} model)")
+        r = optimize(workloads, net, cost, objective=objective, constraints=cons, model=tm)
     data = _result_dict(r, net, tm, workloads)
     if as_json:
         click.echo(json.dumps(data, indent=1))
@@ -262,6 +271,7 @@ def optimize_cmd(traces, network_path, cost_path, demands, weights, comm_groups,
         write_json_atomic(output, design_to_dict(design), overwrite=force)
         if not as_json:
             click.echo(f"wrote {output}")
+    draw("result", data, plot_out, force, echo=not as_json)
 
 
 @main.command("pareto")
@@ -271,9 +281,12 @@ def optimize_cmd(traces, network_path, cost_path, demands, weights, comm_groups,
 @click.option("--max-budget", type=float, required=True, help="Highest cost budget, USD.")
 @click.option("--points", type=click.IntRange(min=2), default=10, show_default=True, help="Budgets, spaced geometrically.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the frontier as JSON here.")
-@click.option("--force", is_flag=True, help="Overwrite an existing --output file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the frontier as JSON instead of a table.")
+@plot_option("time versus cost and the bandwidth per dimension along the frontier")
+@click.option("--force", is_flag=True, help="Overwrite an existing --output or --plot file.")
 def pareto_cmd(traces, network_path, cost_path, demands, weights, comm_groups, total_bw, total_bw_max, exprs,
-               constraints_file, model, splits, local_mem_bw, overlap, min_budget, max_budget, points, output, force):
+               constraints_file, model, splits, local_mem_bw, overlap, min_budget, max_budget, points, output, as_json,
+               plot_out, force):
     """Time-versus-cost frontier: the fastest design for each budget.
 
     \b
@@ -285,22 +298,27 @@ def pareto_cmd(traces, network_path, cost_path, demands, weights, comm_groups, t
         raise LibraError("--min-budget must be > 0 and below --max-budget")
     if output:
         check_writable(output, force)
+    check_plot(plot_out, force)
+    tm = _model(model, splits, overlap, local_mem_bw)
     net, cost, workloads, _, cons = load_inputs(network_path, cost_path, traces, demands, weights, comm_groups,
                                                 total_bw, total_bw_max, None, None, exprs, constraints_file)
     budgets = [min_budget * (max_budget / min_budget) ** (i / (points - 1)) for i in range(points)]
-    results = pareto(workloads, net, cost, budgets, constraints=cons,
-                     model=_model(model, splits, overlap, local_mem_bw))
-    rows = []
-    click.echo(f"{'budget USD':>16} {'cost USD':>16} {'time':>14}  bandwidth GB/s per dimension ({', '.join(net.dim_names)})")
-    for bud, r in zip(budgets, results):
-        rows.append({"budget_usd": bud, "cost_usd": r.best.cost_usd, "time_ns": r.best.time_ns,
-                     "bandwidth_gbps": list(r.bw_gbps), "relative_gap": r.rel_gap})
-        click.echo(f"{bud:>16,.0f} {r.best.cost_usd:>16,.0f} {_fmt_time(r.best.time_ns):>14}  "
-                   + ", ".join(f"{b:.3f}" for b in r.bw_gbps))
+    with progress("pareto") as p:
+        p.note(f"{points} budgets")
+        results = pareto(workloads, net, cost, budgets, constraints=cons, model=tm)
+    rows = [{"budget_usd": bud, "cost_usd": r.best.cost_usd, "time_ns": r.best.time_ns,
+             "bandwidth_gbps": list(r.bw_gbps), "relative_gap": r.rel_gap} for bud, r in zip(budgets, results)]
+    data = {"format": "libra_astra.pareto", "version": 1, "objective": "perf", "time_model": model_settings(tm),
+            "dimensions": list(net.dim_names), "points": rows}
+    if as_json:
+        click.echo(json.dumps(data, indent=1))
+    else:
+        click.echo(format_frontier(data))
     if output:
-        write_json_atomic(output, {"format": "libra_astra.pareto", "version": 1, "dimensions": list(net.dim_names),
-                                   "points": rows}, overwrite=force)
-        click.echo(f"wrote {output}")
+        write_json_atomic(output, data, overwrite=force)
+        if not as_json:
+            click.echo(f"wrote {output}")
+    draw("frontier", data, plot_out, force, echo=not as_json)
 
 
 @main.command("loop")
@@ -313,20 +331,22 @@ def pareto_cmd(traces, network_path, cost_path, demands, weights, comm_groups, t
               help="ASTRA-sim analytical congestion-unaware binary [default: $ASTRA_SIM_BIN].")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="New directory that keeps every iteration's inputs and outputs.")
-@click.option("--splits", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--splits", type=click.IntRange(min=1), default=DEFAULT_SPLITS, show_default=True,
               help="preferred-dataset-splits of the emitted runs (chunks per collective).")
 @click.option("--calibrate", type=click.IntRange(min=0), default=0, show_default=True,
               help="Calibration iterations: fit per-dimension efficiency from the simulator, re-optimize.")
-@click.option("--local-mem-bw", "local_mem_bw", type=click.FloatRange(min=0, min_open=True), default=1e9,
-              show_default=True, help="ASTRA-sim local-mem-bw of the emitted runs, GB/s (also used by the model).")
+@click.option("--local-mem-bw", "local_mem_bw", type=click.FloatRange(min=0, min_open=True),
+              default=DEFAULT_LOCAL_MEM_BW_GBPS, show_default=True,
+              help="ASTRA-sim local-mem-bw of the emitted runs, GB/s (also used by the model).")
 @click.option("--overlap/--no-overlap", default=True, show_default=True,
               help="Optimize the dependency-aware time (as the simulator runs the traces) or the no-overlap sum.")
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds per simulator run.")
 @click.option("--force", is_flag=True, help="Reuse an existing --out directory, replacing its runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@plot_option("predicted and simulated time of every run")
 def loop_cmd(traces, network_path, cost_path, demands, weights, comm_groups, total_bw, total_bw_max, exprs,
              constraints_file, objective, budget, time_target, binary, out_dir, splits, calibrate, local_mem_bw,
-             overlap, timeout, force, as_json):
+             overlap, timeout, force, as_json, plot_out):
     """Optimize, emit, simulate with ASTRA-sim, compare predicted with simulated time, and calibrate.
 
     The optimized design and the baselines (EqualBW, TrafficProportional) are simulated; every
@@ -339,28 +359,28 @@ def loop_cmd(traces, network_path, cost_path, demands, weights, comm_groups, tot
     """
     from .loop import run_loop
 
+    check_plot(plot_out, force)
     net, cost, workloads, refs, cons = load_inputs(network_path, cost_path, traces, demands, weights, comm_groups,
                                                    total_bw, total_bw_max, budget, time_target, exprs,
                                                    constraints_file)
-    echo = (lambda _line: None) if as_json else click.echo
-    res = run_loop(workloads, refs, net, cost, out_dir=out_dir, objective=objective, constraints=cons,
-                   binary=binary, splits=splits, calibrate=calibrate, timeout_s=timeout, overwrite=force,
-                   local_mem_bw_gbps=local_mem_bw, overlap=overlap, on_event=echo)
+    with progress("loop") as p:
+        def echo(line: str) -> None:
+            if not as_json:
+                p.clear()
+                click.echo(line)
+
+        res = run_loop(workloads, refs, net, cost, out_dir=out_dir, objective=objective, constraints=cons,
+                       binary=binary, splits=splits, calibrate=calibrate, timeout_s=timeout, overwrite=force,
+                       local_mem_bw_gbps=local_mem_bw, overlap=overlap, on_event=echo, on_progress=p.note)
     data = res.to_dict(net)
     write_json_atomic(Path(out_dir) / "loop.json", data, overwrite=True)
     if as_json:
         click.echo(json.dumps(data, indent=1))
-        return
-    click.echo("")
-    click.echo(f"{'iter':>4} {'design':<20} {'predicted':>14} {'simulated':>14} {'error':>9}  bandwidth GB/s "
-               f"({', '.join(net.dim_names)})")
-    for r in res.rows:
-        click.echo(f"{r.iteration:>4} {r.name:<20} {_fmt_time(r.predicted_ns):>14} {_fmt_time(r.simulated_ns):>14} "
-                   f"{r.error:>+9.3%}  " + ", ".join(f"{b:.3f}" for b in r.bw_gbps))
-    for name, sp in data["simulated_speedup_of_best_over"].items():
-        click.echo(f"simulated speedup of the best design over {name}: x{sp:.4f}")
-    click.echo(f"best: iteration {res.best.iteration} ({_fmt_time(res.best.simulated_ns)} simulated); {res.stop_reason}")
-    click.echo(f"wrote {Path(out_dir) / 'loop.json'}")
+    else:
+        click.echo("")
+        click.echo(format_loop({**data, "time_model": None}))
+        click.echo(f"wrote {Path(out_dir) / 'loop.json'}")
+    draw("loop", data, plot_out, force, echo=not as_json)
 
 
 def _register() -> None:

@@ -6,7 +6,6 @@ import json
 
 import click
 
-from .astra import emit, simulate
 from .errors import LibraError
 
 
@@ -20,15 +19,18 @@ def _ms(ns: float) -> str:
               help="Directory to create for the ASTRA-sim inputs.")
 @click.option("--workload", default=None, metavar="NAME",
               help="Which of the design's workloads to emit (needed when it has several).")
-@click.option("--splits", default=1, show_default=True, type=click.IntRange(min=1),
-              help="preferred-dataset-splits k: 1 sums per-dimension times; larger k pipelines chunks across dimensions.")
+@click.option("--splits", default=None, type=click.IntRange(min=1),
+              help="preferred-dataset-splits k: 1 sums per-dimension times; larger k pipelines chunks across "
+                   "dimensions [default: the design's; another value than the design's is refused].")
 @click.option("--endpoint-delay", "endpoint_delay_ns", default=1, show_default=True, type=click.IntRange(min=0),
               help="endpoint-delay in ns (0 is refused when a dimension has latency 0: ASTRA-sim aborts).")
-@click.option("--local-mem-bw", "local_mem_bw_gbps", default=1e9, show_default=True, type=click.FloatRange(min=0, min_open=True),
-              help="local-mem-bw in GB/s; each reducing step costs 3 * bytes / local-mem-bw.")
+@click.option("--local-mem-bw", "local_mem_bw_gbps", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="local-mem-bw in GB/s; each reducing step costs 3 * bytes / local-mem-bw [default: the "
+                   "design's; another value than the design's is refused].")
 @click.option("--force", is_flag=True, help="Replace an existing emitted directory.")
-def emit_command(design: str, out_dir: str, workload: str | None, splits: int, endpoint_delay_ns: int,
-                 local_mem_bw_gbps: float, force: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
+def emit_command(design: str, out_dir: str, workload: str | None, splits: int | None, endpoint_delay_ns: int,
+                 local_mem_bw_gbps: float | None, force: bool, as_json: bool) -> None:
     """Write ASTRA-sim inputs (network.yml, system.json, memory.json, per-rank ET, run.sh) for DESIGN.
 
     Bandwidths are written in the GiB/s ASTRA-sim reads (GB/s * 1e9 / 2^30). Communicator groups
@@ -40,14 +42,37 @@ def emit_command(design: str, out_dir: str, workload: str | None, splits: int, e
       libra-astra emit design.json --out runs/gpt3
       libra-astra emit design.json --out runs/gpt3-k4 --splits 4 --workload gpt3 --force
     """
+    from .astra import emit
+    from .cli_common import progress
+    from .labels import DEFAULT_LOCAL_MEM_BW_GBPS, describe_settings, model_settings
+    from .timing import simulator_model
+
     try:
-        res = emit(design, out_dir, splits=splits, workload=workload, overwrite=force,
-                   endpoint_delay_ns=endpoint_delay_ns, local_mem_bw_gbps=local_mem_bw_gbps)
+        with progress(f"emit {out_dir}") as p:
+            res = emit(design, out_dir, splits=splits, workload=workload, overwrite=force,
+                       endpoint_delay_ns=endpoint_delay_ns, local_mem_bw_gbps=local_mem_bw_gbps, on_progress=p)
     except LibraError as e:
         raise click.ClickException(str(e)) from None
+    pred = res.prediction or {}
+    if as_json:
+        click.echo(json.dumps({"path": str(res.path), "workload": res.workload, "source": res.source,
+                               "npus": res.npus_count, "splits": res.splits, "local_mem_bw_gbps": res.local_mem_bw_gbps,
+                               "network": res.network.to_dict(), "prediction": pred, "notes": list(res.notes),
+                               "command_line": res.command_line}, indent=1))
+        return
+    mem = res.local_mem_bw_gbps or DEFAULT_LOCAL_MEM_BW_GBPS
+    settings = pred.get("time_model_settings") or model_settings(simulator_model(res.splits, mem))
+    click.echo(f"simulator settings: {describe_settings(settings)}")
     shape = " x ".join(f"{d.topology}({d.npus})" for d in res.network.dims)
     click.echo(f"wrote {res.path}: workload {res.workload!r} from {res.source}, {res.npus_count} NPUs, "
                f"network {shape}, splits {res.splits}")
+    if pred.get("time_ns") is not None:
+        click.echo(f"predicted time: {_ms(pred['time_ns'])} (libra_astra, for these settings; simulate compares)")
+    else:
+        click.echo(f"predicted time: unavailable ({pred.get('unavailable', 'no demand')})")
+    if res.source == "demand":
+        click.echo("  note: this workload is synthesized from the demand file, not your traces; to simulate the "
+                   "traces themselves, optimize from the trace prefix and emit that design")
     for note in res.notes:
         click.echo(f"  note: {note}")
     click.echo(f"run it: libra-astra simulate {res.path}   (or {res.path}/run.sh with ASTRA_SIM_BIN set)")
@@ -72,8 +97,13 @@ def simulate_command(run_dir: str, binary: str | None, timeout_s: float, force: 
       ASTRA_SIM_BIN=/path/to/AstraSim_Analytical_Congestion_Unaware libra-astra simulate runs/gpt3
       libra-astra simulate runs/gpt3 --astra-sim ./AstraSim_Analytical_Congestion_Unaware --timeout 600 --json
     """
+    from .astra import simulate
+    from .cli_common import progress
+
     try:
-        res = simulate(run_dir, binary, timeout_s=timeout_s, overwrite=force)
+        with progress("simulate") as p:
+            p.note(f"running ASTRA-sim on {run_dir}")
+            res = simulate(run_dir, binary, timeout_s=timeout_s, overwrite=force)
     except LibraError as e:
         raise click.ClickException(str(e)) from None
     if as_json:

@@ -8,6 +8,7 @@ from typing import Sequence
 import click
 
 from .demand import demand_to_dict
+from .cli_common import check_plot, draw, plot_option, progress
 from .errors import LibraError
 from .fileio import check_writable, write_json_atomic
 from .network import Network, load_network
@@ -125,8 +126,10 @@ def format_summary(s: TraceSummary, net: Network) -> str:
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the demand JSON here.")
 @click.option("--force", is_flag=True, help="Overwrite the --output file if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of a table.")
+@plot_option("the bytes per NPU per dimension by collective type")
 def demand_command(prefix: str, network_path: str, comm_groups: str | None, peak_tflops: float | None,
-                   mem_bw_gbps: float | None, output: str | None, force: bool, as_json: bool) -> None:
+                   mem_bw_gbps: float | None, output: str | None, force: bool, as_json: bool,
+                   plot_out: str | None) -> None:
     """Read Chakra ET traces PREFIX.0.et .. PREFIX.N-1.et (plain or gzipped) and compute the
     communication demand per network dimension.
 
@@ -143,21 +146,25 @@ def demand_command(prefix: str, network_path: str, comm_groups: str | None, peak
         if (peak_tflops is None) != (mem_bw_gbps is None):
             raise LibraError("give --peak-tflops and --mem-bw-gbps together (roofline timing), or neither")
         out = check_writable(output, force) if output else None
+        check_plot(plot_out, force)
         net = load_network(network_path)
-        demand, summary = demand_from_traces(prefix, net, comm_groups=comm_groups or default_groups_path(prefix),
-                                             peak_tflops=peak_tflops, mem_bw_gbps=mem_bw_gbps)
+        with progress(f"reading {prefix}") as p:
+            demand, summary = demand_from_traces(prefix, net, comm_groups=comm_groups or default_groups_path(prefix),
+                                                 peak_tflops=peak_tflops, mem_bw_gbps=mem_bw_gbps, on_progress=p)
         if out is not None:
             write_json_atomic(out, demand_to_dict(demand), overwrite=force)
+        if as_json:
+            data = summary_to_dict(summary)
+            if out is not None:
+                data["output"] = str(out)
+            click.echo(json.dumps(data, indent=1))
+        else:
+            click.echo(format_summary(summary, net))
+            if out is not None:
+                click.echo(f"\nWrote {out}")
+            else:
+                click.echo("\n(use -o FILE to write the demand JSON)")
+        draw("demand", demand, plot_out, force, echo=not as_json,
+             dims=[f"{d.name} ({d.topology} {d.npus})" for d in net.dims])
     except LibraError as e:
         raise click.ClickException(str(e)) from None
-    if as_json:
-        data = summary_to_dict(summary)
-        if out is not None:
-            data["output"] = str(out)
-        click.echo(json.dumps(data, indent=1))
-        return
-    click.echo(format_summary(summary, net))
-    if out is not None:
-        click.echo(f"\nWrote {out}")
-    else:
-        click.echo("\n(use -o FILE to write the demand JSON)")
