@@ -240,13 +240,15 @@ def optimize_cmd(traces, network_path, cost_path, demands, weights, comm_groups,
     Workloads are Chakra ET trace prefixes (PREFIX.0.et ...) and/or --demand files.
 
     \b
-    Examples:
-      libra-astra optimize --demand d.json --network network_configs/paper_3d.yml \\
-          --cost network_configs/cost.yml --total-bw 300
-      libra-astra optimize traces/gpt3_tp8_dp8/gpt3 --network traces/gpt3_tp8_dp8/network.yml \\
-          --cost network_configs/cost.yml --total-bw 400 --constraint 'bw[0] >= 2*bw[1]' -o design.json
-      libra-astra optimize --demand d.json --network N.yml --cost C.yml --objective perf-per-cost --total-bw 500
-      libra-astra optimize --demand d.json --network N.yml --cost C.yml --objective min-cost --time-target 2e9
+    Examples (from a checkout; gpt3.demand.json comes from the demand command's example):
+      libra-astra optimize traces/gpt3_tp8_dp8/gpt3 --network network_configs/sample_8x8.yml \\
+          --cost network_configs/cost.yml --total-bw 400 -o design.json --force
+      libra-astra optimize --demand gpt3.demand.json --network network_configs/sample_8x8.yml \\
+          --cost network_configs/cost.yml --total-bw 400 --constraint 'bw[node] >= 2*bw[pod]' --plot opt.svg --force
+      libra-astra optimize --demand gpt3.demand.json --network network_configs/sample_8x8.yml \\
+          --cost network_configs/cost.yml --objective perf-per-cost --total-bw 400 --model libra
+      libra-astra optimize --demand gpt3.demand.json --network network_configs/sample_8x8.yml \\
+          --cost network_configs/cost.yml --objective min-cost --time-target 1.3e8 --total-bw-max 1000
     """
     if output:
         check_writable(output, force)
@@ -291,8 +293,8 @@ def pareto_cmd(traces, network_path, cost_path, demands, weights, comm_groups, t
 
     \b
     Example:
-      libra-astra pareto --demand d.json --network network_configs/paper_3d.yml \\
-          --cost network_configs/cost.yml --min-budget 2e7 --max-budget 2e8 --points 8 -o frontier.json
+      libra-astra pareto --demand gpt3.demand.json --network network_configs/sample_8x8.yml \\
+          --cost network_configs/cost.yml --min-budget 2e5 --max-budget 2e6 --points 6 -o frontier.json --force
     """
     if not 0 < min_budget < max_budget:
         raise LibraError("--min-budget must be > 0 and below --max-budget")
@@ -353,13 +355,15 @@ def loop_cmd(traces, network_path, cost_path, demands, weights, comm_groups, tot
     run directory is kept under --out, with loop.json summarizing them.
 
     \b
-    Example:
+    Example (with ASTRA_SIM_BIN set):
       libra-astra loop traces/gpt3_tp8_dp8/gpt3 --network network_configs/sample_8x8.yml \\
-          --cost network_configs/cost.yml --total-bw 400 --astra-sim $ASTRA_SIM_BIN --out runs/gpt3 --calibrate 2
+          --cost network_configs/cost.yml --total-bw 400 --out runs/gpt3-loop --calibrate 2 --plot loop.svg --force
     """
+    from .astra.run import resolve_binary
     from .loop import run_loop
 
     check_plot(plot_out, force)
+    binary = resolve_binary(binary)        # before the traces are read: a missing simulator fails at once
     net, cost, workloads, refs, cons = load_inputs(network_path, cost_path, traces, demands, weights, comm_groups,
                                                    total_bw, total_bw_max, budget, time_target, exprs,
                                                    constraints_file)

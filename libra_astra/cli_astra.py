@@ -38,9 +38,9 @@ def emit_command(design: str, out_dir: str, workload: str | None, splits: int | 
     the settings and the exact command line.
 
     \b
-    Examples:
-      libra-astra emit design.json --out runs/gpt3
-      libra-astra emit design.json --out runs/gpt3-k4 --splits 4 --workload gpt3 --force
+    Examples (design.json from the optimize command's first example):
+      libra-astra emit design.json --out runs/gpt3 --force
+      libra-astra emit design.json --out runs/gpt3-again --workload gpt3 --json --force
     """
     from .astra import emit
     from .cli_common import progress
@@ -93,9 +93,9 @@ def simulate_command(run_dir: str, binary: str | None, timeout_s: float, force: 
     the simulator exits 0 and every NPU reports that it finished.
 
     \b
-    Examples:
-      ASTRA_SIM_BIN=/path/to/AstraSim_Analytical_Congestion_Unaware libra-astra simulate runs/gpt3
-      libra-astra simulate runs/gpt3 --astra-sim ./AstraSim_Analytical_Congestion_Unaware --timeout 600 --json
+    Examples (with ASTRA_SIM_BIN set; runs/gpt3 from the emit command's example):
+      libra-astra simulate runs/gpt3 --force
+      libra-astra simulate runs/gpt3 --astra-sim "$ASTRA_SIM_BIN" --timeout 600 --json --force
     """
     from .astra import simulate
     from .cli_common import progress

@@ -140,7 +140,7 @@ def demand_command(prefix: str, network_path: str, comm_groups: str | None, peak
     \b
     Example:
       libra-astra demand traces/gpt3_tp8_dp8/gpt3 --network network_configs/sample_8x8.yml \\
-          -o gpt3.demand.json
+          -o gpt3.demand.json --force
     """
     try:
         if (peak_tflops is None) != (mem_bw_gbps is None):
@@ -161,7 +161,7 @@ def demand_command(prefix: str, network_path: str, comm_groups: str | None, peak
         else:
             click.echo(format_summary(summary, net))
             if out is not None:
-                click.echo(f"\nWrote {out}")
+                click.echo(f"\nwrote {out}")
             else:
                 click.echo("\n(use -o FILE to write the demand JSON)")
         draw("demand", demand, plot_out, force, echo=not as_json,

@@ -195,9 +195,10 @@ def show_command(file: str, as_json: bool, plot_out: str | None, force: bool) ->
     """Display a demand, design, frontier (pareto -o) or loop (loop.json) file again.
 
     \b
-    Examples:
+    Examples (files from the demand, optimize and loop commands' examples):
       libra-astra show gpt3.demand.json
       libra-astra show design.json --plot design.svg --force
+      libra-astra show runs/gpt3-loop/loop.json --json
     """
     kind, content = load_any(file)
     if plot_out:
@@ -238,9 +239,10 @@ def plot_command(file: str, output: str, force: bool) -> None:
     loop      predicted and simulated time of every run, per iteration
 
     \b
-    Examples:
-      libra-astra plot design.json -o design.svg
-      libra-astra plot runs/gpt3/loop.json -o loop.png
+    Examples (files from the optimize, pareto and loop commands' examples):
+      libra-astra plot design.json -o design.svg --force
+      libra-astra plot frontier.json -o frontier.png --force
+      libra-astra plot runs/gpt3-loop/loop.json -o loop.png --force
     """
     from .plot import check_output
 

@@ -96,7 +96,7 @@ def plot_result(result: Mapping[str, Any], path: str | Path, *, title: str = "",
     ax_bw.set_xticks(range(len(dims)), dims)
     ax_bw.set_ylabel("GB/s per NPU")
     ax_bw.set_title("Bandwidth per dimension")
-    ax_bw.legend(frameon=False, fontsize=8)
+    ax_bw.legend(frameon=False, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=n)
     ax_bw.margins(y=0.12)
 
     breakdown = result.get("breakdown") or {}

@@ -280,8 +280,11 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None
     if out.exists() and not (out / "manifest.json").is_file():
         raise LibraError(f"{out}: exists and is not an emitted directory (no manifest.json); refusing to replace it")
     parent = out.absolute().parent
-    if not parent.is_dir():
-        raise LibraError(f"{out}: parent directory {parent} does not exist; create it first")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)     # like loop's --out and generate's prefix
+    except OSError as e:
+        raise LibraError(f"{out}: cannot create its parent directory {parent} ({e.strerror}); choose another --out") \
+            from None
     wl = _pick_workload(design, workload)
     net, bw = design.network, design.bandwidth_gbps
     for d, b in zip(net.dims, bw):
