@@ -1,4 +1,8 @@
-"""The ``libra-astra`` command line: thin click commands over the library."""
+"""The ``libra-astra`` command line: thin click commands over the library.
+
+Only click and light modules are imported here: numpy, scipy and the Chakra schema are imported by
+the command that runs, so ``--help`` and shell completion start at once (tools/bench_cli_start.py).
+"""
 
 from __future__ import annotations
 
@@ -9,22 +13,18 @@ from pathlib import Path
 
 import click
 
+from typing import TYPE_CHECKING
+
 from . import __version__
-from .constraints import load_constraints_file, parse_constraints
-from .cost import load_cost
-from .demand import load_demand
-from .design import Design, WorkloadRef, design_to_dict
-from .errors import LibraError
-from .fileio import check_writable, write_json_atomic
-from .labels import (DEFAULT_LOCAL_MEM_BW_GBPS, DEFAULT_MODEL, DEFAULT_SPLITS, MODELS, header, model_settings,
-                     resolve_model)
-from .report import time_breakdown, workload_times
 from .cli_common import check_plot, draw, plot_option, progress, quiet_option
 from .cli_show import format_frontier, format_loop
-from .network import load_network
-from .optimize import OBJECTIVES, Constraints, OptimizeResult, Workload, optimize, pareto
-from .timing import TimeModel
-from .trace_demand import default_groups_path, demand_from_traces, is_trace_prefix
+from .errors import LibraError
+from .labels import (DEFAULT_LOCAL_MEM_BW_GBPS, DEFAULT_MODEL, DEFAULT_SPLITS, MODELS, OBJECTIVES, header,
+                     model_settings, resolve_model)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .optimize import Constraints, OptimizeResult, Workload
+    from .timing import TimeModel
 
 
 class _Group(click.Group):
@@ -66,6 +66,11 @@ def _fmt_usd(usd: float) -> str:
 def load_workloads(traces: tuple[str, ...], demands: tuple[str, ...], weights: tuple[float, ...], net,
                    comm_groups: str | None) -> tuple[list[Workload], list[WorkloadRef]]:
     """Workloads from trace prefixes (first) and demand files (then), with weights in that order."""
+    from .demand import load_demand
+    from .design import WorkloadRef
+    from .optimize import Workload
+    from .trace_demand import default_groups_path, demand_from_traces, is_trace_prefix
+
     n = len(traces) + len(demands)
     if n == 0:
         raise LibraError("no workload: give a trace PREFIX or --demand FILE")
@@ -93,6 +98,9 @@ def load_workloads(traces: tuple[str, ...], demands: tuple[str, ...], weights: t
 
 
 def build_constraints(net, total_bw, total_bw_max, budget, time_target, exprs, constraints_file) -> Constraints:
+    from .constraints import load_constraints_file, parse_constraints
+    from .optimize import Constraints
+
     if total_bw is not None and total_bw_max is not None:
         raise LibraError("give either --total-bw (equality) or --total-bw-max (upper bound), not both")
     linear = parse_constraints(exprs, net)
@@ -105,6 +113,9 @@ def build_constraints(net, total_bw, total_bw_max, budget, time_target, exprs, c
 def load_inputs(network_path, cost_path, traces, demands, weights, comm_groups, total_bw, total_bw_max, budget,
                 time_target, exprs, constraints_file):
     """(network, cost model, workloads, their references, constraints) from the common options."""
+    from .cost import load_cost
+    from .network import load_network
+
     net = load_network(network_path)
     cost = load_cost(cost_path)
     workloads, refs = load_workloads(traces, demands, weights, net, comm_groups)
@@ -161,6 +172,8 @@ def _apply(options):
 
 
 def _result_dict(r: OptimizeResult, net, model: TimeModel | None = None, workloads=()) -> dict:
+    from .report import time_breakdown, workload_times
+
     def ev(e):
         return {"bandwidth_gbps": list(e.bw_gbps), "time_ns": e.time_ns, "compute_ns": e.compute_ns,
                 "communication_ns": e.communication_ns, "cost_usd": e.cost_usd,
@@ -250,6 +263,10 @@ def optimize_cmd(traces, network_path, cost_path, demands, weights, comm_groups,
       libra-astra optimize --demand gpt3.demand.json --network network_configs/sample_8x8.yml \\
           --cost network_configs/cost.yml --objective min-cost --time-target 1.3e8 --total-bw-max 1000
     """
+    from .design import Design, design_to_dict
+    from .fileio import check_writable, write_json_atomic
+    from .optimize import optimize
+
     if output:
         check_writable(output, force)
     check_plot(plot_out, force)
@@ -296,6 +313,9 @@ def pareto_cmd(traces, network_path, cost_path, demands, weights, comm_groups, t
       libra-astra pareto --demand gpt3.demand.json --network network_configs/sample_8x8.yml \\
           --cost network_configs/cost.yml --min-budget 2e5 --max-budget 2e6 --points 6 -o frontier.json --force
     """
+    from .fileio import check_writable, write_json_atomic
+    from .optimize import pareto
+
     if not 0 < min_budget < max_budget:
         raise LibraError("--min-budget must be > 0 and below --max-budget")
     if output:
@@ -360,6 +380,7 @@ def loop_cmd(traces, network_path, cost_path, demands, weights, comm_groups, tot
           --cost network_configs/cost.yml --total-bw 400 --out runs/gpt3-loop --calibrate 2 --plot loop.svg --force
     """
     from .astra.run import resolve_binary
+    from .fileio import write_json_atomic
     from .loop import run_loop
 
     check_plot(plot_out, force)
@@ -392,7 +413,7 @@ def _register() -> None:
     from .cli_astra import emit_command, simulate_command
     from .cli_demand import demand_command
     from .cli_show import plot_command, show_command
-    from .tracegen.cli import generate_command
+    from .cli_generate import generate_command
     main.add_command(generate_command, "generate")
     main.add_command(demand_command, "demand")
     main.add_command(emit_command, "emit")

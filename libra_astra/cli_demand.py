@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import click
 
-from .demand import demand_to_dict
 from .cli_common import check_plot, draw, plot_option, progress
 from .errors import LibraError
-from .fileio import check_writable, write_json_atomic
-from .network import Network, load_network
-from .trace_demand import TraceSummary, default_groups_path, demand_from_traces, summary_to_dict
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .network import Network
+    from .trace_demand import TraceSummary
 
 
 def _bytes(x: float) -> str:
@@ -142,6 +142,11 @@ def demand_command(prefix: str, network_path: str, comm_groups: str | None, peak
       libra-astra demand traces/gpt3_tp8_dp8/gpt3 --network network_configs/sample_8x8.yml \\
           -o gpt3.demand.json --force
     """
+    from .demand import demand_to_dict
+    from .fileio import check_writable, write_json_atomic
+    from .network import load_network
+    from .trace_demand import default_groups_path, demand_from_traces, summary_to_dict
+
     try:
         if (peak_tflops is None) != (mem_bw_gbps is None):
             raise LibraError("give --peak-tflops and --mem-bw-gbps together (roofline timing), or neither")

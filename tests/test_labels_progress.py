@@ -123,3 +123,23 @@ def test_note_ticks_while_a_step_runs():
     assert parts[1] == "loop: simulating"
     assert any(x.startswith("loop: simulating 0 s") for x in parts[2:])
     assert parts[-1] == ""
+
+
+def test_the_command_line_starts_without_numerical_libraries():
+    # --help and shell completion import only click and light modules (tools/bench_cli_start.py times it).
+    import subprocess
+    import sys
+
+    code = ("import sys; from libra_astra.cli import main; "
+            "main(['--help'], prog_name='libra-astra', standalone_mode=False); "
+            "print(sorted(m for m in ('numpy', 'scipy', 'yaml', 'chakra', 'google.protobuf', 'matplotlib') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_objectives_listed_without_numpy_are_the_optimizers():
+    from libra_astra.labels import OBJECTIVES
+    from libra_astra.problem import OBJECTIVES as REAL
+
+    assert tuple(OBJECTIVES) == tuple(REAL)
