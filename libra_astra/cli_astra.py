@@ -117,5 +117,10 @@ def simulate_command(run_dir: str, binary: str | None, timeout_s: float, force: 
     click.echo(f"exposed communication: up to {_ms(exposed)}; host time {res.wall_seconds:.2f} s; "
                f"results in {res.sim_dir}")
     if res.predicted_time_ns is not None:
+        from .astra import load_manifest
+
         click.echo(f"predicted by libra_astra at emit: {_ms(res.predicted_time_ns)} "
                    f"(error {res.prediction_error:+.3%} against the simulator)")
+        label = (load_manifest(run_dir).get("prediction") or {}).get("model")
+        if label:
+            click.echo(f"  with {label}")

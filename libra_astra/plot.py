@@ -139,7 +139,19 @@ def plot_result(result: Mapping[str, Any], path: str | Path, *, title: str = "",
 
 def _titles(fig, title: str, subtitle: str) -> None:
     if title or subtitle:
-        fig.suptitle(title + ("\n" if title and subtitle else "") + subtitle, fontsize=9)
+        width = fig.get_figwidth() * 14          # characters of 9 pt text per inch, roughly
+        fig.suptitle("\n".join(([title] if title else []) + _wrap(subtitle, int(width))), fontsize=9)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """The settings line broken at its ' | ' separators into lines of at most ``width`` characters."""
+    lines: list[str] = []
+    for part in text.split(" | ") if text else []:
+        if lines and len(lines[-1]) + 3 + len(part) <= width:
+            lines[-1] += " | " + part
+        else:
+            lines.append(part)
+    return lines
 
 
 # ------------------------------------------------------------------ demand
@@ -237,7 +249,7 @@ def plot_loop(data: Mapping[str, Any], path: str | Path, *, subtitle: str = "", 
         for b, r in zip(bars, rows):
             b.set_gid(f"series:{name}:{r['iteration']}:{r['name']}")
     for x, r in zip(xs, rows):
-        ax.text(x, max(_ms(r["predicted_ns"]), _ms(r["simulated_ns"])), f"{r['relative_error']:+.2%}",
+        ax.text(x, max(_ms(r["predicted_ns"]), _ms(r["simulated_ns"])), f"{100 * r['relative_error']:+.4f}%",
                 ha="center", va="bottom", fontsize=8)
     top = max([max(_ms(r["predicted_ns"]), _ms(r["simulated_ns"])) for r in rows] or [1.0])
     low = min([min(_ms(r["predicted_ns"]), _ms(r["simulated_ns"])) for r in rows] or [0.0])

@@ -146,7 +146,7 @@ def test_loop_predicted_vs_simulated(tmp_path):
     for r in rows:
         for key in ("predicted", "simulated"):
             assert s[f"series:{key}:{r['iteration']}:{r['name']}"] == pytest.approx(unit * r[f"{key}_ns"], rel=1e-6)
-    assert f"{rows[0]['relative_error']:+.2%}" in texts(out)
+    assert f"{100 * rows[0]['relative_error']:+.4f}%" in texts(out)
 
 
 @pytest.mark.parametrize("name, message", [
