@@ -149,6 +149,12 @@ def format_loop(data: dict) -> str:
     for r in data.get("rows") or []:
         lines.append(f"{r['iteration']:>4} {r['name']:<20} {_t(r['predicted_ns']):>14} {_t(r['simulated_ns']):>14} "
                      f"{r['relative_error']:>+9.3%}  " + ", ".join(f"{b:.3f}" for b in r["bandwidth_gbps"]))
+        ws = r.get("workloads") or []
+        if len(ws) > 1:
+            for w in ws:
+                err = w["predicted_ns"] / w["simulated_ns"] - 1 if w["simulated_ns"] else float("nan")
+                lines.append(f"{'':>4}   {w['name'] + ' (weight ' + format(w['weight'], 'g') + ')':<18} "
+                             f"{_t(w['predicted_ns']):>14} {_t(w['simulated_ns']):>14} {err:>+9.3%}")
     for name, sp in (data.get("simulated_speedup_of_best_over") or {}).items():
         lines.append(f"simulated speedup of the best design over {name}: x{sp:.4f}")
     best = data.get("best")

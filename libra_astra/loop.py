@@ -41,6 +41,8 @@ class LoopRow:
     predicted_ns: float
     simulated_ns: float
     run_dirs: tuple[str, ...]
+    # Per workload (name, weight, predicted_ns, simulated_ns), unweighted; the totals are weighted sums.
+    workloads: tuple[tuple[str, float, float, float], ...] = ()
 
     @property
     def error(self) -> float:
@@ -64,7 +66,9 @@ class LoopResult:
         def row(r: LoopRow) -> dict:
             return {"iteration": r.iteration, "name": r.name, "bandwidth_gbps": list(r.bw_gbps),
                     "cost_usd": r.cost_usd, "predicted_ns": r.predicted_ns, "simulated_ns": r.simulated_ns,
-                    "relative_error": r.error, "run_dirs": list(r.run_dirs)}
+                    "relative_error": r.error, "run_dirs": list(r.run_dirs),
+                    "workloads": [{"name": n, "weight": w, "predicted_ns": p, "simulated_ns": s}
+                                  for n, w, p, s in r.workloads]}
         base = {r.name: r for r in self.rows if r.iteration == 0}
         opt0 = base.get("optimized")
         speedups = {name: r.simulated_ns / self.best.simulated_ns for name, r in base.items() if name != "optimized"}
@@ -108,7 +112,7 @@ def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Ne
         design = Design(f"{name}-it{iteration}", net, bw, objective, model.kind, 0.0,
                         cost.network_cost_usd(net, bw), tuple(refs), time_model_settings=model_settings(model))
         sim_total = pred_total = 0.0
-        dirs = []
+        dirs, per = [], []
         for w, ref in zip(workloads, refs):
             run_dir = out / f"iter{iteration}" / name / _safe(ref.name)
             run_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -122,7 +126,8 @@ def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Ne
             sim_total += w.weight * res.simulated_time_ns
             pred_total += w.weight * res.predicted_time_ns
             dirs.append(str(run_dir))
-        row = LoopRow(iteration, name, bw, design.cost_usd, pred_total, sim_total, tuple(dirs))
+            per.append((ref.name, w.weight, res.predicted_time_ns, res.simulated_time_ns))
+        row = LoopRow(iteration, name, bw, design.cost_usd, pred_total, sim_total, tuple(dirs), tuple(per))
         on_event(f"iter {iteration} {name:<20} simulated {sim_total / 1e6:12.4f} ms  predicted "
                  f"{pred_total / 1e6:12.4f} ms  error {row.error:+.3%}")
         rows.append(row)

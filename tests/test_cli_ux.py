@@ -177,3 +177,37 @@ def test_plot_option_on_result_commands(files, tmp_path):
     # a bad picture name is refused before any work
     one_line_error(run("optimize", DLRM, *COMMON, "--plot", tmp_path / "o.pdf", ok=False),
                    f"{tmp_path / 'o.pdf'}: picture format '.pdf' is not supported; name the file .svg or .png")
+
+
+def test_a_design_file_without_stored_settings_still_emits(files, tmp_path):
+    # Files written before the settings were stored keep "splits"/"overlap" in the result.
+    data = json.loads((files / "design.json").read_text())
+    del data["time_model_settings"]
+    data["result"].update(splits=2, overlap=True)
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(data))
+    run("emit", old, "--out", tmp_path / "run")
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["preferred_dataset_splits"] == 2
+
+
+@pytest.mark.astra
+def test_loop_reports_settings_workloads_and_draws(files, tmp_path):
+    import os
+
+    if not os.environ.get("ASTRA_SIM_BIN"):
+        pytest.skip("set ASTRA_SIM_BIN to an AstraSim_Analytical_Congestion_Unaware binary to run these")
+    pytest.importorskip("matplotlib", reason="pictures need the plot extra: pip install -e '.[test,plot]'")
+    r = run("loop", DLRM, "--demand", files / "resnet.demand.json", "--weight", "1", "--weight", "2", *COMMON,
+            "--out", tmp_path / "loop", "--plot", tmp_path / "loop.svg")
+    assert r.output.splitlines()[0] == DEFAULT_HEADER
+    data = json.loads((tmp_path / "loop" / "loop.json").read_text())
+    assert data["time_model"] == model_settings(resolve_model()) and data["objective"] == "perf"
+    for row in data["rows"]:
+        ws = row["workloads"]
+        assert [w["name"] for w in ws] == ["dlrm", "resnet50"]
+        assert sum(w["weight"] * w["simulated_ns"] for w in ws) == pytest.approx(row["simulated_ns"], rel=1e-12)
+    assert "   resnet50 (weight 2)" in r.output
+    assert run("show", tmp_path / "loop" / "loop.json").output.splitlines()[0] == DEFAULT_HEADER
+    svg = (tmp_path / "loop.svg").read_text()
+    assert all(f'id="series:{k}:0:{n}"' in svg for k in ("predicted", "simulated")
+               for n in ("optimized", "EqualBW", "TrafficProportional"))
