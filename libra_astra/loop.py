@@ -22,14 +22,14 @@ from typing import Callable, Sequence
 
 from .astra.emit import emit
 from .astra.run import resolve_binary, simulate
-from .cost import CostModel
-from .design import Design, WorkloadRef
+from .model.cost import CostModel
+from .optimize.design import Design, WorkloadRef
 from .errors import LibraError
-from .network import Network
-from .optimize import Constraints, Workload, optimize
-from .predict import predict
-from .labels import header, model_settings
-from .timing import TimeModel, simulator_model
+from .model.network import Network
+from .optimize.optimizer import Constraints, Workload, optimize
+from .timing.predict import predict
+from .timing.model import TimeModel, simulator_model
+from .timing.settings import header, model_settings
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class LoopResult:
     splits: int
     binary: str
     notes: tuple[str, ...] = field(default=())
-    time_model_settings: dict = field(default_factory=dict)   # of iteration 0 (labels.model_settings)
+    time_model_settings: dict = field(default_factory=dict)   # of iteration 0 (timing.settings.model_settings)
     objective: str = "perf"
 
     def to_dict(self, net: Network) -> dict:
@@ -86,7 +86,7 @@ class LoopResult:
         }
 
 
-def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Network, cost: CostModel, *,
+def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
              out_dir: str | Path, objective: str = "perf", constraints: Constraints = Constraints(),
              binary: str | None = None, splits: int = 1, local_mem_bw_gbps: float = 1e9, calibrate: int = 0,
              probe: float = 1.25, min_gain: float = 1e-3, timeout_s: float = 3600.0, overwrite: bool = False,
@@ -95,8 +95,9 @@ def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Ne
              on_progress: Callable[[str], None] = lambda _msg: None) -> LoopResult:
     """Run the closed loop; see the module docstring. ``on_event`` receives a line per finished run,
     ``on_progress`` a line when each step (optimize, emit, simulate) starts."""
-    if len(workloads) != len(refs) or not workloads:
+    if not workloads:
         raise LibraError("the loop needs at least one workload")
+    refs = tuple(WorkloadRef.of(w) for w in workloads)
     for ref in refs:
         if ref.traces is None and ref.demand is None:
             raise LibraError(f"workload {ref.name!r} has neither traces nor a demand file to emit")
@@ -110,7 +111,7 @@ def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Ne
     def run_design(iteration: int, name: str, bw: Sequence[float], model: TimeModel) -> LoopRow:
         bw = tuple(float(b) for b in bw)
         design = Design(f"{name}-it{iteration}", net, bw, objective, model.kind, 0.0,
-                        cost.network_cost_usd(net, bw), tuple(refs), time_model_settings=model_settings(model))
+                        cost.network_cost_usd(net, bw), refs, time_model_settings=model_settings(model))
         sim_total = pred_total = 0.0
         dirs, per = [], []
         for w, ref in zip(workloads, refs):
@@ -168,8 +169,8 @@ def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Ne
                 best = row
             stop = f"simulated time improved by less than {min_gain:.1%} at iteration {it}"
             break
-    notes = ("prediction: pipelined time model replayed over each rank's dependency graph "
-             "(one compute and one collective at a time); cross-rank waiting is not modelled",)
+    notes = ("prediction: pipelined time model replayed over each rank's dependency graph (one compute and one "
+             "collective at a time per rank; a receive waits for its send, a shared collective for every rank in it)",)
     return LoopResult(tuple(rows), tuple(efficiencies), best, stop, splits, bin_path, notes,
                       model_settings(simulator_model(splits, local_mem_bw_gbps, overlap=overlap)), objective)
 

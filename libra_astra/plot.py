@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .errors import LibraError
-from .fileio import check_writable, write_text_atomic
+from .files import check_writable, write_text_atomic
 
 FORMATS = (".svg", ".png")
 COMPUTE_COLOR = "#9e9e9e"

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from libra_astra.cli import main
-from libra_astra.labels import header, model_settings, resolve_model
+from libra_astra.timing.settings import header, model_settings, resolve_model
 
 ROOT = Path(__file__).resolve().parents[1]
 NET = str(ROOT / "network_configs/sample_4x4.yml")

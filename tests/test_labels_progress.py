@@ -7,10 +7,10 @@ import io
 import pytest
 
 from libra_astra.errors import LibraError
-from libra_astra.labels import (DEFAULT_LOCAL_MEM_BW_GBPS, describe_settings, emit_settings, header,
+from libra_astra.timing.settings import (DEFAULT_LOCAL_MEM_BW_GBPS, describe_settings, emit_settings, header,
                                 model_from_settings, model_settings, resolve_model)
-from libra_astra.progress import Progress, enabled
-from libra_astra.timing import TimeModel, simulator_model
+from libra_astra.cli.progress import Progress, enabled
+from libra_astra.timing.model import TimeModel, simulator_model
 
 
 def test_default_is_the_simulator_model_loop_checks():
@@ -139,7 +139,7 @@ def test_the_command_line_starts_without_numerical_libraries():
 
 
 def test_objectives_listed_without_numpy_are_the_optimizers():
-    from libra_astra.labels import OBJECTIVES
-    from libra_astra.problem import OBJECTIVES as REAL
+    from libra_astra.optimize.problem import OBJECTIVES as REAL
+    from libra_astra.timing.settings import OBJECTIVES
 
     assert tuple(OBJECTIVES) == tuple(REAL)

@@ -18,12 +18,12 @@ pytest.importorskip("matplotlib", reason="pictures need the plot extra: pip inst
 from libra_astra import plot  # noqa: E402
 from libra_astra.astra.parse import parse_output  # noqa: E402
 from libra_astra.cli import main  # noqa: E402
-from libra_astra.demand import make_collective, single_class  # noqa: E402
+from libra_astra.demand.types import make_collective, single_class  # noqa: E402
 from libra_astra.errors import LibraError  # noqa: E402
-from libra_astra.network import network_from_dict  # noqa: E402
-from libra_astra.predict import predict  # noqa: E402
-from libra_astra.report import traffic_by_type  # noqa: E402
-from libra_astra.timing import simulator_model  # noqa: E402
+from libra_astra.model.network import network_from_dict  # noqa: E402
+from libra_astra.timing.predict import predict  # noqa: E402
+from libra_astra.optimize.report import traffic_by_type  # noqa: E402
+from libra_astra.timing.model import simulator_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "astra"

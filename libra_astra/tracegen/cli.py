@@ -1,5 +1,6 @@
-"""The ``generate`` command (defined in libra_astra.cli_generate, so listing it does not import this package)."""
+"""The ``generate`` command (defined in libra_astra.cli.generate, so that listing the commands does not
+import this package and numpy)."""
 
-from ..cli_generate import generate_command
+from ..cli.generate import generate_command
 
 __all__ = ["generate_command"]
