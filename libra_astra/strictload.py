@@ -13,7 +13,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 from . import limits
@@ -50,6 +49,8 @@ _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 
 def json_depth(text: str) -> int:
     """Deepest bracket nesting of JSON text (strings skipped); linear, without recursion, in chunks."""
+    import numpy as np   # here, not at import: the command line's --help loads no numerical library
+
     bare = _JSON_STRING.sub("", text).encode()
     depth = best = 0
     chunk = 1 << 24

@@ -8,6 +8,7 @@ from typing import Iterator
 import click
 
 from .. import __version__
+from .common import quiet_option
 from .guard import guarded
 
 
@@ -37,10 +38,12 @@ class Group(click.Group):
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="libra-astra")
+@quiet_option
 def main() -> None:
     """LIBRA bandwidth optimization for multi-dimensional training networks.
 
     \b
     Chakra ET traces -> demand -> optimize -> emit ASTRA-sim inputs -> simulate -> loop.
-    Run `libra-astra COMMAND --help` for each step.
+    Run `libra-astra COMMAND --help` for each step; `libra-astra -q COMMAND` hides the progress
+    lines (shown on stderr only when it is a terminal).
     """
