@@ -224,3 +224,22 @@ def test_overlap_without_a_dependency_graph_is_said(tmp_path):
     assert r.output.splitlines()[1] == ('note: by-hand: no dependency graph (a demand file without "dag"), so its '
                                         "time is the no-overlap sum")
     assert "note:" not in run("optimize", DLRM, *COMMON).output
+
+
+def test_progress_on_a_terminal_and_quiet_with_q(monkeypatch, tmp_path):
+    import io
+
+    from libra_astra.cli import progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    real = progress.enabled
+    monkeypatch.setattr(progress, "enabled", lambda stream=None, quiet=None: real(Tty(), quiet))
+    r = run("demand", DLRM, "--network", NET)
+    assert "reading " + DLRM + ": 16/16 (100%)" in r.stderr and "Bytes sent per NPU" in r.stdout
+    assert "16/16" not in r.stdout
+    r = run("generate", ROOT / "traces/resnet50_dp16/spec.yml", "--out", tmp_path / "g")
+    assert "16/16 (100%)" in r.stderr
+    assert run("-q", "demand", DLRM, "--network", NET).stderr == ""
