@@ -43,7 +43,7 @@ def main() -> None:
     """LIBRA bandwidth optimization for multi-dimensional training networks.
 
     \b
-    Chakra ET traces -> demand -> optimize -> emit ASTRA-sim inputs -> simulate -> loop.
+    Chakra ET traces -> demand -> optimize -> emit ASTRA-sim inputs -> simulate -> loop -> plot.
     Run `libra-astra COMMAND --help` for each step; `libra-astra -q COMMAND` hides the progress
     lines (shown on stderr only when it is a terminal).
     """

@@ -81,7 +81,7 @@ def format_summary(s: TraceSummary, net: Network) -> str:
     return "\n".join(lines)
 
 
-@click.command("demand", cls=Command)
+@click.command("demand", cls=Command, short_help="Chakra ET traces -> bytes per NPU per dimension (the demand file).")
 @click.argument("prefix")
 @click.option("--network", "-n", "network_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="Network YAML (dimensions, topology, NPUs); its NPU count must match the trace set.")

@@ -31,6 +31,8 @@ def _print_result(r: OptimizeResult, net: Network, cost: CostModel, n_workloads:
     b = r.best
     if data.get("time_model"):
         click.echo(header(r.objective, data["time_model"]))
+    for note in data.get("notes", []):
+        click.echo(f"note: {note}")
     click.echo(f"network {net.name} ({net.npus_count:,} NPUs), {n_workloads} workload{'s' if n_workloads > 1 else ''}, "
                f"{r.num_collectives:,} collectives -> {r.num_terms} distinct terms")
     prices = cost.price_usd_per_gbps(net)

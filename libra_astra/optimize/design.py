@@ -183,6 +183,10 @@ def result_to_dict(r: "OptimizeResult", net: Network, model: "TimeModel | None" 
         from .report import time_breakdown, workload_times
 
         out["time_model"] = model_settings(model)
+        flat = [w.name for w in workloads if any(rc.dag is None for rc in w.demand.rank_classes)]
+        if model.overlap and flat:
+            out["notes"] = [f"{', '.join(flat)}: no dependency graph (a demand file without \"dag\"), so its time "
+                            "is the no-overlap sum"]
         if workloads:
             out["workloads"] = workload_times(workloads, net, r.bw_gbps, model)
             out["breakdown"] = {name: time_breakdown(workloads, net, e.bw_gbps, model)
