@@ -8,6 +8,7 @@ from ..tracegen.cli import generate_command
 from .app import main
 from .astra import emit_command, simulate_command
 from .demand import demand_command
+from .doctor import doctor_command
 from .loop import loop_command
 from .optimize import optimize_command, pareto_command
 
@@ -18,5 +19,6 @@ main.add_command(pareto_command)
 main.add_command(emit_command)
 main.add_command(simulate_command)
 main.add_command(loop_command)
+main.add_command(doctor_command)
 
 __all__ = ["main"]

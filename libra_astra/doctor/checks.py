@@ -131,7 +131,10 @@ _C = [
     Check("pg-name-suffix", WRONG, "{n} collectives whose pg_name has trailing characters ({examples})",
           "std::stoi reads the leading number only", "write the group id alone", False),
     Check("unknown-group", FAILS, "{n} collectives on groups the communicator-group file does not define "
-          "({examples})", 'exits 1: "For rank {arg} not found"', "{fix_groups}", False),
+          "({examples})", 'exits 1: "For rank {arg} not found"', "add the group to the communicator-group file", False),
+    Check("group-in-metadata-only", FAILS, "{n} collectives on groups that only the trace's METADATA process groups "
+          "define ({examples})", 'exits 1: "For rank {arg} not found" (it reads groups only from '
+          "--comm-group-configuration)", "write the METADATA groups to a communicator-group file", True),
     Check("not-member", FAILS, "{n} collectives on groups that do not contain this rank ({examples})",
           "aborts: assert(index_in_ring >= 0) in RingTopology", "fix the trace or the communicator-group file", False),
     Check("group-of-one", FAILS, "{n} collectives on one-member groups ({examples})",
@@ -198,7 +201,6 @@ class _Instance(NamedTuple):
 @dataclass
 class _Collect:
     by_code: dict[tuple[str, int | None], list[_Instance]] = field(default_factory=lambda: defaultdict(list))
-    fix_groups: str = "add the group to the communicator-group file"
 
     def add(self, code: str, rank: int | None, node_id: int | None = None, detail: str = "", arg: Any = None) -> None:
         self.by_code[(code, rank)].append(_Instance(node_id, detail, arg))
@@ -216,7 +218,7 @@ class _Collect:
             arg = inst[0].arg
             out.append(Finding(code, c.severity, rank, ids[:SHOWN_IDS], n,
                                c.problem.format(n=n, examples=ex, arg=arg), c.effect.format(arg=arg),
-                               c.fix.format(fix_groups=self.fix_groups), c.fixable))
+                               c.fix, c.fixable))
         return out
 
 
@@ -428,9 +430,11 @@ def _collective_checks(col: _Collect, rf: RankFile, n, a: dict[str, Any], target
     if gid is not None:
         members = view.members.get(gid)
         if members is None:
+            arg = f"{r} ET node {n.id}, communicator group {gid}"
             members = view.from_metadata.get(gid)
-            if members is None or view.file_ignored:
-                col.add("unknown-group", r, n.id, f"node {n.id} group {gid}", f"{r} ET node {n.id}, communicator group {gid}")
+            col.add("unknown-group" if members is None else "group-in-metadata-only", r, n.id,
+                    f"node {n.id} group {gid}", arg)
+            if members is None:
                 return
         if r not in members:
             col.add("not-member", r, n.id, f"node {n.id} group {gid} {list(members)}")
@@ -525,9 +529,6 @@ def check_set(ranks: Sequence[RankFile], *, target: Target | None = None, groups
     loaded = _group_file_checks(col, groups, num_ranks)
     meta = metadata_group_table(ranks, num_ranks)
     view = GroupView({} if file_ignored else loaded, meta, file_ignored)
-    if meta:
-        col.fix_groups = ("add the group to the communicator-group file; the trace's METADATA process groups define "
-                          f"{len(meta)} (--fix writes them to NEWPREFIX.groups.json)")
     sends: dict = {}
     recvs: dict = {}
     for rf in ranks:

@@ -166,16 +166,21 @@ def fix_set(prefix: str | Path, ranks: Sequence[RankFile], out_prefix: str | Pat
         act.note("rank files written plain (ASTRA-sim cannot read gzip)", sum(rf.gzipped for rf in ranks))
     data = [fixed_rank(rf, target, table, splits, act) for rf in ranks]
     used = _used_groups(ranks)
+    # the copy carries every valid group of the given file, and the METADATA groups its collectives use
+    out_groups = dict(loaded)
+    out_groups.update({g: meta[g] for g in used if g in meta and g not in loaded})
     groups_path = None
     files, stale = _outputs(out, num_ranks)
-    if used and table:
+    if out_groups:
         groups_path = Path(f"{out}.groups.json")
         if "empty" in str(groups_path):
             raise LibraError(f"{groups_path}: ASTRA-sim ignores a communicator-group file whose path contains "
                              "\"empty\"; choose an --out prefix without it")
-        from_meta = sorted(g for g in used if g in meta and g not in loaded)
-        act.note(f"communicator groups written to {groups_path.name}", len(used & set(table)))
-        act.note("of them taken from the trace's METADATA process groups", len(from_meta))
+        act.note(f"communicator groups written to {groups_path.name}", len(out_groups))
+        act.note("of them taken from the trace's METADATA process groups", len(set(out_groups) - set(loaded)))
+    if groups is not None:
+        act.note("groups of the communicator-group file dropped (id not a positive integer)",
+                 sum(1 for k in groups.groups if (stoi(k)[0] or 0) <= 0 or stoi(k)[1]))
     existing = [p for p in files + ([groups_path] if groups_path else []) if p.exists()] + stale
     if existing and not overwrite:
         raise LibraError(f"{existing[0]}: already exists; choose another --out prefix or pass --force to replace it")
@@ -184,7 +189,7 @@ def fix_set(prefix: str | Path, ranks: Sequence[RankFile], out_prefix: str | Pat
     for p, d in zip(files, data):
         write_text_atomic(p, d, overwrite)
     if groups_path is not None:
-        write_json_atomic(groups_path, {str(g): list(table[g]) for g in sorted(used & set(table))}, overwrite)
+        write_json_atomic(groups_path, {str(g): list(out_groups[g]) for g in sorted(out_groups)}, overwrite)
     return files, groups_path, sorted(act.items(), key=lambda kv: _ORDER.get(kv[0].split(" ")[0], 99))
 
 
