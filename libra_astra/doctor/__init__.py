@@ -82,18 +82,9 @@ def fix(prefix: str | Path, out_prefix: str | Path, *, network: str | Path | Non
     ranks, target, gfile = _inputs(prefix, network, groups)
     files, gout, actions = fix_set(prefix, ranks, out_prefix, target=target, groups=gfile, splits=splits,
                                    overwrite=overwrite)
-    # the copy is checked against the groups it was given: the written file, or none
-    after = diagnose(out_prefix, network=network, groups=gout, splits=splits) if gout else \
-        _diagnose_without_groups(out_prefix, network, splits)
+    # the copy is checked against the groups written with it (PREFIX.groups.json is the default)
+    after = diagnose(out_prefix, network=network, groups=gout, splits=splits)
     return FixResult(str(out_prefix), tuple(map(str, files)), str(gout) if gout else None, tuple(actions), after)
-
-
-def _diagnose_without_groups(prefix, network, splits) -> Diagnosis:
-    ranks = read_set(prefix)
-    target = load_target(network) if network else None
-    findings = check_set(ranks, target=target, groups=None, splits=splits)
-    return Diagnosis(str(prefix), len(ranks), sum(len(rf.nodes or ()) for rf in ranks),
-                     str(network) if network else None, None, splits, tuple(findings))
 
 
 __all__ = ["CHECKS", "Diagnosis", "FAILS", "Finding", "FixResult", "NOTE", "WRONG", "diagnose", "fix"]

@@ -222,7 +222,7 @@ class _Collect:
         return out
 
 
-def _attrs(node) -> dict[str, Any]:
+def first_attrs(node) -> dict[str, Any]:
     """First attribute of each name (AttributeProto), as the simulator's lookup finds it."""
     out: dict[str, Any] = {}
     for a in node.attr:
@@ -230,12 +230,12 @@ def _attrs(node) -> dict[str, Any]:
     return out
 
 
-def _kind(a) -> str | None:
+def attr_kind(a) -> str | None:
     return a.WhichOneof("value") if a is not None else None
 
 
 def _value(a) -> Any:
-    k = _kind(a)
+    k = attr_kind(a)
     if k is None:
         return None
     v = getattr(a, k)
@@ -244,12 +244,12 @@ def _value(a) -> Any:
 
 def int_attr(a) -> int | None:
     """The integer ASTRA-sim reads from an attribute (integer kinds only), else None."""
-    return int(getattr(a, _kind(a))) if _kind(a) in _INT_KINDS else None
+    return int(getattr(a, attr_kind(a))) if attr_kind(a) in _INT_KINDS else None
 
 
 def convertible_int(a) -> int | None:
     """Integer value of a float or numeric string attribute that --fix can rewrite as int64_val."""
-    k = _kind(a)
+    k = attr_kind(a)
     v = _value(a)
     if k in ("float_val", "double_val") and float(v).is_integer():
         return int(v)
@@ -260,7 +260,7 @@ def convertible_int(a) -> int | None:
 
 def is_cpu_op(a) -> bool | None:
     """is_cpu_op as ASTRA-sim reads it (absent = False); None if it cannot convert it."""
-    k = _kind(a)
+    k = attr_kind(a)
     if k is None:
         return False
     if k == "bool_val":
@@ -308,8 +308,9 @@ def metadata_group_table(ranks: Sequence[RankFile], num_ranks: int) -> dict[int,
     return out
 
 
-def _group_file_checks(col: _Collect, groups: GroupFile | None, num_ranks: int) -> dict[int, tuple[int, ...]]:
-    """Checks of the file itself; returns the groups ASTRA-sim would load (id -> members)."""
+def file_groups(groups: GroupFile | None, num_ranks: int, col: _Collect | None = None) -> dict[int, tuple[int, ...]]:
+    """The valid groups of the file (id -> members); what is wrong with the others goes to ``col``."""
+    col = col if col is not None else _Collect()
     if groups is None:
         return {}
     out: dict[int, tuple[int, ...]] = {}
@@ -328,22 +329,22 @@ def _group_file_checks(col: _Collect, groups: GroupFile | None, num_ranks: int) 
 
 def _dependency_checks(col: _Collect, rf: RankFile, nodes: list) -> None:
     r = rf.rank
-    pos: dict[int, int] = {}
-    counts = Counter(n.id for n in nodes)
+    ids = [n.id for n in nodes]
+    deps = [(list(n.data_deps), list(n.ctrl_deps)) for n in nodes]   # one read each: field access is slow
+    counts = Counter(ids)
     for d in (i for i, k in counts.items() if k > 1):
         col.add("duplicate-id", r, d, f"id {d} x {counts[d]}")
-    for i, n in enumerate(nodes):
-        pos[n.id] = i
+    pos = {nid: i for i, nid in enumerate(ids)}
     first_data = first_ctrl = None
-    for n in nodes:
-        for kind, deps in (("data", n.data_deps), ("ctrl", n.ctrl_deps)):
-            for d in deps:
+    for nid, (data, ctrl) in zip(ids, deps):
+        for kind, ds in (("data", data), ("ctrl", ctrl)):
+            for d in ds:
                 if d not in pos:
                     if kind == "data" and first_data is None:
                         first_data = d
                     if kind == "ctrl" and first_ctrl is None:
                         first_ctrl = d
-                    col.add("dangling-dep", r, n.id, f"node {n.id} -> {d} ({kind})")
+                    col.add("dangling-dep", r, nid, f"node {nid} -> {d} ({kind})")
     key = ("dangling-dep", r)
     if key in col.by_code:  # the simulator checks data dependencies first
         arg = f"{first_data} in data_dep" if first_data is not None else f"{first_ctrl} in ctrl_dep"
@@ -351,22 +352,23 @@ def _dependency_checks(col: _Collect, rf: RankFile, nodes: list) -> None:
     # readiness as the simulator sees it: each id's position is its last record's
     parents: list[set[int]] = [set() for _ in nodes]
     self_dep = []
-    for n in nodes:
-        i = pos[n.id]
-        for d in list(n.data_deps) + list(n.ctrl_deps):
+    for nid, (data, ctrl) in zip(ids, deps):
+        i = pos[nid]
+        for d in data + ctrl:
             if d in pos:
                 parents[i].add(pos[d])
-        if n.id in n.data_deps or n.id in n.ctrl_deps:
-            self_dep.append(n.id)
+        if nid in data or nid in ctrl:
+            self_dep.append(nid)
     live = sorted(set(pos.values()))
     edges = [(p, i) for i in live for p in parents[i] if p != i]
     order, indeg = file_first_order(len(nodes), edges)
     order_set = set(order)
     blocked_by_cycles = [i for i in live if i not in order_set]
     selfs = {pos[x] for x in self_dep}
-    # with self loops as well: everything a self dependency (or a cycle) keeps from running
-    order2, _ = file_first_order(len(nodes), edges + [(i, i) for i in selfs])
-    skipped = sum(1 for i in live if i not in set(order2))
+    skipped = len(blocked_by_cycles)
+    if selfs:  # with the self loops as well: everything a self dependency (or a cycle) keeps from running
+        done = set(file_first_order(len(nodes), edges + [(i, i) for i in selfs])[0])
+        skipped = sum(1 for i in live if i not in done)
     for x in dict.fromkeys(self_dep):
         col.add("self-dep", r, x, f"node {x}", skipped)
     if blocked_by_cycles:
@@ -386,7 +388,7 @@ def _collective_checks(col: _Collect, rf: RankFile, n, a: dict[str, Any], target
     else:
         v = int_attr(ct)
         if v is None:
-            col.add("attr-type", r, n.id, f"node {n.id} comm_type {_kind(ct)}")
+            col.add("attr-type", r, n.id, f"node {n.id} comm_type {attr_kind(ct)}")
             v = convertible_int(ct)
         if v is not None:
             if v in (_RSB, _BARRIER):
@@ -402,7 +404,7 @@ def _collective_checks(col: _Collect, rf: RankFile, n, a: dict[str, Any], target
     else:
         size = int_attr(cs)
         if size is None:
-            col.add("attr-type", r, n.id, f"node {n.id} comm_size {_kind(cs)}")
+            col.add("attr-type", r, n.id, f"node {n.id} comm_size {attr_kind(cs)}")
             size = convertible_int(cs)
     if size is not None and splits > 1 and size % splits:
         col.add("size-not-divisible", r, n.id, f"node {n.id}: {size} B", splits)
@@ -410,7 +412,7 @@ def _collective_checks(col: _Collect, rf: RankFile, n, a: dict[str, Any], target
     gid = None
     pg = a.get("pg_name")
     if pg is not None:
-        k = _kind(pg)
+        k = attr_kind(pg)
         text = None
         if k == "string_val":
             text = pg.string_val
@@ -442,8 +444,8 @@ def _collective_checks(col: _Collect, rf: RankFile, n, a: dict[str, Any], target
             col.add("group-of-one", r, n.id, f"node {n.id} group {gid}")
         return
     # all ranks: involved_dim decides
-    if inv is not None and _kind(inv) != "bool_list":
-        col.add("involved-dim-type", r, n.id, f"node {n.id} {_kind(inv)}")
+    if inv is not None and attr_kind(inv) != "bool_list":
+        col.add("involved-dim-type", r, n.id, f"node {n.id} {attr_kind(inv)}")
         return
     mask = None if inv is None else list(inv.bool_list.values)
     if target is not None:
@@ -478,7 +480,7 @@ def _p2p_checks(col: _Collect, rf: RankFile, n, a: dict[str, Any], num_ranks: in
             continue
         v = int_attr(at)
         if v is None:
-            col.add("attr-type", r, n.id, f"node {n.id} {k} {_kind(at)}")
+            col.add("attr-type", r, n.id, f"node {n.id} {k} {attr_kind(at)}")
             v = convertible_int(at)
         vals[k] = v
     missing = [k for k in needs if a.get(k) is None]
@@ -526,7 +528,7 @@ def check_set(ranks: Sequence[RankFile], *, target: Target | None = None, groups
     file_ignored = groups is not None and "empty" in groups.path
     if file_ignored:
         col.add("groups-path-empty", None, None, groups.path)
-    loaded = _group_file_checks(col, groups, num_ranks)
+    loaded = file_groups(groups, num_ranks, col)
     meta = metadata_group_table(ranks, num_ranks)
     view = GroupView({} if file_ignored else loaded, meta, file_ignored)
     sends: dict = {}
@@ -543,7 +545,7 @@ def check_set(ranks: Sequence[RankFile], *, target: Target | None = None, groups
         _dependency_checks(col, rf, nodes)
         cpu = 0
         for n in nodes:
-            a = _attrs(n)
+            a = first_attrs(n)
             t = n.type
             if not 0 <= t < len(NODE_TYPE_NAMES):
                 col.add("unknown-node-type", r, n.id, f"node {n.id} type {t}")
@@ -560,7 +562,7 @@ def check_set(ranks: Sequence[RankFile], *, target: Target | None = None, groups
             cpu_attr = a.get("is_cpu_op")
             on_cpu = is_cpu_op(cpu_attr)
             if on_cpu is None:
-                k = _kind(cpu_attr)
+                k = attr_kind(cpu_attr)
                 what = "std::invalid_argument (list attribute)" if k.endswith("_list") else "std::bad_cast"
                 col.add("is-cpu-op-type", r, n.id, f"node {n.id} {k}", what)
                 on_cpu = bool(_value(cpu_attr))

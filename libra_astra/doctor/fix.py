@@ -21,8 +21,8 @@ from ..files import write_json_atomic, write_text_atomic
 from ..traces import chakra_io as cio
 from ..traces.files import find_rank_files
 from ..traces.schema import pb
-from .checks import (_attrs, _kind, convertible_int, int_attr, is_cpu_op,
-                     metadata_group_table, stoi, _group_file_checks, _Collect)
+from .checks import (attr_kind, convertible_int, file_groups, first_attrs, int_attr, is_cpu_op,
+                     metadata_group_table, stoi)
 from .load import GroupFile, RankFile, Target
 
 _REMOVED_TYPES = (pb.INVALID_NODE, pb.METADATA_NODE, pb.MEM_LOAD_NODE, pb.MEM_STORE_NODE) if pb is not None else ()
@@ -38,15 +38,15 @@ class _Actions(Counter):
 
 def _fix_node(n, rank: int, target: Target | None, groups: dict[int, tuple[int, ...]], splits: int,
               act: _Actions) -> None:
-    a = _attrs(n)
+    a = first_attrs(n)
     cpu = a.get("is_cpu_op")
     if n.type in _COMM and (is_cpu_op(cpu) is not False):
         act.note("is_cpu_op set false on communication nodes")
         set_attrs(n, ["is_cpu_op"], [cio.make_attr("is_cpu_op", "bool_val", False)])
     elif is_cpu_op(cpu) is None:
         act.note("is_cpu_op rewritten as a bool")
-        v = getattr(cpu, _kind(cpu))
-        v = bool(list(v.values)) if _kind(cpu).endswith("_list") else bool(v)
+        v = getattr(cpu, attr_kind(cpu))
+        v = bool(list(v.values)) if attr_kind(cpu).endswith("_list") else bool(v)
         set_attrs(n, ["is_cpu_op"], [cio.make_attr("is_cpu_op", "bool_val", v)])
     for k in _INT_ATTRS:
         at = a.get(k)
@@ -55,7 +55,7 @@ def _fix_node(n, rank: int, target: Target | None, groups: dict[int, tuple[int, 
             set_attrs(n, [k], [cio.make_attr(k, "int64_val", convertible_int(at))])
     if n.type != pb.COMM_COLL_NODE:
         return
-    a = _attrs(n)
+    a = first_attrs(n)
     ct = int_attr(a["comm_type"]) if "comm_type" in a else None
     if ct == pb.REDUCE_SCATTER_BLOCK:
         act.note("REDUCE_SCATTER_BLOCK collectives written as REDUCE_SCATTER")
@@ -64,7 +64,7 @@ def _fix_node(n, rank: int, target: Target | None, groups: dict[int, tuple[int, 
         act.note("BARRIER collectives written as zero-byte ALL_REDUCE")
         set_attrs(n, ["comm_type", "comm_size"], [cio.make_attr("comm_type", "int64_val", pb.ALL_REDUCE),
                                                   cio.make_attr("comm_size", "int64_val", 0)])
-    a = _attrs(n)
+    a = first_attrs(n)
     size = int_attr(a["comm_size"]) if "comm_size" in a else None
     if size is not None and splits > 1:
         stats = WorkloadStats()
@@ -74,11 +74,11 @@ def _fix_node(n, rank: int, target: Target | None, groups: dict[int, tuple[int, 
             set_attrs(n, ["comm_size"], [cio.make_attr("comm_size", "int64_val", new)])
     pg = a.get("pg_name")
     gid = None
-    if pg is not None and _kind(pg) != "string_val" and int_attr(pg) is not None:
+    if pg is not None and attr_kind(pg) != "string_val" and int_attr(pg) is not None:
         act.note("pg_name rewritten as a string")
         set_attrs(n, ["pg_name"], [cio.make_attr("pg_name", "string_val", str(int_attr(pg)))])
-        pg = _attrs(n)["pg_name"]
-    if pg is not None and _kind(pg) == "string_val" and pg.string_val not in ("", "0"):
+        pg = first_attrs(n)["pg_name"]
+    if pg is not None and attr_kind(pg) == "string_val" and pg.string_val not in ("", "0"):
         gid = stoi(pg.string_val)[0]
     inv = a.get("involved_dim")
     if gid:
@@ -87,7 +87,7 @@ def _fix_node(n, rank: int, target: Target | None, groups: dict[int, tuple[int, 
             act.note("collectives reaching no other NPU replaced by zero-duration compute")
             to_zero_comp(n)
         return
-    if inv is not None and _kind(inv) != "bool_list":
+    if inv is not None and attr_kind(inv) != "bool_list":
         return
     mask = None if inv is None else list(inv.bool_list.values)
     if target is not None and mask is None and target.num_dims > 4:
@@ -157,7 +157,7 @@ def fix_set(prefix: str | Path, ranks: Sequence[RankFile], out_prefix: str | Pat
         r = min(set(range(num_ranks)) - have)
         raise LibraError(f"{prefix}.{r}.et: rank file missing; --fix cannot invent a rank, add the file")
     # groups the copy needs: valid ones of the given file (even if ASTRA-sim would ignore its path), else METADATA's
-    loaded = _group_file_checks(_Collect(), groups, num_ranks)
+    loaded = file_groups(groups, num_ranks)
     meta = metadata_group_table(ranks, num_ranks)
     table = dict(meta)
     table.update(loaded)
@@ -181,6 +181,8 @@ def fix_set(prefix: str | Path, ranks: Sequence[RankFile], out_prefix: str | Pat
     if groups is not None:
         act.note("groups of the communicator-group file dropped (id not a positive integer)",
                  sum(1 for k in groups.groups if (stoi(k)[0] or 0) <= 0 or stoi(k)[1]))
+    if groups_path is None and Path(f"{out}.groups.json").exists():
+        stale.append(Path(f"{out}.groups.json"))   # a copy without groups must not pick up an old file
     existing = [p for p in files + ([groups_path] if groups_path else []) if p.exists()] + stale
     if existing and not overwrite:
         raise LibraError(f"{existing[0]}: already exists; choose another --out prefix or pass --force to replace it")
@@ -204,8 +206,8 @@ def _used_groups(ranks: Sequence[RankFile]) -> set[int]:
         for n in rf.nodes or ():
             if n.type != pb.COMM_COLL_NODE:
                 continue
-            pg = _attrs(n).get("pg_name")
-            if pg is not None and _kind(pg) == "string_val":
+            pg = first_attrs(n).get("pg_name")
+            if pg is not None and attr_kind(pg) == "string_val":
                 gid, _ = stoi(pg.string_val)
                 if gid:
                     used.add(gid)
