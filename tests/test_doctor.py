@@ -558,3 +558,10 @@ def test_hand_made_sets_fail_in_astra_sim_as_told_and_run_once_fixed(tmp_path, n
         res = fix(prefix, tmp_path / "f", **kw)
         rc, done = _run_astra(tmp_path, "f", 2, res.groups_file)
         assert rc == 0 and sorted(done) == [0, 1], (rc, done)
+
+
+def test_command_module_severities_are_the_library_s():
+    from libra_astra.cli import doctor as cli_doctor
+    from libra_astra.doctor import checks
+
+    assert (cli_doctor.FAILS, cli_doctor.WRONG, cli_doctor.NOTE) == checks.SEVERITIES

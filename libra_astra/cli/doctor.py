@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
-from ..doctor import FAILS, NOTE, WRONG, Diagnosis, diagnose, fix
 from .app import Command
 from .format import fmt_ranges
 
+if TYPE_CHECKING:
+    from ..doctor import Diagnosis
+
+# severities as in doctor/checks.py (not imported here: the library loads inside the command)
+FAILS, WRONG, NOTE = "fails", "wrong", "note"
 _LABEL = {FAILS: "FAILS", WRONG: "WRONG", NOTE: "note"}
 
 
-def _grouped(d: Diagnosis, notes: bool = True) -> list[tuple[list[int | None], object]]:
+def _grouped(d: "Diagnosis", notes: bool = True) -> list[tuple[list[int | None], object]]:
     """Findings that read the same on several ranks, listed once with their ranks."""
     groups: dict[tuple, list] = {}
     for f in d.findings:
@@ -24,7 +29,7 @@ def _grouped(d: Diagnosis, notes: bool = True) -> list[tuple[list[int | None], o
     return list(groups.values())
 
 
-def _lines(d: Diagnosis, notes: bool = True) -> list[str]:
+def _lines(d: "Diagnosis", notes: bool = True) -> list[str]:
     out = []
     for ranks, f in _grouped(d, notes):
         where = "set" if ranks == [None] else (f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {fmt_ranges(ranks)}")
@@ -35,7 +40,7 @@ def _lines(d: Diagnosis, notes: bool = True) -> list[str]:
     return out
 
 
-def _summary(d: Diagnosis) -> str:
+def _summary(d: "Diagnosis") -> str:
     n = {s: sum(f.severity == s for f in d.findings) for s in (FAILS, WRONG, NOTE)}
     verdict = ("ASTRA-sim would fail on it" if d.fails else
                "ASTRA-sim runs it, but simulates something else" if n[WRONG] else "ASTRA-sim runs it")
@@ -72,6 +77,8 @@ def doctor_command(ctx: click.Context, prefix: str, network_path: str | None, co
       libra-astra doctor traces/dlrm --network net.yml --splits 4 --json
       libra-astra doctor traces/dlrm --fix --out fixed/dlrm
     """
+    from ..doctor import diagnose, fix
+
     if do_fix and not out_prefix:
         raise click.UsageError("--fix needs --out NEWPREFIX (the input is never modified)")
     if out_prefix and not do_fix:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -68,8 +68,8 @@ def _labels(ctx: Context, infos: Sequence[Program], names: Interner[str]) -> np.
 
 def demand_from_traces(prefix: str | Path, network: Network,
                        comm_groups: str | Path | Mapping[str, Sequence[int]] | None = None,
-                       peak_tflops: float | None = None, mem_bw_gbps: float | None = None
-                       ) -> tuple[Demand, TraceSummary]:
+                       peak_tflops: float | None = None, mem_bw_gbps: float | None = None,
+                       on_progress: Callable[[int, int], None] | None = None) -> tuple[Demand, TraceSummary]:
     """Per-dimension communication demand of a Chakra ET trace set on ``network``.
 
     Parameters
@@ -84,6 +84,8 @@ def demand_from_traces(prefix: str | Path, network: Network,
     peak_tflops, mem_bw_gbps
         Both given: COMP nodes are timed with ASTRA-sim's roofline from num_ops/tensor_size
         instead of duration_micros.
+    on_progress
+        Called as ``on_progress(ranks_read, ranks)`` while the rank files are read.
 
     Returns
     -------
@@ -129,6 +131,8 @@ def demand_from_traces(prefix: str | Path, network: Network,
             ranks_of.append([])
         ranks_of[pi].append(r)
         rank_prog[r] = pi
+        if on_progress is not None:
+            on_progress(r + 1, n_npus)
 
     # 2. groups from METADATA, then analyse each distinct program once
     merge_metadata(ctx, progs)
