@@ -166,7 +166,7 @@ EXPECTED = {
         '2 dependencies on node ids absent from the file (node 1 -> 42 (data), node 2 -> 7 (ctrl))',
         'aborts at start: "Node 42 in data_dep graph, but not found in index, file might be corrupted"'),
     'self-dep': ('wrong', 0, (2,), 1, [],
-        '1 nodes depend on themselves (node 2)',
+        '1 node depends on itself (node 2)',
         'the node never becomes ready: it and every node after it (2 nodes in all) are skipped silently, and the rank still prints finished'),
     'cycle': ('wrong', 0, (2,), 1, [],
         'dependency cycle through nodes 2 -> 3 -> 2',
@@ -178,28 +178,28 @@ EXPECTED = {
         'the rank file has no node',
         'aborts at start: "No dependancy free nodes found, there might be deadlocks"'),
     'duplicate-id': ('wrong', 0, (1,), 1, [],
-        '1 node ids appear more than once (id 1 x 2)',
+        '1 node id appears more than once (id 1 x 2)',
         'keeps only the last record of each id, with the dependencies of all of them merged: the other records never run'),
     'unknown-node-type': ('fails', 0, (2,), 1, [],
-        '1 nodes of a type the schema does not define (node 2 type 12)',
+        '1 node of a type the schema does not define (node 2 type 12)',
         'exits 1 at the node: "Unknown node type"'),
     'metadata-node': ('fails', 0, (2,), 1, [],
-        "1 METADATA nodes (node 2 '## process_group:init ##')",
+        "1 METADATA node (node 2 '## process_group:init ##')",
         'aborts at the node: "Invalid node_type, node.id=2, node.type=1" (Statistics.cc asserts)'),
     'invalid-node': ('fails', 0, (2,), 1, [],
-        '1 INVALID nodes (node 2)',
+        '1 INVALID node (node 2)',
         'skips the node without issuing its children: the rank stalls and never prints finished, or aborts when its statistics are collected'),
     'mem-node': ('fails', 0, (2, 3), 2, [],
         '2 MEM_LOAD/MEM_STORE nodes (node 2, node 3)',
         'exits 1: "Remote memory access is not supported in NO_MEMORY_EXPANSION"'),
     'is-cpu-op-type': ('fails', 0, (1,), 1, ['cpu-ops'],
-        '1 nodes whose is_cpu_op is not a bool or integer (node 1 float_val)',
+        '1 node whose is_cpu_op is not a bool or integer (node 1 float_val)',
         'aborts: std::bad_cast'),
     'comm-on-cpu': ('fails', 0, (1,), 1, [],
-        '1 communication nodes with is_cpu_op true (node 1 COMM_COLL)',
+        '1 communication node with is_cpu_op true (node 1 COMM_COLL)',
         'throws "Comm node should not be on CPU": aborts, or the rank stalls if it is issued later'),
     'comm-type-missing': ('fails', 0, (1,), 1, [],
-        '1 collectives without comm_type (node 1)',
+        '1 collective without comm_type (node 1)',
         'throws "Attribute comm_type not found in node 1": aborts or the rank stalls'),
     'comm-type-unsupported': ('fails', 0, (1, 2), 2, [],
         '2 collectives of a kind ASTRA-sim does not simulate (node 1 REDUCE, node 2 GATHER)',
@@ -208,79 +208,79 @@ EXPECTED = {
         '2 collectives of a kind ASTRA-sim does not simulate (node 1 REDUCE_SCATTER_BLOCK, node 2 BARRIER)',
         'throws "Unsupported collective comm type": aborts or the rank stalls'),
     'broadcast-replayed': ('wrong', 0, (1,), 1, [],
-        '1 BROADCAST collectives (node 1)',
+        '1 BROADCAST collective (node 1)',
         'replays them for their duration_micros (1 ns when 0) as communication time: no traffic is simulated'),
     'attr-type': ('fails', 0, (1,), 1, [],
-        '1 attributes of a type ASTRA-sim cannot convert to an integer (node 1 comm_size double_val)',
+        '1 attribute of a type ASTRA-sim cannot convert to an integer (node 1 comm_size double_val)',
         'aborts: std::bad_cast (only integer kinds convert)'),
     'comm-size-missing': ('fails', 0, (1,), 1, [],
-        '1 collectives without comm_size (node 1)',
+        '1 collective without comm_size (node 1)',
         'throws "Attribute comm_size not found in node 1": aborts or the rank stalls'),
     'size-not-divisible': ('wrong', 0, (1,), 1, [],
-        '1 collective sizes not divisible by the 4 chunks (node 1: 1022 B)',
+        '1 collective size not divisible by the 4 chunks (node 1: 1022 B)',
         'cuts size // 4-byte chunks and charges the remainder as one more full chunk (up to 1/4 more time)'),
     'involved-dim-type': ('fails', 0, (1,), 1, [],
-        '1 collectives whose involved_dim is not a bool_list (node 1 int64_list)',
+        '1 collective whose involved_dim is not a bool_list (node 1 int64_list)',
         'exits 1: "Expected bool_list in involved_dim but found another type."'),
     'no-involved-dim': ('fails', 0, (1,), 1, [],
-        '1 collectives that reach no other NPU (node 1 involved_dim [False])',
+        '1 collective that reaches no other NPU (node 1 involved_dim [False])',
         'the collective generates no transfer and never finishes: the rank stalls and never prints finished'),
     'involved-dim-absent': ('fails', 0, (1,), 1, [],
-        '1 collectives without involved_dim on a network of 5 dimensions (node 1)',
+        '1 collective without involved_dim on a network of 5 dimensions (node 1)',
         'uses a default of 4 entries and reads past it (undefined behaviour)'),
     'involved-dim-length': ('fails', 0, (1,), 1, [],
-        "1 collectives whose involved_dim is shorter than the network's 2 dimensions (node 1 1 entries)",
+        "1 collective whose involved_dim is shorter than the network's 2 dimensions (node 1 1 entries)",
         'reads past the list (undefined behaviour)'),
     'involved-dim-extra': ('wrong', 0, (1,), 1, [],
-        "1 collectives name dimensions beyond the network's 1 (node 1 2 entries)",
+        "1 collective names dimensions beyond the network's 1 (node 1 2 entries)",
         "ignores the entries past the network's dimensions"),
     'pg-name-type': ('fails', 0, (1,), 1, [],
-        '1 collectives whose pg_name is not a string (node 1 int64_val 1)',
+        '1 collective whose pg_name is not a string (node 1 int64_val 1)',
         'aborts: std::bad_cast (pg_name is read as a string)'),
     'pg-name-non-numeric': ('fails', 0, (1,), 1, [],
-        "1 collectives whose pg_name is not a number (node 1 'tp')",
+        "1 collective whose pg_name is not a number (node 1 'tp')",
         'aborts: std::invalid_argument from std::stoi (group ids are integers)'),
     'pg-name-suffix': ('wrong', 0, (1,), 1, [],
-        "1 collectives whose pg_name has trailing characters (node 1 '1a' read as 1)",
+        "1 collective whose pg_name has trailing characters (node 1 '1a' read as 1)",
         'std::stoi reads the leading number only'),
     'unknown-group': ('fails', 0, (1,), 1, [],
-        '1 collectives on groups the communicator-group file does not define (node 1 group 3)',
+        '1 collective on a group the communicator-group file does not define (node 1 group 3)',
         'exits 1: "For rank 0 ET node 1, communicator group 3 not found"'),
     'not-member': ('fails', 0, (1,), 1, [],
-        '1 collectives on groups that do not contain this rank (node 1 group 1 [1])',
+        '1 collective on a group that does not contain this rank (node 1 group 1 [1])',
         'aborts: assert(index_in_ring >= 0) in RingTopology'),
     'group-of-one': ('fails', 0, (1,), 1, [],
-        '1 collectives on one-member groups (node 1 group 1)',
+        '1 collective on a one-member group (node 1 group 1)',
         'the collective generates no transfer and never finishes: the rank stalls and never prints finished'),
     'groups-path-empty': ('fails', None, (), 1, ['unknown-group'],
         'the communicator-group file\'s path contains "empty" ({tmp}/empty_dir/groups.json)',
         'ignores the file (any path containing "empty" means no groups), so every group is unknown'),
     'group-id': ('fails', None, (), 1, [],
-        "1 communicator groups with an id that is not a positive integer ('0')",
+        "1 communicator group with an id that is not a positive integer ('0')",
         'aborts while loading the file: assert(id > 0), or std::stoi throws'),
     'group-members': ('wrong', None, (), 1, [],
-        '1 communicator groups with members that are not NPUs of the set (1: [0, 5])',
+        '1 communicator group with members that are not NPUs of the set (1: [0, 5])',
         'loads the group; a collective on it reads out of range or aborts'),
     'p2p-attr-missing': ('fails', 0, (1,), 1, ['p2p-unmatched-recv'],
-        '1 sends/receives without a required attribute (node 1 (COMM_SEND) without comm_tag)',
+        '1 send/receive without a required attribute (node 1 (COMM_SEND) without comm_tag)',
         'throws "Attribute comm_tag not found in node ...": aborts or the rank stalls'),
     'p2p-wrong-rank': ('fails', 0, (1,), 1, [],
-        '1 sends/receives that name another rank as their own end or a peer outside the set (node 1 comm_src 1)',
+        '1 send/receive that names another rank as its own end or a peer outside the set (node 1 comm_src 1)',
         'throws "Send node should be issued by the sender": aborts or the rank stalls'),
     'p2p-size-zero': ('fails', 0, (1,), 1, [],
-        '1 sends/receives of 0 bytes (node 1)',
+        '1 send/receive of 0 bytes (node 1)',
         'aborts: assert(chunk_size > 0)'),
     'p2p-unmatched-recv': ('fails', 1, (1,), 1, ['p2p-unmatched-send'],
-        '1 receives with no send of the same (tag, src, dst, size) (node 1: tag 1 0 -> 1, 32 B)',
+        '1 receive with no send of the same (tag, src, dst, size) (node 1: tag 1 0 -> 1, 32 B)',
         'the receive never completes: the rank stalls and never prints finished'),
     'p2p-unmatched-send': ('wrong', 0, (1,), 1, [],
-        '1 sends with no receive of the same (tag, src, dst, size) (node 1: tag 5 0 -> 1, 64 B)',
+        '1 send with no receive of the same (tag, src, dst, size) (node 1: tag 5 0 -> 1, 64 B)',
         'the send is charged its transfer and completes; nothing waits for it'),
     'cpu-ops': ('note', 0, (), 2, ['gloo-cpu-collectives'],
         '2 CPU ops (is_cpu_op true)',
         'replays them one at a time beside GPU compute and counts their time as exposed communication; the rank prints finished but no Wall/CPU/GPU/Comm statistics'),
     'gloo-cpu-collectives': ('note', 0, (1,), 1, ['cpu-ops'],
-        "1 collectives recorded as CPU ops (node 1 'gloo:all_reduce')",
+        "1 collective recorded as a CPU op (node 1 'gloo:all_reduce')",
         'replays them for their recorded duration: no traffic is simulated'),
     'missing-rank': ('fails', None, (), 1, [],
         'rank files missing: rank 1',
@@ -386,7 +386,7 @@ def test_fix_takes_groups_from_metadata(tmp_path):
     prefix = write_set(tmp_path / "t", [[meta, coll(1, pg="1")], [coll(1, pg="1")]])
     d = diagnose(prefix)
     f = [f for f in d.findings if f.code == "group-in-metadata-only"][0]
-    assert f.problem == "1 collectives on groups that only the trace's METADATA process groups define (node 1 group 1)"
+    assert f.problem == "1 collective on a group that only the trace's METADATA process groups define (node 1 group 1)"
     assert f.effect == ('exits 1: "For rank 0 ET node 1, communicator group 1 not found" (it reads groups only from '
                         "--comm-group-configuration)")
     res = fix(prefix, tmp_path / "f")
@@ -416,7 +416,7 @@ def test_cli_reports_and_exits_1_when_astra_sim_would_fail(tmp_path):
     assert r.exit_code == 1
     assert r.output.splitlines() == [
         f"{prefix}: 2 ranks, 2 nodes; 2 failing, 0 wrong-result, 0 note findings: ASTRA-sim would fail on it",
-        "FAILS dangling-dep (ranks 0-1): 1 dependencies on node ids absent from the file (node 1 -> 0 (ctrl))",
+        "FAILS dangling-dep (ranks 0-1): 1 dependency on node ids absent from the file (node 1 -> 0 (ctrl))",
         '  ASTRA-sim: aborts at start: "Node 0 in ctrl_dep graph, but not found in index, file might be corrupted"',
         "  fix: drop those dependencies (--fix does it)",
     ]
@@ -425,7 +425,7 @@ def test_cli_reports_and_exits_1_when_astra_sim_would_fail(tmp_path):
     js = json.loads(r.output)
     assert js["fails_in_astra_sim"] is True and js["counts"] == {"fails": 2, "wrong": 0, "note": 0}
     assert js["findings"][0] == {"check": "dangling-dep", "severity": "fails", "rank": 0, "node_ids": [1], "count": 1,
-                                 "problem": "1 dependencies on node ids absent from the file (node 1 -> 0 (ctrl))",
+                                 "problem": "1 dependency on node ids absent from the file (node 1 -> 0 (ctrl))",
                                  "astra_sim": 'aborts at start: "Node 0 in ctrl_dep graph, but not found in index, '
                                               'file might be corrupted"',
                                  "fix": "drop those dependencies", "fixed_by_fix": True}
@@ -448,7 +448,7 @@ def test_cli_says_what_fix_cannot_do(tmp_path):
     assert r.exit_code == 1
     out = r.output.splitlines()
     i = out.index("not fixed (the copy still has):")
-    assert out[i + 1] == ("  FAILS comm-type-unsupported (ranks 0-1): 1 collectives of a kind ASTRA-sim does not "
+    assert out[i + 1] == ("  FAILS comm-type-unsupported (ranks 0-1): 1 collective of a kind ASTRA-sim does not "
                           "simulate (node 2 REDUCE)")
     assert out[i + 3] == ("    fix: replace them in the trace (e.g. REDUCE by ALL_REDUCE, GATHER/SCATTER by "
                           "ALL_GATHER) (--fix cannot)")
@@ -565,3 +565,10 @@ def test_command_module_severities_are_the_library_s():
     from libra_astra.doctor import checks
 
     assert (cli_doctor.FAILS, cli_doctor.WRONG, cli_doctor.NOTE) == checks.SEVERITIES
+
+
+def test_progress_is_reported_per_rank_file(tmp_path):
+    prefix = write_set(tmp_path / "t", [[comp(1)], [comp(1)], [comp(1)]])
+    calls = []
+    diagnose(prefix, on_progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(1, 3), (2, 3), (3, 3)]

@@ -9,6 +9,7 @@ import click
 
 from .app import Command
 from .format import fmt_ranges
+from .progress import Progress
 
 if TYPE_CHECKING:
     from ..doctor import Diagnosis
@@ -83,9 +84,13 @@ def doctor_command(ctx: click.Context, prefix: str, network_path: str | None, co
         raise click.UsageError("--fix needs --out NEWPREFIX (the input is never modified)")
     if out_prefix and not do_fix:
         raise click.UsageError("--out is the prefix of the fixed copy; give it with --fix")
-    d = diagnose(prefix, network=network_path, groups=comm_groups, splits=splits)
-    res = fix(prefix, out_prefix, network=network_path, groups=comm_groups, splits=splits,
-              overwrite=force) if do_fix else None
+    with Progress(f"checking {prefix}") as p:
+        d = diagnose(prefix, network=network_path, groups=comm_groups, splits=splits, on_progress=p)
+    res = None
+    if do_fix:
+        with Progress(f"fixing into {out_prefix}") as p:
+            res = fix(prefix, out_prefix, network=network_path, groups=comm_groups, splits=splits,
+                      overwrite=force, on_progress=p)
     if as_json:
         out = d.to_dict()
         if res is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..traces.files import default_groups_path
 from .checks import CHECKS, FAILS, NOTE, SEVERITIES, WRONG, Finding, check_set, fails
@@ -57,8 +57,8 @@ class FixResult:
                 "actions": [{"action": a, "count": n} for a, n in self.actions], "after": self.after.to_dict()}
 
 
-def _inputs(prefix, network, groups):
-    ranks = read_set(prefix)
+def _inputs(prefix, network, groups, on_progress=None):
+    ranks = read_set(prefix, on_progress)
     target = load_target(network) if network else None
     gpath = groups if groups else default_groups_path(prefix)
     gfile = load_groups(gpath) if gpath else None
@@ -66,20 +66,22 @@ def _inputs(prefix, network, groups):
 
 
 def diagnose(prefix: str | Path, *, network: str | Path | None = None, groups: str | Path | None = None,
-             splits: int = 1) -> Diagnosis:
+             splits: int = 1, on_progress: Callable[[int, int], None] | None = None) -> Diagnosis:
     """Check the set ``PREFIX.RANK.et[.gz]``; ``network`` (libra_astra or ASTRA-sim network YAML)
     enables the checks that need the dimensions; ``groups`` is the communicator-group JSON
-    (default PREFIX.groups.json when it exists); ``splits`` the preferred-dataset-splits."""
-    ranks, target, gfile = _inputs(prefix, network, groups)
+    (default PREFIX.groups.json when it exists); ``splits`` the preferred-dataset-splits;
+    ``on_progress(files read, files)``."""
+    ranks, target, gfile = _inputs(prefix, network, groups, on_progress)
     findings = check_set(ranks, target=target, groups=gfile, splits=splits)
     return Diagnosis(str(prefix), len(ranks), sum(len(rf.nodes or ()) for rf in ranks),
                      str(network) if network else None, gfile.path if gfile else None, splits, tuple(findings))
 
 
 def fix(prefix: str | Path, out_prefix: str | Path, *, network: str | Path | None = None,
-        groups: str | Path | None = None, splits: int = 1, overwrite: bool = False) -> FixResult:
+        groups: str | Path | None = None, splits: int = 1, overwrite: bool = False,
+        on_progress: Callable[[int, int], None] | None = None) -> FixResult:
     """Write a fixed copy of the set at ``out_prefix`` (the input is only read) and diagnose it."""
-    ranks, target, gfile = _inputs(prefix, network, groups)
+    ranks, target, gfile = _inputs(prefix, network, groups, on_progress)
     files, gout, actions = fix_set(prefix, ranks, out_prefix, target=target, groups=gfile, splits=splits,
                                    overwrite=overwrite)
     # the copy is checked against the groups written with it (PREFIX.groups.json is the default)

@@ -218,9 +218,32 @@ class _Collect:
             ids = tuple(dict.fromkeys(i.node_id for i in inst if i.node_id is not None))
             arg = inst[0].arg
             out.append(Finding(code, c.severity, rank, ids[:SHOWN_IDS], n,
-                               c.problem.format(n=n, examples=ex, arg=arg), c.effect.format(arg=arg),
+                               (c.problem if n != 1 else _singular(c.problem)).format(n=n, examples=ex, arg=arg), c.effect.format(arg=arg),
                                c.fix, c.fixable))
         return out
+
+
+_SINGULAR = (("dependencies", "dependency"), ("nodes depend on themselves", "node depends on itself"),
+             ("ids appear", "id appears"), ("files exist", "file exists"), ("collectives name", "collective names"),
+             ("collectives that reach", "collective that reaches"),
+             ("sends/receives that name another rank as their own", "send/receive that names another rank as its own"),
+             ("sends/receives", "send/receive"), ("collectives on groups that do not contain", "collective on a group "
+             "that does not contain"), ("collectives on groups that only", "collective on a group that only"),
+             ("collectives on groups the", "collective on a group the"),
+             ("collectives on one-member groups", "collective on a one-member group"),
+             ("collectives recorded as CPU ops", "collective recorded as a CPU op"))
+
+
+def _singular(template: str) -> str:
+    """A problem template for a count of one: its first noun (and verb) in the singular."""
+    if not template.startswith("{n} "):
+        return template
+    out = template
+    for a, b in _SINGULAR:
+        out = out.replace(a, b, 1)
+    if out != template:
+        return out
+    return re.sub(r"^(\{n\} (?:[\w/]+ )?[\w/]+?)s\b", r"\1", template, count=1)
 
 
 def first_attrs(node) -> dict[str, Any]:

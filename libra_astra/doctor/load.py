@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import LibraError
 from ..files import load_yaml, read_json
@@ -80,8 +80,9 @@ def parse_rank_bytes(data: bytes, where: str) -> tuple[Any, list]:
     return meta, nodes
 
 
-def read_set(prefix: str | Path) -> list[RankFile]:
-    """Every rank file of a set, in rank order (gaps allowed; the checks report them)."""
+def read_set(prefix: str | Path, on_progress: Callable[[int, int], None] | None = None) -> list[RankFile]:
+    """Every rank file of a set, in rank order (gaps allowed; the checks report them);
+    ``on_progress(files read, files)`` after each file."""
     found = find_rank_files(prefix)
     if not found:
         raise LibraError(f"{prefix}: no trace files {prefix}.0.et (or .et.gz); give the prefix without "
@@ -95,6 +96,8 @@ def read_set(prefix: str | Path) -> list[RankFile]:
         except LibraError as e:
             rf.error = str(e)
         out.append(rf)
+        if on_progress is not None:
+            on_progress(len(out), len(found))
     return out
 
 
