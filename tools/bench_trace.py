@@ -238,12 +238,13 @@ def main() -> None:
             print(f"generated the mixed set ({n_ranks} ranks x {per_rank:,} nodes) in {t_gen:.1f} s")
             net_path = work / "mixed.net.yml"
             net_path.write_text(dump_network(net))
-            results.append(bench_set("mixed set (every file distinct)", prefix, net, groups, n_ranks, net_path))
+            results.append(bench_set("mixed set, every file distinct", prefix, net, groups, n_ranks, net_path))
         if not args.skip_4096:
             prefix4, net4, groups4 = gpt_set(work, args.gpt_layers, Path(args.gpt_prefix) if args.gpt_prefix else None)
             net_path = work / "gpt4096.net.yml"
             net_path.write_text(dump_network(net4))
-            results.append(bench_set("GPT-3 175B, 4,096 ranks", prefix4, net4, groups4, 4096, net_path))
+            label = "GPT-3 175B, 96 layers" if args.gpt_prefix else f"GPT-3 175B, {args.gpt_layers} layers"
+            results.append(bench_set(label, prefix4, net4, groups4, 4096, net_path))
     finally:
         if tmp is not None:
             tmp.cleanup()

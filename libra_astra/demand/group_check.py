@@ -98,11 +98,19 @@ def check_group_sequences(ctx: Context, programs: list[Program], rank_prog: np.n
                 )
     # every member of a communicator issues the same sequence on it (a member that never
     # issues on it has the empty sequence)
-    for comm in sorted({k for info in programs for k in info.seq_hash}):
-        hash_ids: dict[bytes, int] = {}
-        per_prog = np.asarray([hash_ids.setdefault(info.seq_hash.get(comm, b""), len(hash_ids)) for info in programs])
-        if len(hash_ids) == 1:
+    # (a program's communicators only, so the work grows with the trace, not programs x groups)
+    seqs: dict = {}
+    for pi, info in enumerate(programs):
+        for comm, h in info.seq_hash.items():
+            seqs.setdefault(comm, []).append((pi, h))
+    for comm in sorted(seqs):
+        hash_ids: dict[bytes, int] = {b"": 0}
+        entries = seqs[comm]
+        ids = [hash_ids.setdefault(h, len(hash_ids)) for _, h in entries]
+        if len(set(ids) | ({0} if len(entries) < len(programs) else set())) == 1:
             continue
+        per_prog = np.zeros(len(programs), dtype=np.int64)
+        per_prog[[pi for pi, _ in entries]] = ids
         cid, label = communicators(ctx, comm)
         rank_hash = per_prog[rank_prog]
         members = np.nonzero(cid >= 0)[0]
