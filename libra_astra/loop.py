@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .model.numbers import ratio
 from .astra.emit import emit
 from .astra.run import resolve_binary, simulate
 from .model.cost import CostModel
@@ -64,7 +65,7 @@ class LoopResult:
                     "relative_error": r.error, "run_dirs": list(r.run_dirs)}
         base = {r.name: r for r in self.rows if r.iteration == 0}
         opt0 = base.get("optimized")
-        speedups = {name: r.simulated_ns / self.best.simulated_ns for name, r in base.items() if name != "optimized"}
+        speedups = {name: ratio(r.simulated_ns, self.best.simulated_ns) for name, r in base.items() if name != "optimized"}
         return {
             "format": "libra_astra.loop", "version": 1,
             "dimensions": list(net.dim_names), "splits": self.splits, "binary": self.binary,

@@ -28,6 +28,7 @@ from typing import Mapping, Sequence
 from ..demand.groups import ALL_RANKS, normalize_key
 from ..errors import LibraError
 from ..traces import chakra_io as cio
+from ..traces.cpu_collectives import typed_rank
 from ..traces.files import find_rank_files
 from ..traces.graph import cycle_error, file_first_order
 from ..traces.schema import COMM_TYPE_NAMES, pb
@@ -208,8 +209,9 @@ def rewrite_rank(meta: pb.GlobalMetadata, nodes: list[pb.Node], rank: int, lnet:
 
 def rewrite_traces(prefix: str | Path, out_prefix: Path, lnet: LogicalNetwork,
                    groups: Mapping[int, Sequence[int]], group_masks: Mapping[int, tuple[bool, ...] | None],
-                   splits: int = 1) -> WorkloadStats:
-    """Rewrite ``PREFIX.r.et`` for every rank r of the network into ``out_prefix.r.et``."""
+                   splits: int = 1, type_cpu_collectives: bool = False) -> WorkloadStats:
+    """Rewrite ``PREFIX.r.et`` for every rank r of the network into ``out_prefix.r.et``; with
+    ``type_cpu_collectives`` the gloo collectives are typed first (traces/cpu_collectives.py)."""
     stats = WorkloadStats()
     n = lnet.npus_count
     found = find_rank_files(prefix)
@@ -219,6 +221,8 @@ def rewrite_traces(prefix: str | Path, out_prefix: Path, lnet: LogicalNetwork,
             raise LibraError(f"{prefix}.{r}.et: trace file for rank {r} not found; the network has {n} NPUs "
                              f"and ASTRA-sim needs one file per NPU")
         meta, nodes = cio.read_et(src)
+        if type_cpu_collectives:
+            typed_rank(nodes, r, n, str(src))
         data = rewrite_rank(meta, nodes, r, lnet, groups, group_masks, str(src), stats, splits)
         Path(f"{out_prefix}.{r}.et").write_bytes(data)
     extra = sorted(r for r in found if r >= n)

@@ -46,7 +46,7 @@ class SimResult:
     @property
     def prediction_error(self) -> float | None:
         """(predicted - simulated) / simulated, or None without a prediction."""
-        if self.predicted_time_ns is None:
+        if self.predicted_time_ns is None or not self.simulated_time_ns:
             return None
         return self.predicted_time_ns / self.simulated_time_ns - 1.0
 

@@ -52,6 +52,9 @@ def loop_command(shared: SharedOptions, objective, budget, time_target, binary, 
 
     net, cost, workloads, cons = shared.load(budget, time_target)
     echo = (lambda _line: None) if as_json else click.echo
+    from ..demand.workload import uncounted_traffic
+    for line in uncounted_traffic(workloads):
+        echo(f"warning: {line}")
     res = run_loop(workloads, net, cost, out_dir=out_dir, objective=objective, constraints=cons,
                    binary=binary, splits=splits, calibrate=calibrate, timeout_s=timeout, overwrite=force,
                    local_mem_bw_gbps=local_mem_bw, overlap=overlap, on_event=echo)
@@ -67,6 +70,7 @@ def loop_command(shared: SharedOptions, objective, budget, time_target, binary, 
         click.echo(f"{r.iteration:>4} {r.name:<20} {fmt_time(r.predicted_ns):>14} {fmt_time(r.simulated_ns):>14} "
                    f"{r.error:>+9.3%}  " + ", ".join(f"{b:.3f}" for b in r.bw_gbps))
     for name, sp in data["simulated_speedup_of_best_over"].items():
-        click.echo(f"simulated speedup of the best design over {name}: x{sp:.4f}")
+        click.echo(f"simulated speedup of the best design over {name}: "
+                   + ("n/a (time 0)" if sp is None else f"x{sp:.4f}"))
     click.echo(f"best: iteration {res.best.iteration} ({fmt_time(res.best.simulated_ns)} simulated); {res.stop_reason}")
     click.echo(f"wrote {Path(out_dir) / 'loop.json'}")

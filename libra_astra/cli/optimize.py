@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..model.numbers import ratio
 from ..errors import LibraError
 from ..files import check_writable, write_json_atomic
 from ..model.cost import CostModel
@@ -36,11 +37,16 @@ def _print_result(r: OptimizeResult, net: Network, cost: CostModel, n_workloads:
     click.echo(f"cost      {fmt_usd(b.cost_usd)}   time x cost {b.time_cost_ns_usd / 1e9:,.6g} s*USD")
     for name, e in r.baselines.items():
         flag = "" if e.feasible else "  (violates the constraints)"
-        click.echo(f"vs {name:<20} time {fmt_time(e.time_ns):>12}  speedup x{e.time_ns / b.time_ns:.4f}  "
-                   f"perf/cost gain x{e.time_cost_ns_usd / b.time_cost_ns_usd:.4f}{flag}")
+        click.echo(f"vs {name:<20} time {fmt_time(e.time_ns):>12}  speedup {_x(ratio(e.time_ns, b.time_ns))}  "
+                   f"perf/cost gain {_x(ratio(e.time_cost_ns_usd, b.time_cost_ns_usd))}{flag}")
     gap = f"{r.rel_gap:.2e}" if math.isfinite(r.rel_gap) else "unknown"
     click.echo(f"solver    {r.message}; relative duality gap {gap}; {r.newton_steps} Newton steps; "
                f"{r.solve_time_s * 1e3:.2f} ms")
+
+
+
+def _x(v: float | None) -> str:
+    return "n/a (time 0)" if v is None else f"x{v:.4f}"
 
 
 @click.command("optimize", cls=Command)
@@ -74,9 +80,15 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, as_j
         raise LibraError("--time-target only applies to --objective min-cost")
     r = optimize(workloads, net, cost, objective=objective, constraints=cons, model=shared.time_model())
     data = result_to_dict(r, net)
+    from ..demand.workload import uncounted_traffic
+    warnings = uncounted_traffic(workloads)
     if as_json:
+        if warnings:
+            data["warnings"] = warnings
         click.echo(json.dumps(data, indent=1))
     else:
+        for line in warnings:
+            click.echo(f"warning: {line}")
         _print_result(r, net, cost, len(workloads))
     if output:
         design = Design(Path(output).stem, net, r.bw_gbps, objective, shared.model, r.best.time_ns, r.best.cost_usd,

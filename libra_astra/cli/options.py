@@ -41,6 +41,7 @@ class SharedOptions:
     demands: tuple[str, ...] = ()
     weights: tuple[float, ...] = ()
     comm_groups: str | None = None
+    type_cpu_collectives: bool = False
     total_bw: float | None = None
     total_bw_max: float | None = None
     exprs: tuple[str, ...] = ()
@@ -63,7 +64,8 @@ class SharedOptions:
         """Network, cost model, workloads and constraints named by the options."""
         net = load_network(self.network_path)
         cost = load_cost(self.cost_path)
-        workloads = load_workloads(self.traces, self.demands, self.weights, net, self.comm_groups)
+        workloads = load_workloads(self.traces, self.demands, self.weights, net, self.comm_groups,
+                                   self.type_cpu_collectives)
         return Inputs(net, cost, workloads, self.constraints(net, budget, time_target))
 
     def time_model(self) -> TimeModel:
@@ -101,6 +103,9 @@ workload_options = _apply([
     _shared("--comm-groups", type=click.Path(exists=True, dir_okay=False),
             help="ASTRA-sim communicator-group JSON for the trace prefixes [default: PREFIX.groups.json "
                  "when it exists]."),
+    _shared("--type-cpu-collectives", is_flag=True,
+            help="Count the gloo collectives, sends and receives that PyTorch's Chakra converter leaves as "
+                 "CPU ops (c10d::*, gloo:*) as communication, in the model and in emitted runs."),
     _shared("--total-bw", type=float, help="Total bandwidth per NPU over all dimensions, GB/s (equality)."),
     _shared("--total-bw-max", type=float, help="Upper bound on total bandwidth per NPU, GB/s."),
     _shared("--constraint", "exprs", multiple=True, metavar="EXPR",

@@ -28,3 +28,11 @@ def check_number(value: Any, where: str, what: str = "", *, integer: bool = Fals
         head = f"{where}: {what}" if what else f"{where}:"
         raise LibraError(f"{head} must be {kind}{bound}{note}, got {value!r}")
     return int(value) if integer else float(value)
+
+
+def ratio(a: float, b: float) -> float | None:
+    """a / b for reports (speedups, gains): 1 when both are 0, None when only b is 0 (a trace
+    whose time is 0 everywhere has no speedup to report, and must not stop the report)."""
+    if b:
+        return a / b
+    return 1.0 if not a else None

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from ..model.numbers import ratio
 from ..demand.workload import Workload
 from ..errors import LibraError
 from ..files import read_json
@@ -50,11 +51,13 @@ class WorkloadRef:
     demand: str | None = None
     traces: str | None = None
     comm_groups: str | None = None
+    type_cpu_collectives: bool = False
 
     @classmethod
     def of(cls, w: Workload) -> "WorkloadRef":
         """The design file's record of a loaded workload."""
-        return cls(w.name, w.weight, w.source.demand, w.source.traces, w.source.comm_groups)
+        return cls(w.name, w.weight, w.source.demand, w.source.traces, w.source.comm_groups,
+                   w.source.type_cpu_collectives)
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,8 @@ def design_to_dict(d: Design) -> dict[str, Any]:
         "predicted_time_ns": d.predicted_time_ns,
         "cost_usd": d.cost_usd,
         "workloads": [
-            {"name": w.name, "weight": w.weight, "demand": w.demand, "traces": w.traces, "comm_groups": w.comm_groups}
+            {"name": w.name, "weight": w.weight, "demand": w.demand, "traces": w.traces, "comm_groups": w.comm_groups,
+             **({"type_cpu_collectives": True} if w.type_cpu_collectives else {})}
             for w in d.workloads
         ],
         "result": dict(d.result),
@@ -104,7 +108,7 @@ def design_from_dict(data: Any, source: str = "<design>") -> Design:
         if not isinstance(w, Mapping):
             raise LibraError(f"{source}: workloads[{i}] must be an object")
         workloads.append(WorkloadRef(str(w.get("name", f"w{i}")), float(w.get("weight", 1.0)), w.get("demand"),
-                                     w.get("traces"), w.get("comm_groups")))
+                                     w.get("traces"), w.get("comm_groups"), w.get("type_cpu_collectives") is True))
     return Design(str(data.get("name", Path(source).stem)), net, tuple(float(b) for b in bw),
                   str(data.get("objective", "perf")), str(data.get("time_model", "libra")),
                   float(data.get("predicted_time_ns", 0.0)), float(data.get("cost_usd", 0.0)),
@@ -141,6 +145,6 @@ def result_to_dict(r: "OptimizeResult", net: Network) -> dict[str, Any]:
         "baselines": {},
     }
     for name, e in r.baselines.items():
-        out["baselines"][name] = {**_evaluation_to_dict(e), "speedup_of_optimum": e.time_ns / r.best.time_ns,
-                                  "perf_per_cost_gain_of_optimum": e.time_cost_ns_usd / r.best.time_cost_ns_usd}
+        out["baselines"][name] = {**_evaluation_to_dict(e), "speedup_of_optimum": ratio(e.time_ns, r.best.time_ns),
+                                  "perf_per_cost_gain_of_optimum": ratio(e.time_cost_ns_usd, r.best.time_cost_ns_usd)}
     return out
