@@ -371,7 +371,7 @@ def test_manifest_records_the_prediction_for_the_emitted_settings(tmp_path):
     pred = json.loads((tmp_path / "run" / "manifest.json").read_text())["prediction"]
     model = TimeModel("pipelined", splits=4, latency=True, local_mem_bw_gbps=1600.0, overlap=True)
     assert pred["time_ns"] == pytest.approx(predict(dem, (120.0, 40.0), net, model).time_ns, rel=1e-12)
-    assert "4 chunk(s)" in pred["model"] and "1600" in pred["model"]
+    assert "4 chunks per collective" in pred["model"] and "local-mem-bw 1600 GB/s" in pred["model"]
 
 
 def test_collective_sizes_are_rounded_to_a_multiple_of_the_splits(tmp_path):

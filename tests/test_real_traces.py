@@ -83,3 +83,63 @@ def test_loop_on_real_traces_matches_the_simulator(tmp_path, name, typed):
     assert len(res.rows) == 3
     for r in res.rows:
         assert abs(r.error) < 0.01, (r.name, r.predicted_ns, r.simulated_ns)
+
+
+def test_peers_of_converter_sends_come_from_their_launcher_or_a_two_rank_group():
+    launch = cio.comp_node(5, "c10d::send", 3, is_cpu_op=True)
+    launch.inputs.values = "[[[1, 2, 0, 16, 4, 'cpu']], '<Object>', 3, 7]"
+    send = cio.pb.Node(id=6, name="ncclDevKernel_SendRecv", type=cio.pb.COMM_SEND_NODE, data_deps=[5])
+    send.attr.add(name="comm_size", int64_val=64)
+    recv = cio.pb.Node(id=7, name="ncclDevKernel_SendRecv", type=cio.pb.COMM_RECV_NODE)
+    recv.attr.add(name="comm_size", int64_val=64)
+    recv.attr.add(name="pg_name", string_val="4")
+    lost = cio.pb.Node(id=8, name="ncclDevKernel_SendRecv", type=cio.pb.COMM_SEND_NODE)
+    from libra_astra.traces.cpu_collectives import infer_peers
+    assert infer_peers([launch, send, recv, lost], 1, {"4": (1, 2)}) == (2, 1)
+    assert {k: cio.node_attrs(send)[k] for k in ("comm_src", "comm_dst", "comm_tag")} == \
+        {"comm_src": 1, "comm_dst": 3, "comm_tag": 7}
+    assert (cio.node_attrs(recv)["comm_src"], cio.node_attrs(recv)["comm_dst"]) == (2, 1)
+    assert "comm_dst" not in cio.node_attrs(lost)
+
+
+def test_optimize_a_set_whose_time_is_zero_reports_no_speedup(tmp_path):
+    # ddp4 without typing: no network demand and no GPU compute, so the no-overlap time is 0
+    from click.testing import CliRunner
+    from libra_astra.cli import main
+    args = [str(prefix("ddp4")), "-n", str(REAL / "ring4.yml"), "--cost",
+            str(Path(__file__).parents[1] / "network_configs" / "cost.yml"), "--total-bw", "100",
+            "--model", "libra", "--no-overlap", "-o", str(tmp_path / "d.json")]
+    res = CliRunner().invoke(main, ["optimize"] + args)
+    assert res.exit_code == 0, res.output
+    assert "time      0.0 ns" in res.output and "speedup x1.0000" in res.output  # 0 against 0
+    gap = float(res.output.split("relative duality gap ")[1].split(";")[0])
+    assert gap < 1e-6   # measured on the problem's own scale, not against the optimum's 0
+    assert "warning: ddp4: 8 c10d:: and 8 gloo: CPU op(s) are collectives" in res.output
+    res = CliRunner().invoke(main, ["show", str(tmp_path / "d.json")])
+    assert res.exit_code == 0 and "speedup x1.0000" in res.output, res.output
+
+
+@pytest.mark.parametrize("network", ["ring4", "ring2x2"])
+def test_emit_of_typed_gloo_set_is_what_the_simulator_runs(tmp_path, network):
+    # METADATA groups reach the emitted run; no dependency on an absent node, no METADATA or
+    # INVALID node, every collective a COMM node with is_cpu_op false, no gloo: op left
+    import json
+    from libra_astra.astra.emit import emit
+    from libra_astra.optimize.design import Design, WorkloadRef
+    net = load_network(REAL / f"{network}.yml")
+    design = Design("d", net, (50.0,) * net.num_dims,
+                    workloads=(WorkloadRef("job", traces=str(prefix("tpdp4")), type_cpu_collectives=True),))
+    emit(design, tmp_path / "run")
+    groups = json.loads((tmp_path / "run" / "comm_groups.json").read_text()) \
+        if (tmp_path / "run" / "comm_groups.json").exists() else {}
+    for r in range(4):
+        _, nodes = cio.read_et(next((tmp_path / "run" / "workload").glob(f"*.{r}.et")))
+        ids = {n.id for n in nodes}
+        assert all(d in ids for n in nodes for d in list(n.data_deps) + list(n.ctrl_deps))
+        assert not any(n.type in (cio.pb.METADATA_NODE, cio.pb.INVALID_NODE) for n in nodes)
+        assert not any(n.name.startswith("gloo:") for n in nodes)
+        colls = [n for n in nodes if n.type == cio.pb.COMM_COLL_NODE]
+        assert len(colls) == 4 and all(cio.node_attrs(n)["is_cpu_op"] is False for n in colls)
+        for n in colls:
+            pg = cio.node_attrs(n).get("pg_name")
+            assert pg is None or (pg in groups and r in groups[pg])

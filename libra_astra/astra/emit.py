@@ -39,10 +39,10 @@ import shlex
 import shutil
 import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .. import __version__
 from ..traces import chakra_io as cio
@@ -52,6 +52,7 @@ from ..errors import LibraError
 from ..demand.groups import load_comm_groups
 from ..timing.predict import predict
 from ..timing.model import simulator_model
+from ..timing.settings import describe_model, emit_settings, model_settings
 from ..demand.from_traces import demand_from_traces
 from .logical import LogicalNetwork, plan_for_demand, plan_for_groups
 from .manifest import BINARY_ENV, DEFAULT_BINARY, Manifest, SimulatorCall, write_manifest
@@ -75,6 +76,8 @@ class EmitResult:
     logging_folder: str
     notes: tuple[str, ...]
     stats: dict[str, Any]
+    prediction: dict[str, Any] | None = None     # manifest.json's "prediction"
+    local_mem_bw_gbps: float | None = None
 
     @property
     def npus_count(self) -> int:
@@ -258,10 +261,11 @@ def _install(tmp: Path, out: Path, parent: Path) -> None:
             raise LibraError(f"{out}: appeared while emitting; choose another directory or pass --force") from None
 
 
-def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, workload: str | None = None,
-         overwrite: bool = False, endpoint_delay_ns: int = 1, local_mem_bw_gbps: float = 1e9,
-         peak_perf_tflops: float = 1000.0, scheduling_policy: str = "LIFO", max_repeats: int = 256,
-         demand: Demand | None = None) -> EmitResult:
+def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None = None,
+         workload: str | None = None, overwrite: bool = False, endpoint_delay_ns: int = 1,
+         local_mem_bw_gbps: float | None = None, peak_perf_tflops: float = 1000.0, scheduling_policy: str = "LIFO",
+         max_repeats: int = 256, demand: Demand | None = None,
+         on_progress: Callable[[int, int], None] | None = None) -> EmitResult:
     """Write ASTRA-sim inputs for one workload of ``design`` into the new directory ``out_dir``.
 
     Parameters
@@ -270,8 +274,9 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
         A Design, or the path of a design JSON file.
     out_dir
         Directory to create; an existing one is refused unless ``overwrite``.
-    splits
-        ``preferred-dataset-splits`` k (chunks per collective).
+    splits, local_mem_bw_gbps
+        ``preferred-dataset-splits`` k (chunks per collective) and ``local-mem-bw``; None takes the
+        design's (the settings it was optimized for); a value that differs from them is refused.
     workload
         Name of the design's workload to emit; needed when it has several.
     endpoint_delay_ns, local_mem_bw_gbps, peak_perf_tflops, scheduling_policy
@@ -281,6 +286,8 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
     demand
         The workload's demand, if the caller has it (spares reading the traces again for the
         prediction recorded in the manifest).
+    on_progress
+        Called as ``on_progress(ranks_written, ranks)`` while the workload files are written.
 
     Raises
     ------
@@ -289,6 +296,8 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
     """
     if not isinstance(design, Design):
         design = load_design(design)
+    splits, local_mem_bw_gbps, settings_notes = emit_settings(design.name, design.time_model_settings, splits,
+                                                              local_mem_bw_gbps)
     _check_options(splits, endpoint_delay_ns, local_mem_bw_gbps, peak_perf_tflops, scheduling_policy, max_repeats)
     out = Path(out_dir)
     if out.exists() and not overwrite:
@@ -296,8 +305,11 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
     if out.exists() and not (out / "manifest.json").is_file():
         raise LibraError(f"{out}: exists and is not an emitted directory (no manifest.json); refusing to replace it")
     parent = out.absolute().parent
-    if not parent.is_dir():
-        raise LibraError(f"{out}: parent directory {parent} does not exist; create it first")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)     # like loop's --out and generate's prefix
+    except OSError as e:
+        raise LibraError(f"{out}: cannot create its parent directory {parent} ({e.strerror}); choose another --out") \
+            from None
     wl = _pick_workload(design, workload)
     net, bw = design.network, design.bandwidth_gbps
     for d, b in zip(net.dims, bw):
@@ -327,28 +339,27 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
     try:
         (tmp / "workload").mkdir()
         if source == "traces":
-            stats = rewrite_traces(wl.traces, tmp / "workload" / name, lnet, groups, masks, splits,
+            stats = rewrite_traces(wl.traces, tmp / "workload" / name, lnet, groups, masks, splits, on_progress,
                                    type_cpu_collectives=wl.type_cpu_collectives)
         else:
             stats = synthesize(demand, tmp / "workload" / name, lnet, wl.demand, max_repeats=max_repeats,
-                               splits=splits)
+                               splits=splits, on_progress=on_progress)
         if flat_groups:
             cio.write_comm_groups(tmp / "comm_groups.json", flat_groups)
         (tmp / "network.yml").write_text(network_yaml(lnet, design.name))
         (tmp / "system.json").write_text(json.dumps(system, indent=1) + "\n")
         (tmp / "memory.json").write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}) + "\n")
-        notes = _workload_notes(source, lnet, stats, splits)
+        notes = settings_notes + _workload_notes(source, lnet, stats, splits)
+        prediction = (_prediction(demand, design, splits, float(local_mem_bw_gbps)) if demand is not None
+                      else {"time_ns": None, "unavailable": prediction_unavailable})
         result = EmitResult(out, wl.name, source, lnet, splits, tuple(args), logging_folder, tuple(notes),
-                            stats.to_dict())
+                            stats.to_dict(), prediction, float(local_mem_bw_gbps))
         manifest = Manifest(
             __version__, _version("mlc-chakra"), design_to_dict(design),
             {"name": wl.name, "source": source, "path": wl.traces if source == "traces" else wl.demand,
              "comm_groups": wl.comm_groups, "prefix": f"workload/{name}", "flat_ring_groups": sorted(flat_groups)},
             lnet.to_dict(), splits, system, SimulatorCall(tuple(args), logging_folder, result.command_line),
-            stats.to_dict(),
-            (_prediction(demand, design, splits, float(local_mem_bw_gbps)) if demand is not None
-             else {"time_ns": None, "unavailable": prediction_unavailable}),
-            tuple(notes))
+            stats.to_dict(), prediction, tuple(notes))
         write_manifest(tmp, manifest)
         run_sh = tmp / "run.sh"
         run_sh.write_text(_run_sh(args, logging_folder))
@@ -365,6 +376,7 @@ def _prediction(demand: Demand, design: Design, splits: int, local_mem_bw_gbps: 
     """What libra_astra predicts the simulator will report for these settings."""
     model = simulator_model(splits, local_mem_bw_gbps)
     p = predict(demand, design.bandwidth_gbps, design.network, model)
-    return {"time_ns": p.time_ns, "class_times_ns": list(p.class_times_ns),
-            "model": f"pipelined, {splits} chunk(s), per-hop latency, local-mem-bw {local_mem_bw_gbps:g} GB/s, "
-                     + ("dependency-aware" if p.overlap_aware else "no overlap (no dependency graph)")}
+    if not p.overlap_aware:
+        model = replace(model, overlap=False)   # no dependency graph: the replay sums
+    return {"time_ns": p.time_ns, "class_times_ns": list(p.class_times_ns), "model": describe_model(model),
+            "time_model_settings": model_settings(model)}

@@ -9,6 +9,7 @@ import click
 
 from .. import __version__
 from ..errors import LibraError
+from .common import quiet_option
 
 
 @contextmanager
@@ -38,10 +39,12 @@ class Group(click.Group):
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="libra-astra")
+@quiet_option
 def main() -> None:
     """LIBRA bandwidth optimization for multi-dimensional training networks.
 
     \b
     Chakra ET traces -> demand -> optimize -> emit ASTRA-sim inputs -> simulate -> loop.
-    Run `libra-astra COMMAND --help` for each step.
+    Run `libra-astra COMMAND --help` for each step; `libra-astra -q COMMAND` hides the progress
+    lines (shown on stderr only when it is a terminal).
     """

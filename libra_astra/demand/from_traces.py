@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -73,9 +73,31 @@ def _labels(ctx: Context, infos: Sequence[Program], names: Interner[str]) -> np.
     return out
 
 
+def _with_inferred_peers(reader: TraceReader, read: list[RankProgram], paths: Sequence[Path], n_npus: int,
+                         counts: list[int]) -> list[RankProgram]:
+    """Programs with sends without comm_dst or receives without comm_src re-read with the peers
+    the trace shows (traces/cpu_collectives.infer_peers); ``counts`` gets (inferred, unknown)."""
+    cols = reader.attrs.columns()
+    out = list(read)
+    for r, prog in enumerate(read):
+        a = prog.attr
+        lacks = (((prog.types == COMM_SEND_NODE) & (cols["comm_dst"][a] < 0))
+                 | ((prog.types == COMM_RECV_NODE) & (cols["comm_src"][a] < 0)))
+        if not lacks.any():
+            continue
+        meta, nodes = cio.read_et(paths[r])
+        done, left = cpu.infer_peers(nodes, r, cpu.rank_groups(nodes, str(paths[r])))
+        counts[0] += done
+        counts[1] += left
+        if done:
+            out[r] = reader.parse(cio.encode_et(nodes, meta), str(paths[r]))
+    return out
+
+
 def demand_from_traces(prefix: str | Path, network: Network,
                        comm_groups: str | Path | Mapping[str, Sequence[int]] | None = None,
                        peak_tflops: float | None = None, mem_bw_gbps: float | None = None,
+                       on_progress: Callable[[int, int], None] | None = None,
                        type_cpu_collectives: bool = False) -> tuple[Demand, TraceSummary]:
     """Per-dimension communication demand of a Chakra ET trace set on ``network``.
 
@@ -91,6 +113,8 @@ def demand_from_traces(prefix: str | Path, network: Network,
     peak_tflops, mem_bw_gbps
         Both given: COMP nodes are timed with ASTRA-sim's roofline from num_ops/tensor_size
         instead of duration_micros.
+    on_progress
+        Called as ``on_progress(ranks_read, ranks)`` while the rank files are read.
     type_cpu_collectives
         Type the gloo collectives, sends and receives that PyTorch's converter leaves as CPU
         ops (``c10d::*`` / ``gloo:*``; see :mod:`libra_astra.traces.cpu_collectives`).
@@ -141,6 +165,7 @@ def demand_from_traces(prefix: str | Path, network: Network,
         reader.files_decoded += len(paths)
     else:
         read = reader.read_many(paths)
+    read = _with_inferred_peers(reader, read, paths, n_npus, inferred := [0, 0])
     untyped = (0, 0)
     for r, prog in enumerate(read):
         pi = by_digest.get(prog.digest)
@@ -153,6 +178,8 @@ def demand_from_traces(prefix: str | Path, network: Network,
         if not type_cpu_collectives and not prog.type_counts()[[COMM_COLL_NODE, COMM_SEND_NODE, COMM_RECV_NODE]].any():
             got = cpu.count_in_bytes(read_file_bytes(paths[r]))
             untyped = (untyped[0] + got[0], untyped[1] + got[1])
+        if on_progress is not None:
+            on_progress(r + 1, n_npus)
 
     # 2. groups from METADATA, then analyse each distinct program once
     merge_metadata(ctx, progs)
@@ -219,6 +246,10 @@ def demand_from_traces(prefix: str | Path, network: Network,
     rank_classes = with_links(ctx, programs, rank_prog, rank_classes)
 
     summary, notes = summarize(ctx, str(prefix), programs, rank_classes, class_summaries, reader)
+    if inferred[0]:
+        notes.append(f"{inferred[0]} send/receive peer(s) the trace does not name (PyTorch's converter writes NCCL "
+                     "sends and receives without comm_src/comm_dst) taken from the c10d::send/recv_ op that "
+                     "launched them or from a two-rank process group")
     if type_cpu_collectives and typed:
         notes.append(f"{typed} gloo collective(s), send(s) and receive(s) typed from their c10d:: CPU ops "
                      "(--type-cpu-collectives): kind and size from the op, its gloo: op left out; the trace does "

@@ -9,7 +9,9 @@ and read by ``libra-astra emit``::
       "network": {...},                    # the network file's content (see model/network.py)
       "bandwidth_gbps": [200.0, 100.0, 50.0],
       "objective": "perf",
-      "time_model": "libra",
+      "time_model": "pipelined",
+      "time_model_settings": {"kind": "pipelined", "splits": 1, "overlap": true, "latency": true,
+                              "local_mem_bw_gbps": 1e9},   # what emit simulates (timing/settings.py)
       "predicted_time_ns": 1.23e9,
       "cost_usd": 4.5e6,
       "workloads": [
@@ -27,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..model.numbers import ratio
 from ..demand.workload import Workload
@@ -36,6 +38,7 @@ from ..files import read_json
 from ..model.network import Network, network_from_dict
 
 if TYPE_CHECKING:
+    from ..timing.model import TimeModel
     from .optimizer import Evaluation, OptimizeResult
 
 FORMAT = "libra_astra.design"
@@ -71,6 +74,8 @@ class Design:
     cost_usd: float = 0.0
     workloads: tuple[WorkloadRef, ...] = ()
     result: Mapping[str, Any] = field(default_factory=dict)
+    # The time model the bandwidths were optimized for (timing/settings.py); emit simulates it.
+    time_model_settings: Mapping[str, Any] = field(default_factory=dict)
 
 
 def design_to_dict(d: Design) -> dict[str, Any]:
@@ -82,6 +87,7 @@ def design_to_dict(d: Design) -> dict[str, Any]:
         "bandwidth_gbps": list(d.bandwidth_gbps),
         "objective": d.objective,
         "time_model": d.time_model,
+        "time_model_settings": dict(d.time_model_settings) or {"kind": d.time_model},
         "predicted_time_ns": d.predicted_time_ns,
         "cost_usd": d.cost_usd,
         "workloads": [
@@ -109,10 +115,22 @@ def design_from_dict(data: Any, source: str = "<design>") -> Design:
             raise LibraError(f"{source}: workloads[{i}] must be an object")
         workloads.append(WorkloadRef(str(w.get("name", f"w{i}")), float(w.get("weight", 1.0)), w.get("demand"),
                                      w.get("traces"), w.get("comm_groups"), w.get("type_cpu_collectives") is True))
+    result = data.get("result", {})
+    kind = str(data.get("time_model", "libra"))
+    settings = data.get("time_model_settings")
+    if settings is None:
+        # Files written before the settings were stored kept them in the result.
+        r = result if isinstance(result, Mapping) else {}
+        settings = {"kind": kind, "overlap": bool(r.get("overlap", False))}
+        if kind == "pipelined":
+            settings.update(splits=int(r.get("splits", 1)), latency=True, local_mem_bw_gbps=r.get("local_mem_bw_gbps"))
+    elif not isinstance(settings, Mapping) or settings.get("kind") != kind:
+        raise LibraError(f"{source}: time_model_settings must be an object whose kind is the time_model {kind!r}, "
+                         f"got {settings!r}")
     return Design(str(data.get("name", Path(source).stem)), net, tuple(float(b) for b in bw),
-                  str(data.get("objective", "perf")), str(data.get("time_model", "libra")),
+                  str(data.get("objective", "perf")), kind,
                   float(data.get("predicted_time_ns", 0.0)), float(data.get("cost_usd", 0.0)),
-                  tuple(workloads), data.get("result", {}))
+                  tuple(workloads), result, dict(settings))
 
 
 def load_design(path: str | Path) -> Design:
@@ -126,8 +144,10 @@ def _evaluation_to_dict(e: "Evaluation") -> dict[str, Any]:
             "time_x_cost_ns_usd": e.time_cost_ns_usd, "feasible": e.feasible}
 
 
-def result_to_dict(r: "OptimizeResult", net: Network) -> dict[str, Any]:
-    """The design file's ``result``: the solver report and the baselines (also ``optimize --json``)."""
+def result_to_dict(r: "OptimizeResult", net: Network, model: "TimeModel | None" = None,
+                   workloads: Sequence["Workload"] = ()) -> dict[str, Any]:
+    """The design file's ``result``: the solver report and the baselines (also ``optimize --json``);
+    given the model and workloads, also its settings, each workload's time and the time breakdown."""
     out = {
         "objective": r.objective,
         "dimensions": list(net.dim_names),
@@ -147,4 +167,13 @@ def result_to_dict(r: "OptimizeResult", net: Network) -> dict[str, Any]:
     for name, e in r.baselines.items():
         out["baselines"][name] = {**_evaluation_to_dict(e), "speedup_of_optimum": ratio(e.time_ns, r.best.time_ns),
                                   "perf_per_cost_gain_of_optimum": ratio(e.time_cost_ns_usd, r.best.time_cost_ns_usd)}
+    if model is not None:
+        from ..timing.settings import model_settings
+        from .report import time_breakdown, workload_times
+
+        out["time_model"] = model_settings(model)
+        if workloads:
+            out["workloads"] = workload_times(workloads, net, r.bw_gbps, model)
+            out["breakdown"] = {name: time_breakdown(workloads, net, e.bw_gbps, model)
+                                for name, e in [("optimum", r.best), *r.baselines.items()]}
     return out

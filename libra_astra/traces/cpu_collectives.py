@@ -207,3 +207,59 @@ def rank_groups(nodes: Sequence[pb.Node], where: str) -> dict[str, tuple[int, ..
 def typed_rank(nodes: list[pb.Node], rank: int, npus: int, where: str) -> int:
     """Type one rank file's CPU collectives in place, with the groups of its own METADATA."""
     return type_cpu_collectives(nodes, rank, npus, rank_groups(nodes, where))
+
+
+def _p2p_launcher(node: pb.Node, by_id: Mapping[int, pb.Node], depth: int = 3) -> CpuComm | None:
+    """The c10d::send / c10d::recv_ op a GPU send or receive kernel was launched by, if any."""
+    frontier = [node]
+    seen = {node.id}
+    for _ in range(depth):
+        nxt = []
+        for n in frontier:
+            for d in list(n.data_deps) + list(n.ctrl_deps):
+                p = by_id.get(d)
+                if p is None or d in seen:
+                    continue
+                seen.add(d)
+                c = describe(p)
+                if c is not None and c.kind in ("SEND", "RECV"):
+                    return c
+                nxt.append(p)
+        frontier = nxt
+    return None
+
+
+def infer_peers(nodes: list[pb.Node], rank: int, groups: Mapping[str, Sequence[int]]) -> tuple[int, int]:
+    """Give SEND/RECV nodes without a peer (PyTorch's converter writes NCCL sends and receives
+    without comm_src/comm_dst) the peer the trace shows, in place: the dstRank/srcRank argument
+    of the c10d::send / c10d::recv_ op that launched them, else the other member of a two-rank
+    process group named by pg_name. Returns (peers inferred, peers still unknown)."""
+    by_id = {n.id: n for n in nodes}
+    done = left = 0
+    for n in nodes:
+        if n.type not in (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE):
+            continue
+        attrs = {a.name: a for a in n.attr}
+        want = "comm_dst" if n.type == pb.COMM_SEND_NODE else "comm_src"
+        if want in attrs:
+            continue
+        peer, tag = -1, None
+        c = _p2p_launcher(n, by_id)
+        if c is not None:
+            peer, tag = c.peer, c.tag
+        else:
+            pg = attrs.get("pg_name")
+            members = groups.get(pg.string_val) if pg is not None and pg.HasField("string_val") else None
+            if members is not None and len(members) == 2 and rank in members:
+                peer = [m for m in members if m != rank][0]
+        if peer < 0:
+            left += 1
+            continue
+        n.attr.add(name=want, int64_val=peer)
+        other = "comm_src" if want == "comm_dst" else "comm_dst"
+        if other not in attrs:
+            n.attr.add(name=other, int64_val=rank)
+        if "comm_tag" not in attrs:
+            n.attr.add(name="comm_tag", int64_val=tag if tag is not None else 0)
+        done += 1
+    return done, left

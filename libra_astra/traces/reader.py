@@ -169,19 +169,8 @@ class TraceReader:
         aid = np.zeros(n, dtype=np.int64)
         idx = np.nonzero(w.has_attr & ~slow)[0]
         if idx.size:
-            blocks = self.attrs.blocks
-            bget = blocks.get
-            bs, be = w.attr_start[idx].tolist(), ends[idx].tolist()
-            got = np.asarray([bget(buf[s:e], -1) for s, e in zip(bs, be)], dtype=np.int64)
-            for j in np.nonzero(got < 0)[0].tolist():  # first sight of a block: decode it
-                blk = buf[bs[j]:be[j]]
-                a = bget(blk)
-                if a is None:
-                    i = int(idx[j])
-                    a = self._block(blk, lambda i=i: f"{where_of(i)[1]}: node {int(w.ids[i])}")
-                    if a >= 0 and len(blocks) < _BLOCK_CACHE_LIMIT:
-                        blocks[blk] = a
-                got[j] = a
+            got = self._block_ids(buf, arr, w.attr_start[idx], ends[idx], idx,
+                                  lambda i: f"{where_of(i)[1]}: node {int(w.ids[i])}")
             aid[idx] = got
             slow[idx[got < 0]] = True
 
@@ -223,6 +212,54 @@ class TraceReader:
             progs.append(self._finish(where, versions[f], w.ids[lo:hi], w.durs[lo:hi], w.types[lo:hi], aid[lo:hi],
                                       dep_vals[d_lo:int(dep_first[hi])], dep_ptr, tuple(pg_info[f])))
         return progs
+
+    def _block_ids(self, buf: bytes, arr: np.ndarray, bs: np.ndarray, be: np.ndarray, idx: np.ndarray,
+                   where) -> np.ndarray:
+        """Attribute id of each block ``buf[bs:be]`` (-1: the node needs the schema's parse).
+
+        Traces repeat a few distinct blocks millions of times, so blocks of one length are
+        grouped by a hash of their bytes in bulk and only one block per group is looked up
+        (decoded on first sight); a block that differs from its group's (a hash collision)
+        is looked up on its own."""
+        blocks = self.attrs.blocks
+        got = np.full(bs.size, -1, dtype=np.int64)
+        length = be - bs
+
+        def lookup(j: int) -> int:
+            s, e = int(bs[j]), int(be[j])
+            blk = buf[s:e]
+            a = blocks.get(blk)
+            if a is None:
+                i = int(idx[j])
+                a = self._block(blk, lambda i=i: where(i))
+                if a >= 0 and len(blocks) < _BLOCK_CACHE_LIMIT:
+                    blocks[blk] = a
+            return a
+
+        # Look blocks up in node order, so attribute ids (and errors) come in first-seen order.
+        groups, todo = [], []
+        for size in np.unique(length).tolist():
+            sel = np.nonzero(length == size)[0]
+            words = -(-size // 8)
+            rows = np.zeros((sel.size, words * 8), dtype=np.uint8)
+            rows[:, :size] = arr[bs[sel][:, None] + np.arange(size, dtype=np.int64)]
+            w64 = rows.view(np.uint64)
+            h = w64[:, 0].copy()
+            for k in range(1, words):  # array arithmetic wraps modulo 2**64, as a hash should
+                h = (h * np.uint64(0x9E3779B97F4A7C15)) ^ w64[:, k]
+            _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+            inv = inv.reshape(-1)
+            same = (w64 == w64[first[inv]]).all(axis=1)
+            groups.append((sel, first, inv, same))
+            todo.append(sel[first])
+            todo.append(sel[~same])
+        found = {j: lookup(j) for j in np.sort(np.concatenate(todo)).tolist()}
+        for sel, first, inv, same in groups:
+            ids = np.asarray([found[j] for j in sel[first].tolist()], dtype=np.int64)
+            got[sel[same]] = ids[inv[same]]
+            for j in sel[~same].tolist():
+                got[j] = found[j]
+        return got
 
     def _global_metadata(self, buf: bytes, where: str) -> tuple[str, int]:
         try:
