@@ -76,7 +76,7 @@ def test_loop_on_real_traces_matches_the_simulator(tmp_path, name, typed):
     from libra_astra.model.cost import load_cost
     from libra_astra.optimize.optimizer import Constraints
     net = load_network(REAL / f"{SETS[name]}.yml")
-    wl = load_workloads((str(prefix(name)),), (), (), net, None, typed)
+    wl = load_workloads((str(prefix(name)),), (), (), net, None, type_cpu_collectives=typed)
     cost = load_cost(Path(__file__).parents[1] / "network_configs" / "cost.yml")
     res = run_loop(wl, net, cost, out_dir=tmp_path / "loop", constraints=Constraints(total_bw_gbps=100.0),
                    binary=os.environ["ASTRA_SIM_BIN"], splits=1)
