@@ -12,9 +12,9 @@ KINDS = {"libra_astra.demand": "demand", "libra_astra.design": "design", "libra_
          "libra_astra.loop": "loop"}
 
 
-def _x(v) -> str:
-    """A speedup or gain; None when the times were 0 (ratio() in model/numbers.py)."""
-    return "n/a (time 0)" if v is None else f"x{v:.4f}"
+def _x(v, why: str = "time 0") -> str:
+    """A speedup or gain; None when the times (or costs) were 0 (ratio() in model/numbers.py)."""
+    return f"n/a ({why})" if not isinstance(v, (int, float)) else f"x{v:.4f}"
 
 
 def _t(ns: float) -> str:
@@ -124,8 +124,8 @@ def format_design(data: dict) -> str:
             lines.append(f"  {w['name']:<18} weight {w['weight']:g}: {_t(w['time_ns'])} = compute "
                          f"{_t(w['compute_ns'])} + communication {_t(w['communication_ns'])}")
     for name, e in (r.get("baselines") or {}).items():
-        lines.append(f"vs {name:<20} time {_t(e['time_ns']):>12}  speedup {_x(e['speedup_of_optimum'])}  "
-                     f"perf/cost gain {_x(e['perf_per_cost_gain_of_optimum'])}")
+        lines.append(f"vs {name:<20} time {_t(e['time_ns']):>12}  speedup {_x(e.get('speedup_of_optimum'))}  "
+                     f"perf/cost gain {_x(e.get('perf_per_cost_gain_of_optimum'), 'cost 0')}")
     if r.get("message"):
         gap = r.get("relative_gap")
         lines.append(f"solver    {r['message']}; relative duality gap "

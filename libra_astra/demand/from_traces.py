@@ -39,6 +39,7 @@ from ..interning import Interner
 from ..model.network import Network
 from ..traces import chakra_io as cio
 from ..traces import cpu_collectives as cpu
+from ..traces import completion
 from ..traces.files import rank_files, read_file_bytes
 from ..traces.schema import COMM_COLL_NODE, COMM_RECV_NODE, COMM_SEND_NODE
 from ..traces.reader import RankProgram, TraceReader
@@ -134,7 +135,9 @@ def demand_from_traces(prefix: str | Path, network: Network,
         if v is not None and not v > 0:
             raise LibraError(f"{what} must be > 0, got {v!r}")
     n_npus = network.npus_count
+    completion.check_complete(prefix)   # before the rank files: an interrupted write explains missing ones
     paths = rank_files(prefix, n_npus, f"network {network.name!r}")
+    expect = completion.expected_digests(prefix, paths)
 
     if comm_groups is None:
         file_groups: dict[str, tuple[int, ...]] = {}
@@ -164,7 +167,7 @@ def demand_from_traces(prefix: str | Path, network: Network,
         read = reader.parse_many(bufs, [str(p) for p in paths])
         reader.files_decoded += len(paths)
     else:
-        read = reader.read_many(paths)
+        read = reader.read_many(paths, expect)
     read = _with_inferred_peers(reader, read, paths, n_npus, inferred := [0, 0])
     untyped = (0, 0)
     for r, prog in enumerate(read):
