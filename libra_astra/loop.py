@@ -176,8 +176,9 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
                 best = row
             stop = f"simulated time improved by less than {min_gain:.1%} at iteration {it}"
             break
-    notes = ("prediction: pipelined time model replayed over each rank's dependency graph (one compute and one "
-             "collective at a time per rank; a receive waits for its send, a shared collective for every rank in it)",)
+    notes = ("prediction: pipelined time model replayed over each rank's dependency graph (one GPU compute "
+             "node, one CPU op and one collective or send at a time per rank, as ASTRA-sim runs them; a receive "
+             "waits for its send, a shared collective for every rank in it)",)
     return LoopResult(tuple(rows), tuple(efficiencies), best, stop, splits, bin_path, notes,
                       model_settings(simulator_model(splits, local_mem_bw_gbps, overlap=overlap)), objective)
 

@@ -38,6 +38,10 @@ def test_dlrm_collectives_and_cpu_time():
     assert [len(rc.collectives) for rc in d.rank_classes] == [8] * 8
     assert sorted(c.type for c in d.rank_classes[0].collectives) == ["ALL_REDUCE"] * 3 + ["ALL_TO_ALL"] * 5
     assert s.untyped_cpu_collectives == 0  # its c10d:: ops launched the NCCL kernels the converter typed
+    # the last all-reduce has another node id on every rank (1600, 1601, ... 1606): matched by order
+    ids = {max(n.id for n in cio.read_et(REAL / "param_dlrm8" / f"param_dlrm8.{r}.et.gz")[1]
+               if n.type == cio.pb.COMM_COLL_NODE) for r in range(8)}
+    assert len(ids) > 1 and not s.notes[0].startswith("rank")
     # the CPU ops dominate: ASTRA-sim ran this set for 23,175,293 ns at 100 GB/s (recorded run)
     p = predict(d, (100.0,), net, simulator_model(1, 1e9))
     assert p.time_ns == pytest.approx(23_175_293, rel=1e-3)

@@ -13,7 +13,9 @@ What the trace gives and what it does not:
 - kind: from the ``c10d::`` op's name;
 - size: from its tensor inputs (``[id, storage, offset, numel, itemsize, device]``): the input
   tensor's bytes (all-gather: the per-rank shard, reduce-scatter: the whole input);
-- peers of sends and receives: the ``dstRank``/``srcRank`` and ``tag`` arguments;
+- peers of sends and receives: the ``dstRank``/``srcRank`` and ``tag`` arguments (ranks of the
+  process group the op used, which are the global ranks on the default group; the op does not
+  record its group, see below);
 - group: the ``c10d::`` op records its process group only as ``<Object>``. The group is taken
   from the process groups in the rank's METADATA node: when the tensor sizes fix the group size
   (all-gather: output / input, reduce-scatter: input / output), the first-named group of that
