@@ -115,21 +115,51 @@ def tight_point(p: ConvexProblem, x: np.ndarray) -> np.ndarray:
     return x
 
 
+def _strictly_inside(p: ConvexProblem, x0: np.ndarray, recip_idx: np.ndarray) -> bool:
+    # Strictly inside by a margin: a guess on a bound up to round-off (an equal split that
+    # spends exactly the budget) leaves the interior-point method no room to move.
+    room = 1e-7 * (1.0 + np.abs(p.h) + np.abs(p.G) @ np.abs(x0))
+    return bool(np.all(x0[recip_idx] > 0) and np.all(p.G @ x0 < p.h - room)
+                and np.all(np.abs(p.E @ x0 - p.f) <= 1e-12 * (1.0 + np.abs(p.f))))
+
+
 def _starting_point(p: ConvexProblem, guesses: list[np.ndarray]) -> np.ndarray:
-    """A point strictly inside G x <= h with E x = f (used recip coordinates > 0); LP if no guess is."""
-    n = p.n
+    """A point strictly inside G x <= h with E x = f (used recip coordinates > 0), epigraph
+    coordinates at their class values (tight_point) wherever a guess allows it.
+
+    A guess strictly inside is taken as it is. A guess on the boundary (the fastest design of a
+    min-cost problem spends the whole --total-bw-max) is pulled toward the centre of the linear
+    constraints just far enough to be strictly inside: the time rows are convex, so a short pull
+    keeps a time target the guess meets; the centre alone may be far slower than the target."""
     recip_idx = np.flatnonzero(p.recip)
+    tight = []
     for x0 in guesses:
         x0 = np.asarray(x0, dtype=float)
-        # Strictly inside by a margin: a guess on a bound up to round-off (an equal split that
-        # spends exactly the budget) leaves the interior-point method no room to move.
-        room = 1e-7 * (1.0 + np.abs(p.h) + np.abs(p.G) @ np.abs(x0))
-        if (np.all(x0[recip_idx] > 0) and np.all(p.G @ x0 < p.h - room)
-                and np.all(np.abs(p.E @ x0 - p.f) <= 1e-12 * (1.0 + np.abs(p.f)))):
+        if _strictly_inside(p, x0, recip_idx):
             return x0
-    # max delta s.t. G x + delta * |G_i| <= h, x_j >= delta for coordinates a row divides by,
-    # E x = f, delta <= 1 (a Chebyshev-like centre).
-    used = np.flatnonzero(p.recip & (p.A.max(axis=0, initial=0.0) > 0))
+        if np.all(x0[recip_idx] >= 0) and np.all(np.isfinite(x0)):
+            tight.append(x0)
+    centre = _linear_centre(p)
+    for x0 in tight:
+        # Epigraph coordinates: as low as the guess's bandwidths allow (the guess may carry
+        # arbitrary values there), recomputed at every blend.
+        for lam in 0.5 ** np.arange(1, 41):
+            xb = (1.0 - lam) * x0 + lam * centre
+            xb = tight_point(p, xb) if np.all(xb[_used(p)] > 0) else xb
+            if np.all(np.isfinite(xb)) and _strictly_inside(p, xb, recip_idx):
+                return xb           # the largest pull that works: the most central start
+    return centre
+
+
+def _used(p: ConvexProblem) -> np.ndarray:
+    return np.flatnonzero(p.recip & (p.A.max(axis=0, initial=0.0) > 0))
+
+
+def _linear_centre(p: ConvexProblem) -> np.ndarray:
+    """max delta s.t. G x + delta * |G_i| <= h, x_j >= delta for coordinates a row divides by,
+    E x = f, delta <= 1 (a Chebyshev-like centre of the linear constraints)."""
+    n = p.n
+    used = _used(p)
     pos = np.zeros((used.shape[0], n))
     pos[np.arange(used.shape[0]), used] = -1.0
     Gs = np.vstack([p.G, pos])
@@ -215,6 +245,14 @@ class _Layout:
             self.Z = self.ZT = None
         self.z_unique = np.unique(p.class_z)
         self.free = np.flatnonzero(~p.recip)         # coordinates the dual must balance exactly
+        # Per coordinate, a linear row -g x_j <= h that bounds it from below only (or -1).
+        self.lower_row = np.full(n, -1)
+        if P:
+            single = (np.count_nonzero(p.G, axis=1) == 1)
+            for i in np.flatnonzero(single & (p.G.min(axis=1) < 0)).tolist():
+                j = int(np.flatnonzero(p.G[i])[0])
+                if self.lower_row[j] < 0:
+                    self.lower_row[j] = i
         self.ub: dict[int, float] = {}               # LP upper bounds of recip coordinates, lazily
         self._row_ub = None
         self._E_pinv_T = None
@@ -258,10 +296,10 @@ def solve(p: ConvexProblem, guesses: list[np.ndarray] | None = None, *, rel_gap:
     if run.status == 0:
         msg = "optimal: duality gap within tolerance"
     else:
-        msg = (f"not certified: the duality gap {run.gap:.1e} stayed above the tolerance (Newton step limit "
-               "or round-off)")
+        msg = (f"not certified: the relative duality gap {run.gap / _scale(run.primal):.1e} stayed above the "
+               f"tolerance {rel_gap:.0e} (Newton step limit or round-off)")
     if run.status == 0 and run.gap > rel_gap * _scale(run.primal):
-        msg = f"optimal to round-off: duality gap {run.gap:.1e} (asked {rel_gap:.0e})"
+        msg = f"optimal to round-off: relative duality gap {run.gap / _scale(run.primal):.1e} (asked {rel_gap:.0e})"
     return SolverResult(run.x, run.primal, run.dual, run.gap, run.status == 0, run.status, msg, run.steps,
                         time.perf_counter() - start)
 
@@ -650,6 +688,15 @@ def _dual_bound(p: ConvexProblem, lay: _Layout, x: np.ndarray, lam: np.ndarray, 
         return -math.inf
     for j in lay.ri.tolist():
         a, b = float(alpha[j]), float(beta[j])
+        if a < 0 and lay.lower_row[j] >= 0 and not math.isfinite(_upper_bound_cached(p, lay, j)):
+            # x_j has no upper bound (a coordinate no row needs once it is large): a negative a
+            # would make the bound -inf, but lowering the multiplier of x_j's own lower bound
+            # (a row -g x_j <= h_i) raises a, and any multipliers >= 0 give a valid bound.
+            i = int(lay.lower_row[j])
+            gi = -float(p.G[i, j])
+            dm = min(float(mu[i]), -a / gi)
+            a = 0.0 if dm < float(mu[i]) else a + gi * dm     # exactly 0 when the multiplier suffices
+            value += dm * float(p.h[i])
         if a >= 0:
             value += 2.0 * math.sqrt(a * b) if b > 0 else 0.0
         else:
@@ -676,6 +723,11 @@ def _upper_bound(p: ConvexProblem, j: int) -> float:
     bounds = [(0, None) if p.recip[i] else (None, None) for i in range(p.n)]
     res = linprog(c, A_ub=p.G if p.G.size else None, b_ub=p.h if p.G.size else None,
                   A_eq=p.E if p.E.size else None, b_eq=p.f if p.E.size else None, bounds=bounds, method="highs")
+    if res.status == 2:
+        # No point at all: the largest x_j is not +inf (which would read as "unbounded").
+        raise InfeasibleError("the constraints are infeasible: no bandwidth split satisfies all of them; relax one")
+    if res.status not in (0, 3):
+        raise LibraError(f"could not bound coordinate {j}: {res.message}")
     return float(-res.fun) if res.status == 0 else math.inf
 
 
