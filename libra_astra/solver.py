@@ -19,7 +19,10 @@ every row becomes linear, ``t_k >= A v + g``, and only those few two-variable co
 nonlinear; their largest feasible step is the root of a quadratic. On it runs a primal-dual
 interior-point method with Mehrotra's predictor-corrector, a second-order correction for the
 hyperbolic constraints, separate primal and dual step lengths and a wide-neighbourhood
-safeguard: 6-23 Newton systems for LIBRA-sized problems, 10-40 for 10,000 unmerged collectives. Each Newton system eliminates the K term
+safeguard: 6-23 Newton systems for LIBRA-sized problems, 10-40 for 10,000 unmerged collectives.
+With thousands of distinct terms, a merged surrogate (terms equal up to scale summed, a
+relaxation) is solved first and its bandwidths start the problem with v close to 1/x: from the
+equal split the method needed many short steps while the rows' bottleneck pattern moved. Each Newton system eliminates the K term
 variables in closed form (in a cancellation-free way, see :class:`_Newton`) and the equalities
 through a null-space basis, so a step costs O(M n^2) for M rows and n coordinates. If the
 primal-dual method ever fails to certify, damped Newton on the self-concordant barrier (a
@@ -50,6 +53,8 @@ _SHORT = 0.05       # a step shorter than this is retried with more centring
 _BACK = 0.7         # backtracking factor for the neighbourhood test
 _EARLY = 100.0      # try the certificate once u.y <= _EARLY * the gap asked for
 _V_MARGIN = 1.0     # start with x_j v_j = 1 + _V_MARGIN
+_V_WARM = 0.01      # ... from a surrogate's near-optimal bandwidths
+_SURROGATE = 1000   # terms from which a merged surrogate gives the start
 
 
 @dataclass(frozen=True)
@@ -185,6 +190,45 @@ def _linear_centre(p: ConvexProblem) -> np.ndarray:
     return res.x[:n]
 
 
+def _surrogate(p: ConvexProblem) -> ConvexProblem | None:
+    """Terms of one class whose rows are equal up to scale, merged into one (constants added):
+    max_m(W a_m v + sum_k g_km) <= sum_k max_m(s_k a_m v + g_km), with equality when the members'
+    bottleneck rows coincide. A relaxation close to the problem, used only for a starting point
+    (None if it would not be much smaller). Expects unit term weights."""
+    K = p.w.shape[0]
+    if K < _SURROGATE:
+        return None
+    M, n = p.A.shape
+    row_start = np.flatnonzero(np.r_[True, p.owner[1:] != p.owner[:-1]])
+    nrows = np.diff(np.r_[row_start, M])
+    scale = np.maximum.reduceat(p.A.max(axis=1), row_start)
+    scale = np.where(scale > 0, scale, 1.0)
+    An = np.round(p.A / scale[p.owner][:, None], 6)
+    key_of = np.empty(K, dtype=np.int64)
+    blocks = []                                    # (class, rows normalized, g summed, W)
+    for r in np.unique(nrows).tolist():
+        ks = np.flatnonzero(nrows == r)
+        idx = row_start[ks][:, None] + np.arange(r)[None, :]
+        flat = np.hstack([p.term_class[ks][:, None].astype(float), An[idx].reshape(len(ks), r * n)])
+        uniq, inv = np.unique(flat, axis=0, return_inverse=True)
+        inv = inv.ravel()
+        gsum = np.zeros((uniq.shape[0], r))
+        np.add.at(gsum, inv, p.g[idx])
+        W = np.bincount(inv, weights=scale[ks], minlength=uniq.shape[0])
+        key_of[ks] = inv + len(blocks)
+        for i in range(uniq.shape[0]):
+            blocks.append((int(uniq[i, 0]), uniq[i, 1:].reshape(r, n) * W[i], gsum[i]))
+    if len(blocks) * 4 > K:
+        return None
+    blocks.sort(key=lambda b: b[0])
+    A = np.vstack([b[1] for b in blocks])
+    g = np.concatenate([b[2] for b in blocks])
+    owner = np.repeat(np.arange(len(blocks)), [b[1].shape[0] for b in blocks])
+    tc = np.array([b[0] for b in blocks])
+    return ConvexProblem(p.c, p.recip, A, g, owner, np.ones(len(blocks)), tc, p.class_z, p.class_e,
+                         p.G, p.h, p.E, p.f)
+
+
 def _unit_weights(p: ConvexProblem) -> ConvexProblem:
     """The same problem in the variables w_k t_k. Merged terms carry weights up to ~1e9 with rows
     of ~1e-9; an interior-point method wants each term on the scale of its share of the objective."""
@@ -288,7 +332,19 @@ def solve(p: ConvexProblem, guesses: list[np.ndarray] | None = None, *, rel_gap:
     p = _unit_weights(p)
     lay = _Layout(p)
     x0 = _starting_point(p, guesses or [])
-    run = _primal_dual(p, lay, x0, rel_gap, min(max_newton, 100))
+    # Thousands of distinct terms: the primal-dual method needs many short steps to move their
+    # rows' activities from a far start. Solve a merged surrogate first (cheap), then start the
+    # problem from its bandwidths with v close to 1/x: two to six times fewer Newton steps.
+    steps0, margin = 0, _V_MARGIN
+    sur = _surrogate(p)
+    if sur is not None:
+        rs = _primal_dual(sur, _Layout(sur), _starting_point(sur, [x0]), 1e-4, min(max_newton, 100))
+        steps0 = rs.steps
+        xs = tight_point(p, rs.x)
+        if rs.status == 0 and np.all(np.isfinite(xs)) and _strictly_inside(p, xs, np.flatnonzero(p.recip)):
+            x0, margin = xs, _V_WARM
+    run = _primal_dual(p, lay, x0, rel_gap, min(max_newton, 100) - steps0, margin)
+    run.steps += steps0
     if run.status != 0 and max_newton > run.steps:
         # Rare: the primal-dual method stalled. Damped Newton is slower but monotone.
         fb = _barrier(p, lay, x0, rel_gap, max_newton - run.steps)
@@ -473,7 +529,7 @@ def _max_step(v: np.ndarray, dv: np.ndarray) -> float:
     return -1.0 / r if r < 0 else math.inf
 
 
-def _v_start(p: ConvexProblem, lay: _Layout, x: np.ndarray):
+def _v_start(p: ConvexProblem, lay: _Layout, x: np.ndarray, delta: float = _V_MARGIN):
     """(x, v, t): v a little above 1/x; t and z above their constraints by about the slack each
     has on the central path (objective / number of constraints). The margins shrink until the
     linear rows still hold (a time target binds the epigraph coordinates from above)."""
@@ -485,7 +541,6 @@ def _v_start(p: ConvexProblem, lay: _Layout, x: np.ndarray):
     z_tight[p.class_z] = -np.inf
     np.maximum.at(z_tight, p.class_z, np.bincount(cls, weights=w * tv, minlength=Q) + p.class_e)
     margin = max(abs(float(p.c @ z_tight)), 1e-3) / lay.nu_total
-    delta = _V_MARGIN
     for _ in range(40):
         v = (1.0 + delta) / x[lay.J]
         t = np.full(lay.K, -np.inf)
@@ -504,12 +559,13 @@ def _v_start(p: ConvexProblem, lay: _Layout, x: np.ndarray):
     raise LibraError("the time target cannot be met at the starting point; internal starting-point error")
 
 
-def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, max_iter: int) -> _Run:
+def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, max_iter: int,
+                 v_margin: float = _V_MARGIN) -> _Run:
     """Mehrotra predictor-corrector in (x, v, t), strictly feasible iterates."""
     J, om, o_phi = lay.J, lay.omega, lay.o_phi
     ri = lay.ri[x[lay.ri] > 0]          # an unused coordinate the equalities pin at 0 stays there
     m = lay.nu_total
-    x, v, t = _v_start(p, lay, x)
+    x, v, t = _v_start(p, lay, x, v_margin)
     y = _slacks(p, lay, x, v, t)
     u = om * (max(abs(float(p.c @ x)), 1e-3) / m) / y
     best = _Run(x.copy(), math.inf, -math.inf, 1, 0)
