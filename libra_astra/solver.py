@@ -20,9 +20,10 @@ nonlinear; their largest feasible step is the root of a quadratic. On it runs a 
 interior-point method with Mehrotra's predictor-corrector, a second-order correction for the
 hyperbolic constraints, separate primal and dual step lengths and a wide-neighbourhood
 safeguard: 6-23 Newton systems for LIBRA-sized problems, 10-40 for 10,000 unmerged collectives.
-With thousands of distinct terms, a merged surrogate (terms equal up to scale summed, a
-relaxation) is solved first and its bandwidths start the problem with v close to 1/x: from the
-equal split the method needed many short steps while the rows' bottleneck pattern moved. Each Newton system eliminates the K term
+With thousands of distinct terms not certified after a few steps, a merged surrogate (terms
+equal up to scale summed, a relaxation) is solved and its bandwidths restart the problem with v
+close to 1/x: from the equal split the method needs many short steps while the rows' bottleneck
+pattern moves (80 Newton steps for 10,000 pipelined collectives on 8 dimensions, 35 this way). Each Newton system eliminates the K term
 variables in closed form (in a cancellation-free way, see :class:`_Newton`) and the equalities
 through a null-space basis, so a step costs O(M n^2) for M rows and n coordinates. If the
 primal-dual method ever fails to certify, damped Newton on the self-concordant barrier (a
@@ -54,7 +55,8 @@ _BACK = 0.7         # backtracking factor for the neighbourhood test
 _EARLY = 100.0      # try the certificate once u.y <= _EARLY * the gap asked for
 _V_MARGIN = 1.0     # start with x_j v_j = 1 + _V_MARGIN
 _V_WARM = 0.01      # ... from a surrogate's near-optimal bandwidths
-_SURROGATE = 1000   # terms from which a merged surrogate gives the start
+_SURROGATE = 2000   # terms from which a merged surrogate may give a second start
+_COLD = 15          # ... after this many Newton steps from the first start
 
 
 @dataclass(frozen=True)
@@ -332,19 +334,24 @@ def solve(p: ConvexProblem, guesses: list[np.ndarray] | None = None, *, rel_gap:
     p = _unit_weights(p)
     lay = _Layout(p)
     x0 = _starting_point(p, guesses or [])
-    # Thousands of distinct terms: the primal-dual method needs many short steps to move their
-    # rows' activities from a far start. Solve a merged surrogate first (cheap), then start the
-    # problem from its bandwidths with v close to 1/x: two to six times fewer Newton steps.
-    steps0, margin = 0, _V_MARGIN
-    sur = _surrogate(p)
+    limit = min(max_newton, 100)
+    many = p.w.shape[0] >= _SURROGATE
+    run = _primal_dual(p, lay, x0, rel_gap, min(limit, _COLD) if many else limit)
+    sur = _surrogate(p) if many and run.status != 0 else None
+    if many and run.status != 0 and sur is None:
+        run = _Run.merge(run, _primal_dual(p, lay, x0, rel_gap, limit - run.steps))
     if sur is not None:
-        rs = _primal_dual(sur, _Layout(sur), _starting_point(sur, [x0]), 1e-4, min(max_newton, 100))
-        steps0 = rs.steps
+        # Thousands of distinct terms, not certified after a few steps: from a far start the
+        # method needs many short steps while the rows' bottleneck pattern moves. Solve the merged
+        # surrogate (cheap), then restart from its bandwidths with v close to 1/x.
+        rs = _primal_dual(sur, _Layout(sur), _starting_point(sur, [x0]), 1e-4, limit)
         xs = tight_point(p, rs.x)
         if rs.status == 0 and np.all(np.isfinite(xs)) and _strictly_inside(p, xs, np.flatnonzero(p.recip)):
-            x0, margin = xs, _V_WARM
-    run = _primal_dual(p, lay, x0, rel_gap, min(max_newton, 100) - steps0, margin)
-    run.steps += steps0
+            second = _primal_dual(p, lay, xs, rel_gap, max(limit - run.steps - rs.steps, 1), _V_WARM)
+        else:
+            second = _primal_dual(p, lay, x0, rel_gap, max(limit - run.steps - rs.steps, 1))
+        run = _Run.merge(run, second)
+        run.steps += rs.steps
     if run.status != 0 and max_newton > run.steps:
         # Rare: the primal-dual method stalled. Damped Newton is slower but monotone.
         fb = _barrier(p, lay, x0, rel_gap, max_newton - run.steps)
