@@ -21,13 +21,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from libra_astra.constraints import parse_constraint
-from libra_astra.cost import cost_from_dict
-from libra_astra.demand import Demand, RankClass, make_collective
+from libra_astra.optimize.constraints import parse_constraint
+from libra_astra.model.cost import cost_from_dict
+from libra_astra.demand.types import Demand, RankClass, make_collective
 from libra_astra.errors import LibraError
-from libra_astra.network import network_from_dict
-from libra_astra.optimize import Constraints, Workload, optimize
-from libra_astra.timing import LIBRA, TimeModel, collective_rows
+from libra_astra.model.network import network_from_dict
+from libra_astra.optimize.optimizer import Constraints, Workload, optimize
+from libra_astra.timing.model import LIBRA, TimeModel, collective_rows
 
 EXAMPLES = int(os.environ.get("LIBRA_PROPERTY_EXAMPLES", "3"))
 MIB = 2 ** 20

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize_scalar
 
-from libra_astra.constraints import parse_constraint
-from libra_astra.cost import cost_from_dict, load_cost
-from libra_astra.demand import make_collective, single_class
+from libra_astra.optimize.constraints import parse_constraint
+from libra_astra.model.cost import cost_from_dict, load_cost
+from libra_astra.demand.types import make_collective, single_class
 from libra_astra.errors import LibraError
-from libra_astra.network import load_network, network_from_dict
-from libra_astra.optimize import Constraints, Workload, evaluate, optimize
-from libra_astra.timing import LIBRA, TimeModel
-from libra_astra.trace_demand import demand_from_traces
+from libra_astra.model.network import load_network, network_from_dict
+from libra_astra.optimize.optimizer import Constraints, Workload, evaluate, optimize
+from libra_astra.timing.model import LIBRA, TimeModel
+from libra_astra.demand.from_traces import demand_from_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 COST = cost_from_dict({"name": "t", "unit_prices_usd_per_gbps": {

@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from libra_astra import solver
+from libra_astra.optimize import solver
 from libra_astra.errors import LibraError
-from libra_astra.solver import ConvexProblem, solve, term_values, tight_point, unbounded_coordinates
+from libra_astra.optimize.solver import ConvexProblem, solve, term_values, tight_point, unbounded_coordinates
 
 
 def problem(A, c, *, g=None, owner=None, w=None, term_class=None, class_z=None, class_e=None, recip=None,
@@ -256,11 +256,11 @@ def test_surrogate_start_is_a_relaxation_and_changes_nothing(monkeypatch):
     # Thousands of distinct terms not certified after a few steps restart from a merged
     # surrogate's optimum: the surrogate is a relaxation (its optimum is below the problem's),
     # and the certified optimum is the same with or without it.
-    from libra_astra import synthetic
-    from libra_astra.cost import cost_from_dict
-    from libra_astra.network import network_from_dict
-    from libra_astra.problem import Constraints, Workload, build_problem
-    from libra_astra.timing import TimeModel
+    from libra_astra.demand import synthetic
+    from libra_astra.model.cost import cost_from_dict
+    from libra_astra.model.network import network_from_dict
+    from libra_astra.optimize.problem import Constraints, Workload, build_problem
+    from libra_astra.timing.model import TimeModel
 
     net = network_from_dict({"name": "s", "dimensions": [
         {"name": f"d{i}", "topology": "Ring", "npus": 4, "latency_ns": 300.0 * (i + 1), "cost_class": "x"}

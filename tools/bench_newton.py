@@ -32,11 +32,13 @@ import time
 import types
 from pathlib import Path
 
-from libra_astra import solver, synthetic
-from libra_astra.cost import load_cost
-from libra_astra.network import load_network, network_from_dict
-from libra_astra.problem import Constraints, Workload, build_problem
-from libra_astra.timing import TimeModel
+from libra_astra.demand import synthetic
+
+from libra_astra.optimize import solver
+from libra_astra.model.cost import load_cost
+from libra_astra.model.network import load_network, network_from_dict
+from libra_astra.optimize.problem import Constraints, Workload, build_problem
+from libra_astra.timing.model import TimeModel
 
 ROOT = Path(__file__).resolve().parent.parent
 FAMILIES = {
@@ -58,16 +60,24 @@ def network(dims: int):
 
 
 def solver_at(rev: str):
-    """libra_astra/solver.py at a git revision, loaded as a module (None if git cannot show it)."""
-    try:
-        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:libra_astra/solver.py"],
-                             capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
+    """The solver module at a git revision (before or after the package moved it), loaded as a
+    module (None if git cannot show it)."""
+    src = None
+    for path in ("libra_astra/optimize/solver.py", "libra_astra/solver.py"):
+        try:
+            src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"],
+                                 capture_output=True, text=True, check=True).stdout
+            break
+        except (OSError, subprocess.CalledProcessError):
+            continue
+    if src is None:
         return None
     name = f"solver_{rev}"
     mod = types.ModuleType(name)
     sys.modules[name] = mod
-    exec(compile(src.replace("from .errors import", "from libra_astra.errors import"), name, "exec"), mod.__dict__)
+    src = src.replace("from ..errors import", "from libra_astra.errors import")
+    src = src.replace("from .errors import", "from libra_astra.errors import")
+    exec(compile(src, name, "exec"), mod.__dict__)
     return mod
 
 

@@ -40,11 +40,11 @@ import scipy.sparse as sp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_newton import FAMILIES, network  # noqa: E402
 
-from libra_astra import synthetic  # noqa: E402
-from libra_astra.cost import load_cost  # noqa: E402
-from libra_astra.network import network_from_dict  # noqa: E402
-from libra_astra.optimize import Constraints, Workload, evaluate, optimize  # noqa: E402
-from libra_astra.timing import collective_rows  # noqa: E402
+from libra_astra.demand import synthetic  # noqa: E402
+from libra_astra.model.cost import load_cost  # noqa: E402
+from libra_astra.model.network import network_from_dict  # noqa: E402
+from libra_astra.optimize.optimizer import Constraints, Workload, evaluate, optimize  # noqa: E402
+from libra_astra.timing.model import collective_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = ("CLARABEL", "ECOS")

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from .. import chakra_io as cio
+from ..traces import chakra_io as cio
 from ..errors import LibraError
-from ..fileio import check_writable, write_text_atomic
+from ..files import check_writable, write_text_atomic
 from .dlrm import dlrm_plan
 from .placement import Layout
 from .program import COLL, COMP, RECV, SEND, Op, Plan
@@ -131,7 +131,8 @@ class _ProgramEncoder:
         return b"".join(parts)
 
 
-def generate(spec: str | Path | Mapping[str, Any], out_prefix: str | Path, overwrite: bool = False) -> GeneratedTraces:
+def generate(spec: str | Path | Mapping[str, Any], out_prefix: str | Path, overwrite: bool = False,
+             on_progress: Callable[[int, int], None] | None = None) -> GeneratedTraces:
     """Write ``out_prefix.{rank}.et`` for every rank (and ``out_prefix.groups.json`` if needed).
 
     Parameters
@@ -139,6 +140,7 @@ def generate(spec: str | Path | Mapping[str, Any], out_prefix: str | Path, overw
     spec : path of a spec YAML file, or the parsed mapping.
     out_prefix : path prefix of the outputs; its directory is created if missing.
     overwrite : replace existing files; otherwise an existing output raises LibraError.
+    on_progress : called as ``on_progress(ranks_written, ranks)`` after each file.
 
     Raises
     ------
@@ -183,6 +185,8 @@ def generate(spec: str | Path | Mapping[str, Any], out_prefix: str | Path, overw
             data = enc.encode(r)
         write_text_atomic(path, data, overwrite)
         total += len(data)
+        if on_progress is not None:
+            on_progress(r + 1, n)
     if groups_path is not None:
         cio.write_comm_groups(groups_path, groups, overwrite)
 
