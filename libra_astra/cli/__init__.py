@@ -10,6 +10,7 @@ from :mod:`.options`, output helpers from :mod:`.format`) and add one ``main.add
 from .app import main
 from .astra import emit_command, simulate_command
 from .demand import demand_command
+from .doctor import doctor_command
 from .generate import generate_command
 from .loop import loop_command
 from .optimize import optimize_command, pareto_command
@@ -24,5 +25,6 @@ main.add_command(simulate_command)
 main.add_command(loop_command)
 main.add_command(show_command)
 main.add_command(plot_command)
+main.add_command(doctor_command)
 
 __all__ = ["main"]
