@@ -172,18 +172,21 @@ def _replay(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel)
                 s.setdefault(v, []).append((c, u))
         syncs.append(s)
     states: list[_ClassState | None] = [None] * k
-    # Waits only lengthen times, so Jacobi sweeps from zero settle after as many sweeps as the
-    # longest chain of cross-class waits (plus one to see nothing change).
+    # Waits only lengthen times, so sweeps from zero settle after at most as many sweeps as the
+    # longest chain of cross-class waits (plus one to see nothing change). Each class is
+    # replayed with the other classes' latest states (Gauss-Seidel): a pipeline whose classes
+    # come in stage order then settles in a few sweeps instead of one per stage.
     for _ in range(2 + sum(len(w) + len(s) for w, s in zip(waits, syncs))):
-        new: list[_ClassState | None] = []
+        changed = False
         for ci, rc in enumerate(classes):
             if rc.dag is None:
                 comp, comm = class_time_ns(rc, bw_gbps, net, model)
-                new.append(_ClassState([comp + comm], [None], [0.0], [None], comp))
+                new = _ClassState([comp + comm], [None], [0.0], [None], comp)
             else:
-                new.append(_replay_class(rc, ci, coll_ns[ci], preds[ci], waits[ci], syncs[ci], states))
-        changed = any(a is None or a.finish != b.finish or a.ready != b.ready for a, b in zip(states, new))
-        states = new
+                new = _replay_class(rc, ci, coll_ns[ci], preds[ci], waits[ci], syncs[ci], states)
+            old = states[ci]
+            changed = changed or old is None or old.finish != new.finish or old.ready != new.ready
+            states[ci] = new
         if not changed:
             break
     return _Replay(tuple(s.finish for s in states), tuple(s.cause for s in states),
