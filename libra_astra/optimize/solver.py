@@ -23,7 +23,7 @@ safeguard: 6-23 Newton systems for LIBRA-sized problems, 10-40 for 10,000 unmerg
 With thousands of distinct terms not certified after a few steps, a merged surrogate (terms
 equal up to scale summed, a relaxation) is solved and its bandwidths restart the problem with v
 close to 1/x: from the equal split the method needs many short steps while the rows' bottleneck
-pattern moves (80 Newton steps for 10,000 pipelined collectives on 8 dimensions, 35 this way). Each Newton system eliminates the K term
+pattern moves (80 Newton steps for 10,000 pipelined collectives on 8 dimensions, 51 this way). Each Newton system eliminates the K term
 variables in closed form (in a cancellation-free way, see :class:`_Newton`) and the equalities
 through a null-space basis, so a step costs O(M n^2) for M rows and n coordinates. If the
 primal-dual method ever fails to certify, damped Newton on the self-concordant barrier (a
