@@ -150,6 +150,7 @@ _C = [
           "the rank prints finished but no Wall/CPU/GPU/Comm statistics", "nothing to fix", False),
     Check("gloo-cpu-collectives", NOTE, "{n} collectives recorded as CPU ops ({examples})",
           "replays them for their recorded duration: no traffic is simulated",
-          "type them as collectives (the converter only types NCCL kernels)", False),
+          "type them as collectives: --type-cpu-collectives on demand, optimize, loop (the converter only "
+          "types NCCL kernels)", False),
 ]
 CHECKS: dict[str, Check] = {c.code: c for c in _C}
