@@ -351,6 +351,7 @@ def _register() -> None:
     main.add_command(demand_command, "demand")
     main.add_command(emit_command, "emit")
     main.add_command(simulate_command, "simulate")
+    __import__("libra_astra.cli_search").cli_search.register(main)
 
 
 _register()
