@@ -110,14 +110,15 @@ def _model(kind: str, splits: int, local_mem_bw: float, overlap: bool) -> TimeMo
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds per simulation.")
 @click.option("--scheduler", help="Address of an existing Dask scheduler [default: a local cluster].")
 @click.option("--workers", type=click.IntRange(min=1), help="Local worker processes [default: min(2, cores)].")
+@click.option("--in-process", is_flag=True, help="One in-process local worker with threads (light; no processes).")
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Output directory (ranked.csv, pareto.csv, search.json, plots, simulations).")
 @click.option("--force", is_flag=True, help="Replace the results in an existing output directory.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress line.")
 def search_command(spec_path, npus, cost_path, catalog_path, total_bw, total_bw_max, budget, time_target, objective,
                    blocks, max_dims, sp, micro_batches, hbm_gb, optimizer_bytes, model_kind, splits, local_mem_bw,
-                   overlap, top, max_evals, time_limit, n_sim, binary, timeout, scheduler, workers, out_dir, force,
-                   quiet):
+                   overlap, top, max_evals, time_limit, n_sim, binary, timeout, scheduler, workers, in_process, out_dir,
+                   force, quiet):
     """Search network shape, building blocks, parallelization and placement, with exact bandwidths.
 
     Every candidate's bandwidth per dimension comes from the exact optimizer; proven lower bounds
@@ -148,7 +149,8 @@ def search_command(spec_path, npus, cost_path, catalog_path, total_bw, total_bw_
                      catalog_path or _default_catalog(cost_path), objective, cons,
                      _model(model_kind, splits, local_mem_bw, overlap), names, max_dims, sp, micro_batches,
                      hbm_gb * 1e9, optimizer_bytes, top, max_evals, time_limit, n_sim, binary, timeout,
-                     local_mem_bw, scheduler, workers, out, force, progress, on_note=lambda m: echo(m, err=True))
+                     local_mem_bw, scheduler, workers, out, force, progress, on_note=lambda m: echo(m, err=True),
+                     threads=in_process)
     progress.end()
     driver.print_report(res, echo)
 
@@ -160,9 +162,10 @@ def search_command(spec_path, npus, cost_path, catalog_path, total_bw, total_bw_
 @click.option("--astra-sim", "binary", type=click.Path(dir_okay=False), help="ASTRA-sim binary [default: $ASTRA_SIM_BIN].")
 @click.option("--scheduler", help="Address of an existing Dask scheduler [default: a local cluster].")
 @click.option("--workers", type=click.IntRange(min=1), help="Local worker processes [default: min(2, cores)].")
+@click.option("--in-process", is_flag=True, help="One in-process local worker with threads (light; no processes).")
 @click.option("--force", is_flag=True, help="Replace the results in an existing output directory.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress line.")
-def sweep_command(sweep_file, out_dir, binary, scheduler, workers, force, quiet):
+def sweep_command(sweep_file, out_dir, binary, scheduler, workers, in_process, force, quiet):
     """Run a grid of workloads x networks x bandwidth/budget x objectives through optimize.
 
     \b
@@ -176,7 +179,7 @@ def sweep_command(sweep_file, out_dir, binary, scheduler, workers, force, quiet)
         raise LibraError(f"{out}: holds an earlier sweep (sweep.json); choose another -o or pass --force")
     progress = _Progress(quiet)
     res = sweep.run_file(sweep_file, out, binary=binary, scheduler=scheduler, workers=workers, overwrite=force,
-                         on_progress=progress)
+                         threads=in_process, on_progress=progress)
     progress.end()
     sweep.print_table(res, click.echo)
 

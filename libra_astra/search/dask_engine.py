@@ -36,7 +36,7 @@ def cluster(address: str | None = None, workers: int | None = None, threads: boo
     n = workers or min(2, os.cpu_count() or 1)
     kw = dict(n_workers=1, threads_per_worker=n, processes=False) if threads else \
         dict(n_workers=n, threads_per_worker=1, processes=True)
-    lc = LocalCluster(dashboard_address=None, silence_logs=40, **kw)
+    lc = LocalCluster(dashboard_address=":0", silence_logs=40, **kw)
     client = Client(lc)
     try:
         yield client

@@ -81,7 +81,7 @@ def programs_for(base: TraceSpec, par: Parallelization) -> Programs:
     got = _PROGRAMS.get(key)
     if got is None:
         from .upstream import Dimension
-        n = base.net.npus_count
+        n = par.tp * par.pp * par.dp
         flat = Network("flat", (Dimension("d0", "Ring", n),))
         order = [(a, (0,)) for a in ("tp", "pp", "dp") if par.degrees()[a] > 1]
         got = prepare(candidate_spec(base, flat, par, order))

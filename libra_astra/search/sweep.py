@@ -186,7 +186,9 @@ def print_table(rows: list[dict], echo: Callable[[str], None]) -> None:
             echo(f"{Path(r['workload']).name:<28} {Path(r['network']).stem:<22} skipped: {r.get('note', '')}")
             continue
         sim = r.get("simulated_ns")
-        echo(f"{Path(r['workload']).parent.name + '/' + Path(r['workload']).name:<28} {Path(r['network']).stem:<22} "
-             f"{r['total_bw_gbps'] or '-':>7} {r['budget_usd'] or '-':>10} {r['objective']:<14} "
-             f"{r['time_ns'] / 1e6:>9.4f} ms {r['cost_usd']:>12,.0f} {r['bandwidth_gbps']:<24} "
-             f"{(f'{sim / 1e6:.4f} ms' if sim else '-'):>12} {(f'{r['sim_error']:+.3%}' if sim else '-'):>8}")
+        sim_t = f"{sim / 1e6:.4f} ms" if sim else "-"
+        err = f"{r['sim_error']:+.3%}" if sim else "-"
+        name = Path(r["workload"]).parent.name + "/" + Path(r["workload"]).name
+        echo(f"{name:<28} {Path(r['network']).stem:<22} {r['total_bw_gbps'] or '-':>7} {r['budget_usd'] or '-':>10} "
+             f"{r['objective']:<14} {r['time_ns'] / 1e6:>9.4f} ms {r['cost_usd']:>12,.0f} {r['bandwidth_gbps']:<24} "
+             f"{sim_t:>12} {err:>8}")
