@@ -141,11 +141,14 @@ def longest_paths(programs: dict, collective_bytes, total_bw_gbps: float | None)
 
 
 def collective_chains(programs: dict) -> list[PathSummary]:
-    """Per stage program, its chain of collectives (no compute)."""
+    """Per stage program, its chain of collectives (no compute); identical chains once."""
+    seen = set()
     out = []
     for s in sorted(programs):
-        c = Counter((op.coll, op.size_bytes, op.axis) for op in programs[s] if op.kind == COLL)
-        out.append(PathSummary("collective chain", 0.0, tuple(sorted(c.items()))))
+        c = tuple(sorted(Counter((op.coll, op.size_bytes, op.axis) for op in programs[s] if op.kind == COLL).items()))
+        if c not in seen:  # the middle stages of a pipeline have the same chain
+            seen.add(c)
+            out.append(PathSummary("collective chain", 0.0, c))
     return out
 
 

@@ -121,7 +121,7 @@ def run_point(pt: Point, cost_path: str, model: TimeModel, sim: bool, binary: st
             spec = load_spec(pt.workload)
             if tuple(spec.net.npus_per_dim) != net.npus_per_dim:
                 raise LibraError(f"{pt.workload}: the spec places its groups on shape {list(spec.net.npus_per_dim)}, "
-                                 f"network {pt.network} has {list(net.npus_per_dim)}; skipped")
+                                 f"network {pt.network} has {list(net.npus_per_dim)}; pair it with a network of that shape")
             demand = demand_from_spec(spec, net, labels=False)
         cons = Constraints(pt.total_bw, pt.upper, pt.budget)
         r = optimize([Workload(demand)], net, cost, objective=pt.objective, constraints=cons, model=model,
@@ -182,13 +182,13 @@ def print_table(rows: list[dict], echo: Callable[[str], None]) -> None:
     echo(f"{'workload':<28} {'network':<22} {'bw':>7} {'budget':>10} {'objective':<14} {'time':>12} {'cost':>12} "
          f"{'GB/s per dim':<24} {'simulated':>12} {'error':>8}")
     for r in rows:
+        name = Path(r["workload"]).parent.name + "/" + Path(r["workload"]).name
         if r["status"] != "ok":
-            echo(f"{Path(r['workload']).name:<28} {Path(r['network']).stem:<22} skipped: {r.get('note', '')}")
+            echo(f"{name:<28} {Path(r['network']).stem:<22} skipped: {r.get('note', '')}")
             continue
         sim = r.get("simulated_ns")
         sim_t = f"{sim / 1e6:.4f} ms" if sim else "-"
         err = f"{r['sim_error']:+.3%}" if sim else "-"
-        name = Path(r["workload"]).parent.name + "/" + Path(r["workload"]).name
         echo(f"{name:<28} {Path(r['network']).stem:<22} {r['total_bw_gbps'] or '-':>7} {r['budget_usd'] or '-':>10} "
              f"{r['objective']:<14} {r['time_ns'] / 1e6:>9.4f} ms {r['cost_usd']:>12,.0f} {r['bandwidth_gbps']:<24} "
              f"{sim_t:>12} {err:>8}")
