@@ -116,18 +116,24 @@ def longest_paths(programs: dict, collective_bytes, total_bw_gbps: float | None)
     if total_bw_gbps:
         alphas.append(("bytes path", 1.0 / total_bw_gbps))
     cb = [collective_bytes(*c) if c is not None else 0.0 for c in coll]
-    for name, alpha in alphas:
-        w = [a + alpha * b for a, b in zip(wc, cb)]
-        dist = [0.0] * len(preds)
-        arg = [-1] * len(preds)
-        for v in order:
-            best, who = 0.0, -1
-            for u in preds[v]:
-                if dist[u] > best or who < 0:
-                    best, who = dist[u], u
-            dist[v] = best + w[v]
-            arg[v] = who
-        end = max(range(len(dist)), key=dist.__getitem__) if dist else -1
+    n = len(preds)
+    # both weightings in one pass: (compute only, compute + alpha * bytes)
+    alpha = alphas[-1][1]
+    d0, d1 = [0.0] * n, [0.0] * n
+    a0, a1 = [-1] * n, [-1] * n
+    for v in order:
+        b0 = b1 = 0.0
+        w0 = w1 = -1
+        for u in preds[v]:
+            if w0 < 0 or d0[u] > b0:
+                b0, w0 = d0[u], u
+            if w1 < 0 or d1[u] > b1:
+                b1, w1 = d1[u], u
+        d0[v] = b0 + wc[v]
+        d1[v] = b1 + wc[v] + alpha * cb[v]
+        a0[v], a1[v] = w0, w1
+    for (name, _), dist, arg in zip(alphas, (d0, d1), (a0, a1)):
+        end = max(range(n), key=dist.__getitem__) if n else -1
         comp = 0.0
         colls: Counter = Counter()
         v = end
