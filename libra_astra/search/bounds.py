@@ -20,6 +20,10 @@ lower bound on the constrained optimum, and so is the largest of them. For time 
 sum p S. For min-cost with a time target T: the path needs sum S/(kB) <= T - C(P), so the cost is
 at least (sum sqrt(p S))^2 / (k (T - C(P))), and a path whose compute exceeds T is infeasible.
 
+In the simulator-matching model a collective's bottleneck row also holds the hop latency of
+every dimension it uses (ring steps x hops per step x latency per hop), a constant the path adds
+to the sum form.
+
 Paths used: the longest compute-only path, the longest path with each collective weighted by its
 bytes over the total bandwidth (both found once per parallelization), and each rank class's
 collective chain (the generator chains a rank's collectives in issue order).
@@ -32,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from .upstream import COLL, COMP, RECV, SEND, Constraints
+from .upstream import COLL, COMP, RECV, SEND, Constraints, ring_steps
 
 TIME_BOUNDS = ("compute path", "bytes path", "collective chain")
 
@@ -167,37 +171,52 @@ def path_traffic(path: PathSummary, traffic, num_dims: int) -> list[float]:
     return tot
 
 
-def bound(objective: str, paths: Sequence[tuple[str, float, Sequence[float]]], prices: Sequence[float],
+def path_ring_steps(path: PathSummary, participants, num_dims: int) -> list[float]:
+    """Per dimension, the ring steps the path's collectives take there (``participants(axis)``)."""
+    tot = [0.0] * num_dims
+    for (kind, _size, axis), cnt in path.colls:
+        for d, p in enumerate(participants(axis)):
+            tot[d] += ring_steps(kind, p) * cnt
+    return tot
+
+
+def path_latency_ns(steps: Sequence[float], hop_ns: Sequence[float]) -> float:
+    """Hop latency the path's collectives pay at least: in the simulator-matching model a collective's
+    bottleneck row holds the latency of every dimension it uses (steps x hops per step x latency)."""
+    return sum(s * h for s, h in zip(steps, hop_ns))
+
+
+def bound(objective: str, paths: Sequence[tuple[str, float, Sequence[float], float]], prices: Sequence[float],
           cons: Constraints, splits: int, c_min: float = 0.0) -> tuple[float, str]:
     """(lower bound on the candidate's objective, name of the path that gives it); inf = infeasible.
 
-    ``paths``: (name, compute_ns, per-dimension traffic S) of each path (see :func:`path_traffic`)."""
+    ``paths``: (name, compute_ns, per-dimension traffic S, latency_ns) of each path (see
+    :func:`path_traffic`, :func:`path_latency_ns`; latency 0 for a model without latency)."""
     k = float(splits)
     best, name = 0.0, "none"
     W, U = cons.total_bw_gbps, cons.budget_usd
-    for pname, comp, S in paths:
+    for pname, comp, S, lat in paths:
         total = sum(S)
         if objective == "perf":
-            comm = 0.0
+            comm = lat
             if W:
                 root = sum(math.sqrt(x) for x in S)
-                comm = max(total / W, root * root / (k * W))
+                comm = max(total / W, root * root / (k * W) + lat)
             if U:
                 pS = [p * x for p, x in zip(prices, S)]
                 root = sum(math.sqrt(x) for x in pS)
-                comm = max(comm, sum(pS) / U, root * root / (k * U))
+                comm = max(comm, sum(pS) / U, root * root / (k * U) + lat)
             val = comp + comm
         else:
             pS = [p * x for p, x in zip(prices, S)]
             root = sum(math.sqrt(x) for x in pS)
-            cc = max(sum(pS), root * root / k)
             if objective == "perf-per-cost":
-                val = comp * c_min + cc
+                val = max(comp * c_min + sum(pS), (comp + lat) * c_min + root * root / k)
             else:  # min-cost
-                room = (cons.time_target_ns or math.inf) - comp
-                if room <= 0:
+                T = cons.time_target_ns or math.inf
+                if T - comp - lat <= 0:
                     return math.inf, pname
-                val = cc / room
+                val = max(sum(pS) / (T - comp), root * root / (k * (T - comp - lat)))
         if val > best:
             best, name = val, pname
     return best, name

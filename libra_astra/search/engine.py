@@ -180,6 +180,7 @@ def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
     cands: list[Candidate] = []
     transformer = isinstance(spec.model, TransformerModel)
     priced = bnd.needs_prices(problem.objective, problem.constraints)
+    with_lat = problem.model.kind == "pipelined" and problem.model.latency and problem.model.efficiency is None
     placement_cache: dict = {}
     for shape in shapes:
         nb_all = len(st.blocks) ** len(shape)
@@ -223,20 +224,23 @@ def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
                         t = traffic_cache[key] = hierarchical_traffic_bytes(kind, float(size), parts[axis])
                     return t
 
-                path_s = [(ps.name, ps.compute_ns, bnd.path_traffic(ps, traffic, len(shape))) for ps in info.paths]
-                fixed = None if priced else bnd.bound(problem.objective, path_s, (), problem.constraints,
-                                                      problem.model.splits)
+                D = len(shape)
+                path_s = [(ps.name, ps.compute_ns, bnd.path_traffic(ps, traffic, D),
+                           bnd.path_ring_steps(ps, parts.__getitem__, D) if with_lat else [0.0] * D)
+                          for ps in info.paths]
                 for blocks in _product(keep):
-                    if fixed is None:
-                        pkey = (shape, blocks)
-                        prices = prices_cache.get(pkey)
-                        if prices is None:
-                            net = cat.network(shape, blocks, levels)
-                            prices = prices_cache[pkey] = problem.cost.price_usd_per_gbps(net)
-                        lb, name = bnd.bound(problem.objective, path_s, prices, problem.constraints,
-                                             problem.model.splits, bnd.min_cost_usd(prices, problem.constraints))
-                    else:
-                        lb, name = fixed
+                    pkey = (shape, blocks)
+                    prices = prices_cache.get(pkey)
+                    if prices is None:
+                        net = cat.network(shape, blocks, levels)
+                        prices = prices_cache[pkey] = (problem.cost.price_usd_per_gbps(net) if priced else (),
+                                                       [(2.0 if dm.topology == "Switch" else 1.0) * dm.latency_ns
+                                                        for dm in net.dims])
+                    price, hop_ns = prices
+                    paths_b = [(nm, comp, S, bnd.path_latency_ns(steps, hop_ns)) for nm, comp, S, steps in path_s]
+                    lb, name = bnd.bound(problem.objective, paths_b, price, problem.constraints,
+                                         problem.model.splits, bnd.min_cost_usd(price, problem.constraints)
+                                         if priced else 0.0)
                     cands.append(Candidate(shape, blocks, levels, p, order, lb, name))
     cands.sort(key=lambda c: c.bound)
     return Space(tuple(cands), counts, memory)

@@ -7,7 +7,7 @@ the imports together means a change of module layout touches only this file.
 from __future__ import annotations
 
 from ..astra.emit import emit
-from ..collectives import hierarchical_traffic_bytes
+from ..collectives import hierarchical_traffic_bytes, ring_steps
 from ..astra.run import resolve_binary, simulate
 from ..cost import CostModel, UnitPrices, load_cost
 from ..demand import Collective, Dag, Demand, RankClass, default_hops
@@ -31,7 +31,7 @@ __all__ = [
     "InfeasibleError", "Layout", "LibraError", "Network", "OBJECTIVES", "OptimizeResult", "Parallel", "Plan",
     "RECV", "RankClass", "ResNet50Model", "SEND", "TOPOLOGIES", "TimeModel", "TraceSpec", "TransformerModel",
     "UnitPrices", "Workload", "WorkloadRef", "assign_groups", "build_plan", "check_writable", "default_hops",
-    "demand_from_traces", "emit", "generate", "group_label", "hierarchical_traffic_bytes", "load_cost", "load_network", "load_spec", "load_yaml",
+    "demand_from_traces", "emit", "generate", "group_label", "hierarchical_traffic_bytes", "load_cost", "ring_steps", "load_network", "load_spec", "load_yaml",
     "make_collective", "optimize", "p2p_collective", "p2p_dims", "place_axes", "predict", "resolve_binary",
     "simulate", "simulator_model", "write_json_atomic", "write_text_atomic",
 ]
