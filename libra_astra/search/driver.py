@@ -66,7 +66,10 @@ def run(spec: TraceSpec, spec_path: str, npus: int, cost: CostModel, catalog_pat
                                           spec_path, binary, local_mem_bw, timeout, overwrite))
             try:
                 for i, f in enumerate(futs):
-                    sims[i] = f.result()
+                    try:
+                        sims[i] = f.result()
+                    except LibraError as e:
+                        notes.append(f"simulation of design {i + 1} failed: {e}")
             except KeyboardInterrupt:
                 notes.append("interrupted during simulation; simulated designs so far kept")
     summary = _summary(problem, st, res, spec_path, catalog_path, t_enum)
