@@ -22,13 +22,13 @@ from typing import Callable, Sequence
 
 from .astra.emit import emit
 from .astra.run import resolve_binary, simulate
-from .cost import CostModel
-from .design import Design, WorkloadRef
+from .model.cost import CostModel
+from .optimize.design import Design, WorkloadRef
 from .errors import LibraError
-from .network import Network
-from .optimize import Constraints, Workload, optimize
-from .predict import predict
-from .timing import TimeModel, simulator_model
+from .model.network import Network
+from .optimize.optimizer import Constraints, Workload, optimize
+from .timing.predict import predict
+from .timing.model import TimeModel, simulator_model
 
 
 @dataclass(frozen=True)
@@ -78,15 +78,16 @@ class LoopResult:
         }
 
 
-def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Network, cost: CostModel, *,
+def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
              out_dir: str | Path, objective: str = "perf", constraints: Constraints = Constraints(),
              binary: str | None = None, splits: int = 1, local_mem_bw_gbps: float = 1e9, calibrate: int = 0,
              probe: float = 1.25, min_gain: float = 1e-3, timeout_s: float = 3600.0, overwrite: bool = False,
              overlap: bool = True,
              on_event: Callable[[str], None] = lambda _msg: None) -> LoopResult:
     """Run the closed loop; see the module docstring. ``on_event`` receives progress lines."""
-    if len(workloads) != len(refs) or not workloads:
+    if not workloads:
         raise LibraError("the loop needs at least one workload")
+    refs = tuple(WorkloadRef.of(w) for w in workloads)
     for ref in refs:
         if ref.traces is None and ref.demand is None:
             raise LibraError(f"workload {ref.name!r} has neither traces nor a demand file to emit")
@@ -100,7 +101,7 @@ def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Ne
     def run_design(iteration: int, name: str, bw: Sequence[float], model: TimeModel) -> LoopRow:
         bw = tuple(float(b) for b in bw)
         design = Design(f"{name}-it{iteration}", net, bw, objective, model.kind, 0.0,
-                        cost.network_cost_usd(net, bw), tuple(refs))
+                        cost.network_cost_usd(net, bw), refs)
         sim_total = pred_total = 0.0
         dirs = []
         for w, ref in zip(workloads, refs):
@@ -153,8 +154,8 @@ def run_loop(workloads: Sequence[Workload], refs: Sequence[WorkloadRef], net: Ne
                 best = row
             stop = f"simulated time improved by less than {min_gain:.1%} at iteration {it}"
             break
-    notes = ("prediction: pipelined time model replayed over each rank's dependency graph "
-             "(one compute and one collective at a time); cross-rank waiting is not modelled",)
+    notes = ("prediction: pipelined time model replayed over each rank's dependency graph (one compute and one "
+             "collective at a time per rank; a receive waits for its send, a shared collective for every rank in it)",)
     return LoopResult(tuple(rows), tuple(efficiencies), best, stop, splits, bin_path, notes)
 
 

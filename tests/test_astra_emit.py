@@ -9,13 +9,13 @@ import pytest
 import yaml
 from chakra.schema.protobuf import et_def_pb2 as pb
 
-from libra_astra import chakra_io as cio
+from libra_astra.traces import chakra_io as cio
 from libra_astra.astra import emit
 from libra_astra.astra.logical import Splitter, progression_split_points
-from libra_astra.demand import Dag, RankClass, Demand, demand_to_dict, make_collective, single_class
-from libra_astra.design import Design, WorkloadRef, design_to_dict
+from libra_astra.demand.types import Dag, RankClass, Demand, demand_to_dict, make_collective, single_class
+from libra_astra.optimize.design import Design, WorkloadRef, design_to_dict
 from libra_astra.errors import LibraError
-from libra_astra.network import network_from_dict
+from libra_astra.model.network import network_from_dict
 
 GIB = 2**30
 GB_PER_GIB = 2**30 / 1e9
@@ -194,7 +194,7 @@ def test_demand_participants_split_larger_group_innermost():
     net = net_of(("Ring", 8, 0.0), ("Switch", 4, 0.0))
     tp = make_collective("ALL_REDUCE", 1e6, [4, 1])
     dp = make_collective("ALL_REDUCE", 1e6, [2, 4])
-    from libra_astra.astra.workload import plan_for_demand
+    from libra_astra.astra.logical import plan_for_demand
     lnet = plan_for_demand(net, [10.0, 5.0], single_class("x", [8, 4], 0.0, [dp, tp]))
     assert [(d.npus, d.stride) for d in lnet.dims] == [(4, 1), (2, 4), (4, 1)]
     assert lnet.run_for(0, 4) == (0,) and lnet.run_for(0, 2) == (1,) and lnet.run_for(0, 8) == (0, 1)
@@ -325,7 +325,7 @@ def test_demand_synthesis_chain_counts_and_partial_split(tmp_path):
 def test_demand_synthesis_dag_and_p2p(tmp_path):
     net = net_of(("Ring", 4, 0.0))
     c = make_collective("ALL_REDUCE", 4096, [4])
-    from libra_astra.demand import Collective
+    from libra_astra.demand.types import Collective
     p2p = Collective("P2P", 512, (2,), (512.0,), (1,), algorithm="p2p")
     rc = RankClass(3000.0, (c, p2p), dag=Dag((("comp", 1000.0), ("coll", 0), ("comp", 2000.0), ("coll", 1)),
                                              ((0, 2), (1, 2), (2, 3))))
@@ -350,7 +350,7 @@ def test_demand_rank_classes_must_cover_every_npu(tmp_path):
 
 def test_flat_ring_collective_approximated_per_dimension(tmp_path):
     net = net_of(("Ring", 4, 0.0), ("Switch", 2, 0.0))
-    from libra_astra.demand import Collective
+    from libra_astra.demand.types import Collective
     flat = Collective("ALL_REDUCE", 600.0, (3, 1), (400.0, 0.0), (4, 0), algorithm="flat_ring")
     emit(demand_design(tmp_path, net, [10.0, 10.0], single_class("x", [4, 2], 0.0, [flat])), tmp_path / "run")
     (node,) = read_rank(tmp_path / "run", "w", 0)
@@ -360,8 +360,8 @@ def test_flat_ring_collective_approximated_per_dimension(tmp_path):
 
 
 def test_manifest_records_the_prediction_for_the_emitted_settings(tmp_path):
-    from libra_astra.predict import predict
-    from libra_astra.timing import TimeModel
+    from libra_astra.timing.predict import predict
+    from libra_astra.timing.model import TimeModel
 
     net = net_of(("Ring", 4, 500.0), ("Switch", 4, 700.0))
     c = make_collective("ALL_REDUCE", 2**26, (4, 4), net=net)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
@@ -11,11 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 from libra_astra.astra import emit, simulate
-from libra_astra.cli_astra import emit_command, simulate_command
-from libra_astra.demand import demand_to_dict, make_collective, single_class
-from libra_astra.design import Design, WorkloadRef, design_to_dict
+from libra_astra.cli.astra import emit_command, simulate_command
+from libra_astra.demand.types import demand_to_dict, make_collective, single_class
+from libra_astra.optimize.design import Design, WorkloadRef, design_to_dict
 from libra_astra.errors import LibraError
-from libra_astra.network import network_from_dict
+from libra_astra.model.network import network_from_dict
 
 FIXTURES = Path(__file__).parent / "fixtures" / "astra"
 
@@ -30,33 +29,6 @@ def run_dir(tmp_path):
     (tmp_path / "design.json").write_text(json.dumps(design_to_dict(design)))
     emit(design, tmp_path / "run")
     return tmp_path / "run"
-
-
-@pytest.fixture
-def fake(tmp_path, monkeypatch):
-    """A stand-in simulator: checks its inputs exist, prints a recorded stdout/stderr, exits with a code."""
-    exe = tmp_path / "fake_astra"
-    exe.write_text(
-        f"#!{sys.executable}\n"
-        "import os, sys, time\n"
-        "args = dict(a[2:].split('=', 1) for a in sys.argv[1:])\n"
-        "assert os.path.isfile(args['workload-configuration'] + '.0.et'), 'no workload'\n"
-        "assert os.path.isdir(os.path.dirname(args['logging-folder'])), 'no logging parent'\n"
-        "time.sleep(float(os.environ.get('FAKE_SLEEP', '0')))\n"
-        "sys.stdout.write(open(os.environ['FAKE_STDOUT']).read())\n"
-        "err = os.environ.get('FAKE_STDERR')\n"
-        "sys.stderr.write(open(err).read() if err else '')\n"
-        "sys.exit(int(os.environ.get('FAKE_CODE', '0')))\n")
-    exe.chmod(0o755)
-
-    def use(stdout: str, code: int = 0, stderr: str | None = None, sleep: float = 0.0) -> str:
-        monkeypatch.setenv("FAKE_STDOUT", str(FIXTURES / stdout))
-        monkeypatch.setenv("FAKE_CODE", str(code))
-        monkeypatch.setenv("FAKE_SLEEP", str(sleep))
-        if stderr:
-            monkeypatch.setenv("FAKE_STDERR", str(FIXTURES / stderr))
-        return str(exe)
-    return use
 
 
 def test_missing_binary(run_dir, monkeypatch):

@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-from libra_astra import chakra_io as cio
+from libra_astra.traces import chakra_io as cio
 from libra_astra.astra import emit, simulate
-from libra_astra.demand import Collective, Dag, Demand, RankClass, demand_to_dict, make_collective, single_class
-from libra_astra.design import Design, WorkloadRef
-from libra_astra.network import network_from_dict
+from libra_astra.demand.types import Collective, Dag, Demand, RankClass, demand_to_dict, make_collective, single_class
+from libra_astra.optimize.design import Design, WorkloadRef
+from libra_astra.model.network import network_from_dict
 
 BIN = os.environ.get("ASTRA_SIM_BIN", "")
 pytestmark = [

@@ -6,12 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from libra_astra.constraints import parse_constraint
-from libra_astra.cost import cost_from_dict
-from libra_astra.demand import demand_from_dict
-from libra_astra.design import design_from_dict
+from libra_astra.optimize.constraints import parse_constraint
+from libra_astra.model.cost import cost_from_dict
+from libra_astra.demand.types import demand_from_dict
+from libra_astra.optimize.design import design_from_dict
 from libra_astra.errors import LibraError
-from libra_astra.network import network_from_dict
+from libra_astra.model.network import network_from_dict
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 70), st.floats(allow_nan=True),
                     st.text(max_size=12), st.sampled_from(["Ring", "Switch", "ALL_REDUCE", "P2P", "flat_ring"]))
@@ -100,8 +100,8 @@ def test_corrupted_trace_files(tmp_path_factory, data):
     import shutil
     from pathlib import Path
 
-    from libra_astra.network import load_network
-    from libra_astra.trace_demand import demand_from_traces
+    from libra_astra.model.network import load_network
+    from libra_astra.demand.from_traces import demand_from_traces
 
     root = Path(__file__).resolve().parents[1]
     src = root / "traces/dlrm_16"

@@ -5,7 +5,7 @@ import pytest
 from chakra.schema.protobuf import et_def_pb2 as pb
 from chakra.src.third_party.utils import protolib
 
-from libra_astra import chakra_io as cio
+from libra_astra.traces import chakra_io as cio
 from libra_astra.errors import LibraError
 
 
@@ -109,7 +109,7 @@ def test_write_et_never_overwrites_unless_asked(tmp_path):
 
 
 def test_comm_groups_round_trip_and_format(tmp_path):
-    from libra_astra.groups import load_comm_groups
+    from libra_astra.demand.groups import load_comm_groups
 
     p = cio.write_comm_groups(tmp_path / "g.json", {2: [7, 6], 1: [3, 1, 2]})
     assert json.loads(p.read_text()) == {"1": [1, 2, 3], "2": [6, 7]}

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from libra_astra import synthetic
+from libra_astra.demand import synthetic
 from libra_astra.cli import main
-from libra_astra.demand import demand_to_dict
-from libra_astra.design import load_design
-from libra_astra.network import load_network
+from libra_astra.demand.types import demand_to_dict
+from libra_astra.optimize.design import load_design
+from libra_astra.model.network import load_network
 
 CONFIGS = Path(__file__).resolve().parent.parent / "network_configs"
 NET = str(CONFIGS / "paper_3d.yml")

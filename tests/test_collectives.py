@@ -2,10 +2,10 @@
 
 import pytest
 
-from libra_astra import collectives as coll
-from libra_astra.demand import make_collective
+from libra_astra.model import collectives as coll
+from libra_astra.demand.types import make_collective
 from libra_astra.errors import LibraError
-from libra_astra.network import network_from_dict
+from libra_astra.model.network import network_from_dict
 
 # Ring 4 x Switch 2 x FullyConnected 3 = 24 NPUs; NPU id = a0 + 4 * (a1 + 2 * a2).
 NET = network_from_dict({"name": "t", "dimensions": [
@@ -113,6 +113,6 @@ def test_collective_errors():
     with pytest.raises(LibraError, match=r"^empty communicator group$"):
         coll.group_participation(NET, [])
     with pytest.raises(LibraError, match=r"^NPUs 5 and 5 are the same NPU$"):
-        coll.lowest_differing_dim(NET, 5, 5)
+        NET.lowest_differing_dim(5, 5)
     with pytest.raises(LibraError, match=r"NPU id 24 out of range 0\.\.23"):
         coll.group_participation(NET, [0, 24])

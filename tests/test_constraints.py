@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from libra_astra.constraints import LinearConstraint, load_constraints_file, parse_constraint, parse_constraints
+from libra_astra.optimize.constraints import LinearConstraint, load_constraints_file, parse_constraint, parse_constraints
 from libra_astra.errors import LibraError
-from libra_astra.network import load_network
+from libra_astra.model.network import load_network
 
 NET = load_network(Path(__file__).resolve().parent.parent / "network_configs" / "paper_3d.yml")  # package, node, pod
 

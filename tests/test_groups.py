@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from libra_astra import groups as grp
+from libra_astra.demand import groups as grp
 from libra_astra.errors import LibraError
-from libra_astra.network import Dimension, Network
+from libra_astra.model.network import Dimension, Network
 
 
 def net_of(*dims):

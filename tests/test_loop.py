@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from libra_astra.cli import main, load_workloads
-from libra_astra.cost import load_cost
-from libra_astra.demand import make_collective, single_class
+from libra_astra.cli import main
+from libra_astra.demand.workload import load_workloads
+from libra_astra.model.cost import load_cost
+from libra_astra.demand.types import make_collective, single_class
 from libra_astra.loop import run_loop
-from libra_astra.network import load_network, network_from_dict
-from libra_astra.optimize import Constraints
-from libra_astra.design import WorkloadRef
-from libra_astra.timing import TimeModel, collective_time_ns
+from libra_astra.model.network import load_network, network_from_dict
+from libra_astra.optimize.optimizer import Constraints
+from libra_astra.optimize.design import WorkloadRef
+from libra_astra.timing.model import TimeModel, collective_time_ns
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = os.environ.get("ASTRA_SIM_BIN", "")
@@ -40,8 +41,8 @@ SAMPLES = [
 def test_loop_on_sample_predicts_within_2_percent_and_beats_equal_bw(tmp_path, prefix, network, splits):
     net = load_network(ROOT / network)
     cost = load_cost(ROOT / "network_configs/cost.yml")
-    workloads, refs = load_workloads((str(ROOT / prefix),), (), (), net, None)
-    res = run_loop(workloads, refs, net, cost, out_dir=tmp_path / "loop", constraints=Constraints(total_bw_gbps=400),
+    workloads = load_workloads((str(ROOT / prefix),), (), (), net, None)
+    res = run_loop(workloads, net, cost, out_dir=tmp_path / "loop", constraints=Constraints(total_bw_gbps=400),
                    binary=BIN, splits=splits)
     rows = {r.name: r for r in res.rows}
     assert set(rows) == {"optimized", "EqualBW", "TrafficProportional"}
@@ -66,8 +67,8 @@ def test_loop_on_sample_predicts_within_2_percent_and_beats_equal_bw(tmp_path, p
 @pytest.mark.parametrize("splits", [1, 4])
 def test_single_collective_predicted_within_2_percent(tmp_path, dims, kind, parts, splits):
     from libra_astra.astra import emit, simulate
-    from libra_astra.demand import demand_to_dict
-    from libra_astra.design import Design
+    from libra_astra.demand.types import demand_to_dict
+    from libra_astra.optimize.design import Design
 
     net = network_from_dict({"name": "n", "dimensions": [
         {"name": f"d{i}", "topology": t, "npus": n, "latency_ns": lat} for i, (t, n, lat) in enumerate(dims)]})
@@ -111,9 +112,9 @@ def test_loop_cli_writes_summary_and_keeps_every_run(tmp_path):
 @pytest.mark.parametrize("splits", [1, 4])
 def test_synthesized_random_demand_predicted_within_2_percent(tmp_path, splits):
     from libra_astra.astra import emit, simulate
-    from libra_astra.demand import demand_to_dict
-    from libra_astra.design import Design
-    from libra_astra.synthetic import random_demand
+    from libra_astra.demand.types import demand_to_dict
+    from libra_astra.optimize.design import Design
+    from libra_astra.demand.synthetic import random_demand
 
     net = network_from_dict({"name": "x", "dimensions": [
         {"name": "a", "topology": "Ring", "npus": 4, "latency_ns": 300},
@@ -132,7 +133,7 @@ def test_synthesized_random_demand_predicted_within_2_percent(tmp_path, splits):
 
 def test_collective_shared_by_two_classes_is_predicted_closely(tmp_path):
     from libra_astra.astra import emit, simulate
-    from libra_astra.design import Design
+    from libra_astra.optimize.design import Design
     from test_overlap import shared_collective_traces
 
     net = network_from_dict({"name": "n", "dimensions": [{"name": "a", "topology": "Ring", "npus": 4,

@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from libra_astra.cost import cost_from_dict, load_cost
+from libra_astra.model.cost import cost_from_dict, load_cost
 from libra_astra.errors import LibraError
-from libra_astra.network import dump_network, load_network, network_from_dict
+from libra_astra.model.network import dump_network, load_network, network_from_dict
 
 CONFIGS = Path(__file__).resolve().parent.parent / "network_configs"
 

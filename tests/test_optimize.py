@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize, minimize_scalar
 
-from libra_astra.constraints import parse_constraint
-from libra_astra.cost import cost_from_dict
-from libra_astra.demand import Demand, make_collective, scaled, single_class
+from libra_astra.optimize.constraints import parse_constraint
+from libra_astra.model.cost import cost_from_dict
+from libra_astra.demand.types import Demand, make_collective, scaled, single_class
 from libra_astra.errors import LibraError
-from libra_astra.network import network_from_dict
-from libra_astra.optimize import Constraints, Workload, evaluate, optimize, pareto
-from libra_astra.timing import LIBRA, TimeModel
+from libra_astra.model.network import network_from_dict
+from libra_astra.optimize.optimizer import Constraints, Workload, evaluate, optimize, pareto
+from libra_astra.timing.model import LIBRA, TimeModel
 
 MIB = 2 ** 20
 COST = cost_from_dict({"name": "t", "unit_prices_usd_per_gbps": {

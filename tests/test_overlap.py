@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize_scalar
 
-from libra_astra.cost import cost_from_dict, load_cost
-from libra_astra.demand import Dag, Demand, RankClass, make_collective
-from libra_astra.network import load_network, network_from_dict
-from libra_astra.optimize import Constraints, Workload, evaluate, optimize
-from libra_astra.predict import critical_paths, predict
-from libra_astra.timing import TimeModel, collective_time_ns
-from libra_astra.trace_demand import demand_from_traces
+from libra_astra.model.cost import cost_from_dict, load_cost
+from libra_astra.demand.types import Dag, Demand, RankClass, make_collective
+from libra_astra.model.network import load_network, network_from_dict
+from libra_astra.optimize.optimizer import Constraints, Workload, evaluate, optimize
+from libra_astra.timing.predict import critical_paths, predict
+from libra_astra.timing.model import TimeModel, collective_time_ns
+from libra_astra.demand.from_traces import demand_from_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,7 +104,7 @@ def test_min_cost_with_overlap_meets_the_target_at_the_cheapest_grid_point():
 
 
 def test_receives_wait_for_the_sending_class_and_paths_cross_classes():
-    from libra_astra.demand import Collective, demand_from_dict, demand_to_dict
+    from libra_astra.demand.types import Collective, demand_from_dict, demand_to_dict
 
     send = Collective("P2P", 2**28, (1, 1), (0.0, float(2**28)), (0, 2), algorithm="p2p")
     stage0 = RankClass(5e6, (send,), 8, dag=Dag(nodes=(("comp", 5e6), ("coll", 0)), deps=((0, 1),)))
@@ -159,7 +159,7 @@ def test_pipeline_stages_with_the_same_program_become_separate_classes(tmp_path)
 def shared_collective_traces(path):
     """Ranks 0-3 compute 10 us, all-reduce with everyone, then compute 100 us; ranks 4-7 compute
     50 us, the same all-reduce, then 10 us. The all-reduce starts when ranks 4-7 are ready."""
-    from libra_astra import chakra_io as cio
+    from libra_astra.traces import chakra_io as cio
 
     for r in range(8):
         first, second = (10, 100) if r < 4 else (50, 10)

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from libra_astra.cli import main
-from libra_astra.demand import demand_from_dict
+from libra_astra.demand.types import demand_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from libra_astra.cli import main
-from libra_astra.cost import load_cost
+from libra_astra.model.cost import load_cost
 from libra_astra.errors import LibraError
-from libra_astra.network import Network, Dimension
-from libra_astra.optimize import Constraints
+from libra_astra.model.network import Dimension, Network
+from libra_astra.optimize.problem import Constraints
 from libra_astra.search.catalog import catalog_from_dict, load_catalog
 from libra_astra.search.dask_engine import Runner, cluster
 from libra_astra.search.engine import Settings, enumerate_space, run_search
@@ -21,7 +21,7 @@ from libra_astra.search.evaluate import Candidate, Problem, evaluate, evaluate_c
 from libra_astra.search.memory import transformer_memory
 from libra_astra.search.results import pareto_front, write_results
 from libra_astra.search.space import factorizations, parallelizations, placements
-from libra_astra.timing import simulator_model
+from libra_astra.timing.model import simulator_model
 from libra_astra.tracegen import load_spec
 from libra_astra.tracegen.placement import place_axes
 

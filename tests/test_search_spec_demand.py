@@ -4,9 +4,10 @@ from dataclasses import replace
 
 import pytest
 
-from libra_astra.network import Dimension, Network
+from libra_astra.model.network import Dimension, Network
 from libra_astra.search.spec_demand import demand_from_spec, prepare
-from libra_astra.trace_demand import default_groups_path, demand_from_traces
+from libra_astra.demand.from_traces import demand_from_traces
+from libra_astra.traces.files import default_groups_path
 from libra_astra.tracegen import generate, load_spec, spec_from_dict
 
 

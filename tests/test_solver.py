@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from libra_astra import solver
+from libra_astra.optimize import solver
 from libra_astra.errors import LibraError
-from libra_astra.solver import ConvexProblem, solve, term_values, tight_point, unbounded_coordinates
+from libra_astra.optimize.solver import ConvexProblem, solve, term_values, tight_point, unbounded_coordinates
 
 
 def problem(A, c, *, g=None, owner=None, w=None, term_class=None, class_z=None, class_e=None, recip=None,

@@ -2,10 +2,10 @@
 
 import pytest
 
-from libra_astra.demand import Collective, Demand, RankClass, make_collective
+from libra_astra.demand.types import Collective, Demand, RankClass, make_collective
 from libra_astra.errors import LibraError
-from libra_astra.network import network_from_dict
-from libra_astra.timing import LIBRA, TimeModel, collective_rows, collective_time_ns, demand_time
+from libra_astra.model.network import network_from_dict
+from libra_astra.timing.model import LIBRA, TimeModel, collective_rows, collective_time_ns, demand_time
 
 GIB = 2 ** 30
 
@@ -20,7 +20,7 @@ def ring4_switch4(lat0: float, lat1: float):
 # Measured on ASTRA-sim (analytical, congestion unaware): Ring 4 x Switch 4, one 1 GiB all-reduce
 # over all 16 NPUs, bandwidths as written in its YAML (GiB/s), times in ms. Columns: ideal
 # (latency 0, local-mem-bw huge) k = 1, 4, 16, 64; realistic (latency 500 / 700 ns,
-# local-mem-bw 1600) k = 1, 4. Source: docs/astra-sim.md.
+# local-mem-bw 1600) k = 1, 4. tools/validate_sim.py repeats such comparisons against $ASTRA_SIM_BIN.
 REFERENCE = [
     ((100, 100), (18.750, 15.000, 15.000, 15.000), (20.649, 16.522)),
     ((200, 50), (15.000, 9.375, 7.969, 7.618), (16.899, 10.167)),

@@ -9,10 +9,12 @@ import pytest
 from chakra.schema.protobuf import et_def_pb2 as pb
 from chakra.src.third_party.utils.protolib import encodeMessage
 
-from libra_astra import chakra_io as cio
+from libra_astra.traces import chakra_io as cio
 from libra_astra.errors import LibraError
-from libra_astra.trace import (TraceReader, find_rank_files, is_trace_prefix, parse_pg_metadata, rank_files,
-                               topological_order)
+from libra_astra.traces.files import find_rank_files, is_trace_prefix, rank_files
+from libra_astra.traces.graph import topological_order
+from libra_astra.traces.process_groups import parse_pg_metadata
+from libra_astra.traces.reader import TraceReader
 
 
 def encode(nodes, version="1"):

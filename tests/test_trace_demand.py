@@ -9,12 +9,12 @@ import pytest
 from chakra.schema.protobuf import et_def_pb2 as pb
 from click.testing import CliRunner
 
-from libra_astra import chakra_io as cio
-from libra_astra.cli_demand import demand_command
-from libra_astra.demand import Dag, demand_from_dict, demand_to_dict, load_demand
+from libra_astra.traces import chakra_io as cio
+from libra_astra.cli.demand import demand_command
+from libra_astra.demand.types import Dag, demand_from_dict, demand_to_dict, load_demand
 from libra_astra.errors import LibraError
-from libra_astra.network import Dimension, Network, dump_network
-from libra_astra.trace_demand import demand_from_traces
+from libra_astra.model.network import Dimension, Network, dump_network
+from libra_astra.demand.from_traces import demand_from_traces
 
 # Ring 4 (dim 0) x Switch 2 (dim 1): rank r sits at (r % 4, r // 4)
 NET = Network("n8", (Dimension("row", "Ring", 4, 100.0), Dimension("col", "Switch", 2, 200.0)))

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from libra_astra import chakra_io as cio
+from libra_astra.traces import chakra_io as cio
 from libra_astra.errors import LibraError
 from libra_astra.tracegen import generate, load_spec
 from libra_astra.tracegen.cli import generate_command

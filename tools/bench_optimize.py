@@ -43,11 +43,12 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import minimize
 
-from libra_astra import solver, synthetic
-from libra_astra.cost import load_cost
-from libra_astra.network import load_network
-from libra_astra.problem import Constraints, Workload, build_problem
-from libra_astra.timing import TimeModel
+from libra_astra.optimize import solver
+from libra_astra.demand import synthetic
+from libra_astra.model.cost import load_cost
+from libra_astra.model.network import load_network
+from libra_astra.optimize.problem import Constraints, Workload, build_problem
+from libra_astra.timing.model import TimeModel
 
 ROOT = Path(__file__).resolve().parent.parent
 PREV_COMMIT = "a286c21"

@@ -22,13 +22,15 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from libra_astra.cost import load_cost  # noqa: E402
-from libra_astra.optimize import Constraints, Workload, optimize  # noqa: E402
+from libra_astra.model.cost import load_cost  # noqa: E402
+from libra_astra.demand.workload import Workload  # noqa: E402
+from libra_astra.optimize.optimizer import optimize  # noqa: E402
+from libra_astra.optimize.problem import Constraints  # noqa: E402
 from libra_astra.search.catalog import load_catalog  # noqa: E402
 from libra_astra.search.engine import Settings, enumerate_space, run_search  # noqa: E402
 from libra_astra.search.evaluate import Problem, candidate_spec, evaluate_chunk, programs_for  # noqa: E402
 from libra_astra.search.spec_demand import demand_from_spec  # noqa: E402
-from libra_astra.timing import TimeModel, simulator_model  # noqa: E402
+from libra_astra.timing.model import TimeModel, simulator_model  # noqa: E402
 from libra_astra.tracegen import load_spec  # noqa: E402
 
 

@@ -30,8 +30,8 @@ from pathlib import Path
 from chakra.schema.protobuf import et_def_pb2 as pb
 from chakra.src.third_party.utils import protolib
 
-from libra_astra import chakra_io as cio
-from libra_astra.network import Dimension, Network, dump_network
+from libra_astra.traces import chakra_io as cio
+from libra_astra.model.network import Dimension, Network, dump_network
 
 
 def bare_parse(paths: list[Path]) -> int:
@@ -122,8 +122,8 @@ def peak_rss_mib(code: str) -> float:
     return int(res.stdout.strip().splitlines()[-1]) / 1024.0
 
 
-PRELUDE = ("from libra_astra.network import load_network\n"
-           "from libra_astra.trace_demand import demand_from_traces\n")
+PRELUDE = ("from libra_astra.model.network import load_network\n"
+           "from libra_astra.demand.from_traces import demand_from_traces\n")
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the (large) parent process
 RSS = ("print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:')))\n")
 
@@ -133,7 +133,7 @@ def rank_paths(prefix: Path, n: int) -> list[Path]:
 
 
 def bench_set(label: str, prefix: Path, net: Network, groups: Path | None, n_ranks: int) -> None:
-    from libra_astra.trace_demand import demand_from_traces
+    from libra_astra.demand.from_traces import demand_from_traces
 
     paths = rank_paths(prefix, n_ranks)
     size_mb = sum(p.stat().st_size for p in paths) / 1e6

@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from libra_astra.cost import load_cost
-from libra_astra.network import load_network
-from libra_astra.optimize import Constraints, Workload, optimize
-from libra_astra.synthetic import gpt3_demand, resnet50_demand
+from libra_astra.model.cost import load_cost
+from libra_astra.model.network import load_network
+from libra_astra.optimize.optimizer import Constraints, Workload, optimize
+from libra_astra.demand.synthetic import gpt3_demand, resnet50_demand
 
 ROOT = Path(__file__).resolve().parents[1]
 

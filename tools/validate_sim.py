@@ -15,14 +15,14 @@ import tempfile
 from pathlib import Path
 
 from libra_astra.astra import emit, simulate
-from libra_astra.cli import load_workloads
-from libra_astra.cost import load_cost
-from libra_astra.demand import demand_to_dict, make_collective, single_class
-from libra_astra.design import Design, WorkloadRef
+from libra_astra.demand.workload import load_workloads
+from libra_astra.model.cost import load_cost
+from libra_astra.demand.types import demand_to_dict, make_collective, single_class
+from libra_astra.optimize.design import Design, WorkloadRef
 from libra_astra.loop import run_loop
-from libra_astra.network import load_network, network_from_dict
-from libra_astra.optimize import Constraints
-from libra_astra.timing import TimeModel, collective_time_ns
+from libra_astra.model.network import load_network, network_from_dict
+from libra_astra.optimize.optimizer import Constraints
+from libra_astra.timing.model import TimeModel, collective_time_ns
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = [
@@ -57,9 +57,9 @@ def main() -> int:
     print(f"{'sample':<15} {'k':>2} {'design':<20} {'predicted ns':>14} {'simulated ns':>14} {'error':>8}")
     for name, prefix, network in SAMPLES:
         net = load_network(ROOT / network)
-        workloads, refs = load_workloads((str(ROOT / prefix),), (), (), net, None)
+        workloads = load_workloads((str(ROOT / prefix),), (), (), net, None)
         for k in (1, 4):
-            res = run_loop(workloads, refs, net, cost, out_dir=base / f"{name}-k{k}",
+            res = run_loop(workloads, net, cost, out_dir=base / f"{name}-k{k}",
                            constraints=Constraints(total_bw_gbps=args.total_bw), binary=binary, splits=k,
                            overwrite=True)
             for r in res.rows:

@@ -5,7 +5,7 @@ The emitted directory, built in a temporary sibling and renamed into place::
     DIR/network.yml         topology, npus_count, bandwidth (GiB/s, see below), latency (ns per hop)
     DIR/system.json         ring collectives, one chunk in flight per dimension, localBWAware
     DIR/memory.json         {"memory-type": "NO_MEMORY_EXPANSION"}
-    DIR/workload/NAME.r.et  one Chakra ET file per NPU (rewritten traces or synthesized, workload.py)
+    DIR/workload/NAME.r.et  one Chakra ET file per NPU (rewrite.py from traces, synthesize.py from a demand)
     DIR/comm_groups.json    only if some communicator group must stay a flat ring
     DIR/manifest.json       design, versions, logical network, settings, command line, notes
     DIR/run.sh              the simulator command, runnable by hand from anywhere
@@ -45,22 +45,20 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .. import __version__
-from .. import chakra_io as cio
-from ..demand import Demand, load_demand
-from ..design import Design, WorkloadRef, design_to_dict, load_design
+from ..traces import chakra_io as cio
+from ..demand.types import Demand, load_demand
+from ..optimize.design import Design, WorkloadRef, design_to_dict, load_design
 from ..errors import LibraError
-from ..fileio import read_json
-from ..groups import load_comm_groups
-from ..predict import predict
-from ..timing import simulator_model
-from ..trace_demand import demand_from_traces
-from .logical import LogicalNetwork
-from .workload import WorkloadStats, plan_for_demand, plan_for_groups, rewrite_traces, synthesize
+from ..demand.groups import load_comm_groups
+from ..timing.predict import predict
+from ..timing.model import simulator_model
+from ..demand.from_traces import demand_from_traces
+from .logical import LogicalNetwork, plan_for_demand, plan_for_groups
+from .manifest import BINARY_ENV, DEFAULT_BINARY, Manifest, SimulatorCall, write_manifest
+from .rewrite import rewrite_traces
+from .stats import WorkloadStats
+from .synthesize import synthesize
 
-MANIFEST_FORMAT = "libra_astra.astra_run"
-MANIFEST_VERSION = 1
-DEFAULT_BINARY = "AstraSim_Analytical_Congestion_Unaware"
-BINARY_ENV = "ASTRA_SIM_BIN"
 SCHEDULING_POLICIES = ("LIFO", "FIFO")
 
 
@@ -180,40 +178,7 @@ def _workload_notes(source: str, lnet: LogicalNetwork, stats: WorkloadStats, spl
         shape = " x ".join(f"{d.name}({d.npus})" for d in lnet.dims)
         notes.append(f"dimensions split so communicator groups are whole logical dimensions: {shape}; NPU ids unchanged; "
                      "each piece keeps its physical dimension's bandwidth, Ring pieces the latency of 'stride' hops")
-    s = stats
-    if s.nodes_removed:
-        notes.append(f"{s.nodes_removed} METADATA/INVALID nodes removed, dependencies re-linked through them")
-    if s.dangling_deps_dropped:
-        notes.append(f"{s.dangling_deps_dropped} dependencies on nodes absent from their file dropped")
-    if s.group_collectives_to_dims:
-        notes.append(f"{s.group_collectives_to_dims} group collectives turned into all-rank collectives over involved_dim")
-    if s.flat_ring_collectives:
-        notes.append(f"{s.flat_ring_collectives} collectives on irregular groups kept as communicator groups "
-                     "(ASTRA-sim runs them as one flat ring over the sorted members)")
-    if s.trivial_collectives_to_comp:
-        notes.append(f"{s.trivial_collectives_to_comp} collectives reaching no other NPU replaced by zero-time compute")
-    for name, n in sorted(s.converted_types.items()):
-        to = "REDUCE_SCATTER" if name == "REDUCE_SCATTER_BLOCK" else "zero-byte ALL_REDUCE"
-        notes.append(f"{n} {name} collectives emitted as {to} (ASTRA-sim aborts on {name})")
-    if s.chained_deps_added:
-        notes.append(f"{s.chained_deps_added} control dependencies added to chain collectives in issue order")
-    if s.sizes_rounded_to_splits:
-        notes.append(f"{s.sizes_rounded_to_splits} collective sizes rounded to a multiple of {splits} bytes "
-                     "(ASTRA-sim charges a remainder chunk as a full chunk)")
-    if source == "demand":
-        notes.append("workload synthesized from the demand: per rank class compute then collectives in order "
-                     "(or the class's dag); a collective with count c runs ceil(c) times with size * c / runs bytes; "
-                     "compute rounded to whole microseconds; counts below describe one rank per class")
-    if s.approximated_collectives:
-        notes.append(f"{s.approximated_collectives} collectives (flat-ring, or participants that fit no logical "
-                     "dimension) emitted as one collective per dimension with the demand's bytes per NPU there")
-    if s.capped_repeats:
-        notes.append(f"{s.capped_repeats} collectives with a count above max_repeats run fewer, larger times")
-    if s.compute_rounding_ns:
-        notes.append(f"compute rounded to whole microseconds: {s.compute_rounding_ns:.0f} ns of absolute rounding")
-    if s.empty_ranks:
-        notes.append(f"{s.empty_ranks} ranks had no node and got one zero-time compute node")
-    return notes
+    return notes + stats.notes(source, splits)
 
 
 def _run_sh(args: Sequence[str], logging_folder: str) -> str:
@@ -231,6 +196,59 @@ def _run_sh(args: Sequence[str], logging_folder: str) -> str:
 def _safe_name(name: str) -> str:
     out = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).strip(".")
     return out or "workload"
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """The workload of a design, read and planned onto the logical network."""
+
+    source: str                                       # "traces" or "demand"
+    groups: dict[int, tuple[int, ...]]                # communicator groups of the traces
+    lnet: LogicalNetwork
+    masks: dict[int, tuple[bool, ...] | None]         # involved_dim per group (None: flat ring)
+    demand: Demand | None                             # for the prediction
+    prediction_unavailable: str = ""                  # why there is no demand, if there is none
+
+
+def _load_workload(design: Design, wl: WorkloadRef, demand: Demand | None) -> _Inputs:
+    net, bw = design.network, design.bandwidth_gbps
+    groups: dict[int, tuple[int, ...]] = {}
+    prediction_unavailable = ""
+    if wl.traces:
+        source = "traces"
+        if wl.comm_groups:
+            groups = {int(k): v for k, v in load_comm_groups(wl.comm_groups).items()}
+        lnet, masks = plan_for_groups(net, bw, groups)
+        if demand is None:
+            try:
+                demand, _ = demand_from_traces(wl.traces, net, comm_groups=wl.comm_groups)
+            except LibraError as err:
+                # The rewrite tolerates what the demand reader refuses (dangling dependencies);
+                # emit anyway and say why there is no prediction.
+                prediction_unavailable = str(err)
+    elif wl.demand:
+        source = "demand"
+        demand = load_demand(wl.demand)
+        demand.check_network(net, wl.demand)
+        lnet, masks = plan_for_demand(net, bw, demand), {}
+    else:
+        raise LibraError(f"design {design.name!r}: workload {wl.name!r} names neither traces nor a demand file; "
+                         f"nothing to emit")
+    return _Inputs(source, groups, lnet, masks, demand, prediction_unavailable)
+
+
+def _install(tmp: Path, out: Path, parent: Path) -> None:
+    """Move the finished temporary directory to ``out``, replacing an earlier emit whole."""
+    if out.exists():
+        trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=parent))
+        os.replace(out, trash / out.name)
+        os.replace(tmp, out)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        try:
+            os.rename(tmp, out)
+        except OSError:
+            raise LibraError(f"{out}: appeared while emitting; choose another directory or pass --force") from None
 
 
 def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, workload: str | None = None,
@@ -280,28 +298,9 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
             raise LibraError(f"design {design.name!r}: dimension {d.name!r} has {b:g} GB/s, which ASTRA-sim cannot "
                              "simulate; give it a positive bw_min_gbps in the network file and optimize again")
 
-    groups: dict[int, tuple[int, ...]] = {}
-    prediction_unavailable = ""
-    if wl.traces:
-        source = "traces"
-        if wl.comm_groups:
-            groups = {int(k): v for k, v in load_comm_groups(wl.comm_groups).items()}
-        lnet, masks = plan_for_groups(net, bw, groups)
-        if demand is None:
-            try:
-                demand, _ = demand_from_traces(wl.traces, net, comm_groups=wl.comm_groups)
-            except LibraError as err:
-                # The rewrite tolerates what the demand reader refuses (dangling dependencies);
-                # emit anyway and say why there is no prediction.
-                prediction_unavailable = str(err)
-    elif wl.demand:
-        source = "demand"
-        demand = load_demand(wl.demand)
-        demand.check_network(net, wl.demand)
-        lnet, masks = plan_for_demand(net, bw, demand), {}
-    else:
-        raise LibraError(f"design {design.name!r}: workload {wl.name!r} names neither traces nor a demand file; "
-                         f"nothing to emit")
+    w = _load_workload(design, wl, demand)
+    source, groups, lnet, masks, demand = w.source, w.groups, w.lnet, w.masks, w.demand
+    prediction_unavailable = w.prediction_unavailable
     if endpoint_delay_ns == 0 and any(d.latency_ns == 0 for d in lnet.dims):
         raise LibraError("ASTRA-sim aborts when a dimension has latency 0 and endpoint-delay is 0; "
                          "use an endpoint delay of at least 1 ns (--endpoint-delay) or give every dimension a latency")
@@ -333,40 +332,21 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int = 1, w
         notes = _workload_notes(source, lnet, stats, splits)
         result = EmitResult(out, wl.name, source, lnet, splits, tuple(args), logging_folder, tuple(notes),
                             stats.to_dict())
-        manifest = {
-            "format": MANIFEST_FORMAT,
-            "version": MANIFEST_VERSION,
-            "libra_astra_version": __version__,
-            "mlc_chakra_version": _version("mlc-chakra"),
-            "design": design_to_dict(design),
-            "workload": {"name": wl.name, "source": source, "path": wl.traces if source == "traces" else wl.demand,
-                         "comm_groups": wl.comm_groups, "prefix": f"workload/{name}",
-                         "flat_ring_groups": sorted(flat_groups)},
-            "network": lnet.to_dict(),
-            "preferred_dataset_splits": splits,
-            "system": system,
-            "simulator": {"binary": DEFAULT_BINARY, "binary_env": BINARY_ENV, "args": args,
-                          "logging_folder": logging_folder, "run_from": ".", "command_line": result.command_line},
-            "workload_stats": stats.to_dict(),
-            "prediction": (_prediction(demand, design, splits, float(local_mem_bw_gbps)) if demand is not None
-                           else {"time_ns": None, "unavailable": prediction_unavailable}),
-            "notes": notes,
-        }
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+        manifest = Manifest(
+            __version__, _version("mlc-chakra"), design_to_dict(design),
+            {"name": wl.name, "source": source, "path": wl.traces if source == "traces" else wl.demand,
+             "comm_groups": wl.comm_groups, "prefix": f"workload/{name}", "flat_ring_groups": sorted(flat_groups)},
+            lnet.to_dict(), splits, system, SimulatorCall(tuple(args), logging_folder, result.command_line),
+            stats.to_dict(),
+            (_prediction(demand, design, splits, float(local_mem_bw_gbps)) if demand is not None
+             else {"time_ns": None, "unavailable": prediction_unavailable}),
+            tuple(notes))
+        write_manifest(tmp, manifest)
         run_sh = tmp / "run.sh"
         run_sh.write_text(_run_sh(args, logging_folder))
         run_sh.chmod(run_sh.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         tmp.chmod(0o755)
-        if out.exists():
-            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=parent))
-            os.replace(out, trash / out.name)
-            os.replace(tmp, out)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            try:
-                os.rename(tmp, out)
-            except OSError:
-                raise LibraError(f"{out}: appeared while emitting; choose another directory or pass --force") from None
+        _install(tmp, out, parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -380,14 +360,3 @@ def _prediction(demand: Demand, design: Design, splits: int, local_mem_bw_gbps: 
     return {"time_ns": p.time_ns, "class_times_ns": list(p.class_times_ns),
             "model": f"pipelined, {splits} chunk(s), per-hop latency, local-mem-bw {local_mem_bw_gbps:g} GB/s, "
                      + ("dependency-aware" if p.overlap_aware else "no overlap (no dependency graph)")}
-
-
-def load_manifest(run_dir: str | Path) -> dict[str, Any]:
-    """The manifest of an emitted directory; LibraError if it is not one."""
-    p = Path(run_dir) / "manifest.json"
-    if not p.is_file():
-        raise LibraError(f"{run_dir}: not an emitted directory (no manifest.json); make one with 'libra-astra emit'")
-    data = read_json(p, "manifest", "re-emit the directory")
-    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
-        raise LibraError(f"{p}: not a libra_astra run manifest; make the directory with 'libra-astra emit'")
-    return data

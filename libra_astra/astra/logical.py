@@ -26,12 +26,13 @@ earlier) stay communicator groups and run as flat rings, as ASTRA-sim does.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-from ..errors import LibraError
-from ..network import Network, coords_in, id_in
+from ..demand.types import Demand
+from ..model import collectives as coll
+from ..model.grid import Grid
+from ..model.network import Network
 
 GIB_PER_GB = 1e9 / 2**30
 
@@ -55,21 +56,9 @@ class LogicalDim:
 
 
 @dataclass(frozen=True)
-class LogicalNetwork:
+class LogicalNetwork(Grid):
     physical: Network
     dims: tuple[LogicalDim, ...]
-
-    @property
-    def num_dims(self) -> int:
-        return len(self.dims)
-
-    @property
-    def npus_per_dim(self) -> tuple[int, ...]:
-        return tuple(d.npus for d in self.dims)
-
-    @property
-    def npus_count(self) -> int:
-        return math.prod(self.npus_per_dim)
 
     @property
     def is_split(self) -> bool:
@@ -79,14 +68,9 @@ class LogicalNetwork:
         """Logical dimensions (ascending) that physical dimension ``physical_dim`` was split into."""
         return tuple(i for i, d in enumerate(self.dims) if d.physical_dim == physical_dim)
 
-    def coords(self, npu: int) -> tuple[int, ...]:
-        if not 0 <= npu < self.npus_count:
-            raise LibraError(f"NPU id {npu} out of range 0..{self.npus_count - 1}")
-        return coords_in(npu, self.npus_per_dim)
-
     def npu_id(self, coords: Sequence[int]) -> int:
         """Id of a coordinate tuple; coordinates wrap around (ring neighbours of the ends)."""
-        return id_in([a % n for a, n in zip(coords, self.npus_per_dim)], self.npus_per_dim)
+        return super().npu_id([a % n for a, n in zip(coords, self.npus_per_dim)])
 
     def from_physical_mask(self, mask: Sequence[bool]) -> tuple[bool, ...]:
         """involved_dim over logical dimensions for a mask over physical dimensions."""
@@ -242,3 +226,27 @@ class Splitter:
                 latency = phys.latency_ns * lo if phys.topology == "Ring" else phys.latency_ns
                 dims.append(LogicalDim(name, d, phys.topology, hi // lo, lo, float(bw_gbps[d]), latency))
         return LogicalNetwork(self.net, tuple(dims))
+
+
+# ------------------------------------------------------------------ planning
+
+
+def plan_for_groups(net: Network, bw_gbps: Sequence[float],
+                    groups: Mapping[int, Sequence[int]]) -> tuple[LogicalNetwork, dict[int, tuple[bool, ...] | None]]:
+    """Logical network for communicator groups, and each group's involved_dim (None = flat ring)."""
+    sp = Splitter(net)
+    for gid in sorted(groups):
+        sp.add_members(groups[gid])
+    lnet = sp.network(bw_gbps)
+    return lnet, {gid: lnet.slice_mask(m) for gid, m in groups.items()}
+
+
+def plan_for_demand(net: Network, bw_gbps: Sequence[float], demand: Demand) -> LogicalNetwork:
+    """Logical network with pieces for the partial participations of hierarchical collectives."""
+    parts = {c.participants for rc in demand.rank_classes for c in rc.collectives
+             if c.algorithm == "hierarchical" and c.type != coll.P2P}
+    sp = Splitter(net)
+    # Larger groups first take the contiguous (innermost) block; complements become strided.
+    for p in sorted(parts, key=lambda t: tuple(-x for x in t)):
+        sp.add_participants(p)
+    return sp.network(bw_gbps)

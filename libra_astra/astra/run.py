@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LibraError
-from .emit import BINARY_ENV, DEFAULT_BINARY, load_manifest
+from .manifest import BINARY_ENV, DEFAULT_BINARY, load_manifest
 from .parse import RankStats, parse_output
 
 SIM_DIR = "sim"
@@ -141,15 +141,14 @@ def simulate(run_dir: str | os.PathLike, binary: str | os.PathLike | None = None
     exe = resolve_binary(binary)
     if not timeout_s > 0:
         raise LibraError(f"timeout must be > 0 seconds, got {timeout_s!r}")
-    sim_cfg = manifest["simulator"]
-    npus = int(manifest["network"]["npus_count"])
+    npus = manifest.npus_count
     sim = run / SIM_DIR
     if sim.exists():
         if not overwrite:
             raise LibraError(f"{sim}: already exists (an earlier run); pass --force to replace it")
         shutil.rmtree(sim)
     (sim / "log").mkdir(parents=True)
-    argv = [exe] + list(sim_cfg["args"]) + [f"--logging-folder={SIM_DIR}/log"]
+    argv = [exe] + list(manifest.simulator.args) + [f"--logging-folder={SIM_DIR}/log"]
     (sim / "command.txt").write_text(shlex.join(argv) + "\n")
     start = time.monotonic()
     with (sim / "stdout.txt").open("wb") as out, (sim / "stderr.txt").open("wb") as err:
@@ -181,8 +180,8 @@ def simulate(run_dir: str | os.PathLike, binary: str | os.PathLike | None = None
     extra = [r.rank for r in parsed.ranks if r.rank >= npus]
     if extra:
         raise LibraError(f"{run}: ASTRA-sim reported rank {extra[0]} but the network has {npus} NPUs; re-emit the directory")
-    predicted = (manifest.get("prediction") or {}).get("time_ns")
-    result = SimResult(str(run), str(sim), exe, code, wall, npus, int(manifest.get("preferred_dataset_splits", 1)),
+    predicted = manifest.predicted_time_ns
+    result = SimResult(str(run), str(sim), exe, code, wall, npus, manifest.preferred_dataset_splits,
                        parsed.ranks, tuple(argv), float(predicted) if predicted is not None else None)
     (sim / "result.json").write_text(json.dumps(result.to_dict(), indent=1) + "\n")
     return result

@@ -30,9 +30,8 @@ from typing import Any, Callable, Mapping
 from .dask_engine import cluster
 from .spec_demand import demand_from_spec
 from .upstream import (Constraints, Design, LibraError, Workload, WorkloadRef, emit, generate, load_cost,
-                       load_network, load_spec, load_yaml, optimize, resolve_binary, simulate, simulator_model,
+                       load_demand, load_network, load_spec, load_yaml, optimize, resolve_binary, simulate, simulator_model,
                        TimeModel, write_json_atomic, write_text_atomic)
-from ..demand import load_demand
 
 FIELDS = ("workload", "network", "total_bw_gbps", "total_bw_is_upper_bound", "budget_usd", "objective", "status",
           "time_ns", "cost_usd", "bandwidth_gbps", "rel_gap", "solve_s", "simulated_ns", "sim_error", "note")

@@ -7,20 +7,21 @@ the imports together means a change of module layout touches only this file.
 from __future__ import annotations
 
 from ..astra.emit import emit
-from ..collectives import hierarchical_traffic_bytes, ring_steps
 from ..astra.run import resolve_binary, simulate
-from ..cost import CostModel, UnitPrices, load_cost
-from ..demand import Collective, Dag, Demand, RankClass, default_hops
-from ..design import Design, WorkloadRef
+from ..demand.from_traces import demand_from_traces
+from ..demand.groups import group_label, p2p_collective, p2p_dims
+from ..demand.types import Collective, Dag, Demand, RankClass, default_hops, load_demand, make_collective
+from ..demand.workload import Workload
 from ..errors import InfeasibleError, LibraError
-from ..fileio import check_writable, write_json_atomic, write_text_atomic
-from ..groups import group_label, p2p_collective, p2p_dims
-from ..demand import make_collective
-from ..network import TOPOLOGIES, Dimension, Network, load_network, load_yaml
-from ..optimize import OBJECTIVES, Constraints, OptimizeResult, Workload, optimize
-from ..predict import predict
-from ..timing import TimeModel, simulator_model
-from ..trace_demand import demand_from_traces
+from ..files import check_writable, load_yaml, write_json_atomic, write_text_atomic
+from ..model.collectives import hierarchical_traffic_bytes, ring_steps
+from ..model.cost import CostModel, UnitPrices, load_cost
+from ..model.network import TOPOLOGIES, Dimension, Network, load_network
+from ..optimize.design import Design, WorkloadRef
+from ..optimize.optimizer import OptimizeResult, optimize
+from ..optimize.problem import OBJECTIVES, Constraints
+from ..timing.model import TimeModel, simulator_model
+from ..timing.predict import predict
 from ..tracegen.generate import assign_groups, build_plan, generate
 from ..tracegen.placement import Layout, place_axes
 from ..tracegen.program import COLL, COMP, RECV, SEND, Plan
@@ -31,7 +32,7 @@ __all__ = [
     "InfeasibleError", "Layout", "LibraError", "Network", "OBJECTIVES", "OptimizeResult", "Parallel", "Plan",
     "RECV", "RankClass", "ResNet50Model", "SEND", "TOPOLOGIES", "TimeModel", "TraceSpec", "TransformerModel",
     "UnitPrices", "Workload", "WorkloadRef", "assign_groups", "build_plan", "check_writable", "default_hops",
-    "demand_from_traces", "emit", "generate", "group_label", "hierarchical_traffic_bytes", "load_cost", "ring_steps", "load_network", "load_spec", "load_yaml",
+    "demand_from_traces", "emit", "generate", "group_label", "hierarchical_traffic_bytes", "load_cost", "load_demand", "ring_steps", "load_network", "load_spec", "load_yaml",
     "make_collective", "optimize", "p2p_collective", "p2p_dims", "place_axes", "predict", "resolve_binary",
     "simulate", "simulator_model", "write_json_atomic", "write_text_atomic",
 ]

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import chakra_io as cio
+from ..traces import chakra_io as cio
 from ..errors import LibraError
-from ..fileio import check_writable, write_text_atomic
+from ..files import check_writable, write_text_atomic
 from .dlrm import dlrm_plan
 from .placement import Layout
 from .program import COLL, COMP, RECV, SEND, Op, Plan

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from ..errors import LibraError
-from ..network import Network
+from ..model.network import Network
 
 
 @dataclass(frozen=True)

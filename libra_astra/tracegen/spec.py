@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Mapping, Union
 
 from ..errors import LibraError
-from ..network import Dimension, Network, load_network, load_yaml
+from ..files import load_yaml
+from ..model.network import Dimension, Network, load_network
 from .placement import Layout, all_ranks_layout, place_axes
 
 _MISSING = object()

@@ -1,0 +1,228 @@
+"""Per-rank Chakra ET for ASTRA-sim from the user's traces (the user's files are only read).
+
+Rewriting a user's trace (the user's files are only read):
+
+- METADATA and INVALID nodes are removed (ASTRA-sim aborts or stops silently on them); a node that
+  depended on one inherits its dependencies. Dependencies on ids absent from the file are dropped
+  (ASTRA-sim would wait for them forever) and counted.
+- Every collective gets ``involved_dim`` over the emitted (logical) dimensions and
+  ``is_cpu_op = false``. An all-rank collective keeps the physical dimensions it named (all of them
+  when it named none) as all their logical pieces. A collective on a communicator group that is a
+  slice of whole logical dimensions becomes an all-rank collective over those dimensions
+  (``pg_name`` removed); other groups keep ``pg_name`` (as a string) and run as flat rings.
+  A collective that reaches no other NPU becomes a zero-duration compute node (ASTRA-sim never
+  finishes a collective with no involved dimension).
+- REDUCE_SCATTER_BLOCK becomes REDUCE_SCATTER and BARRIER a zero-byte ALL_REDUCE (ASTRA-sim aborts
+  on both); REDUCE, GATHER and SCATTER have no faithful substitute and are refused.
+- Collectives are chained in issue order, a control dependency from each to the one before:
+  ASTRA-sim matches collectives across ranks by issue order and runs one at a time per rank
+  anyway, and many ready collectives make it slow. Issue order is a topological order of the
+  dependencies that follows file order where it can. Nodes are written in that order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from ..demand.groups import ALL_RANKS, normalize_key
+from ..errors import LibraError
+from ..traces import chakra_io as cio
+from ..traces.files import find_rank_files
+from ..traces.graph import cycle_error, file_first_order
+from ..traces.schema import COMM_TYPE_NAMES, pb
+from .logical import LogicalNetwork
+from .stats import WorkloadStats, split_size
+
+_DROP_TYPES = (pb.INVALID_NODE, pb.METADATA_NODE)
+# The kinds the demand model knows, and BROADCAST, which is replayed from its duration.
+_SIMULATED = set(COMM_TYPE_NAMES) | {pb.BROADCAST}
+_REFUSED = {pb.REDUCE: "REDUCE", pb.GATHER: "GATHER", pb.SCATTER: "SCATTER"}
+
+
+def _set_attrs(node: pb.Node, drop: Sequence[str], add: Sequence[pb.AttributeProto] = ()) -> None:
+    gone = set(drop) | {x.name for x in add}
+    keep = [a for a in node.attr if a.name not in gone]
+    del node.attr[:]
+    node.attr.extend(keep)
+    node.attr.extend(add)
+
+
+def _issue_order(nodes: Sequence[pb.Node], where: str) -> list[int]:
+    """Topological order of node positions, following file order where dependencies allow."""
+    pos = {n.id: i for i, n in enumerate(nodes)}
+    parents = [sorted({pos[d] for d in n.data_deps} | {pos[d] for d in n.ctrl_deps}) for n in nodes]
+    order, indeg = file_first_order(len(nodes), ((p, i) for i, ps in enumerate(parents) for p in ps))
+    if len(order) != len(nodes):
+        raise cycle_error(where, [n.id for n in nodes], indeg, parents.__getitem__)
+    return order
+
+
+def _relink(nodes: Sequence[pb.Node], stats: WorkloadStats) -> list[pb.Node]:
+    """Drop METADATA/INVALID nodes (dependents inherit their deps) and dangling dependencies."""
+    by_id = {n.id: n for n in nodes}
+    dropped = {n.id for n in nodes if n.type in _DROP_TYPES}
+    memo: dict[int, tuple[int, ...]] = {}
+
+    def through(i: int) -> tuple[int, ...]:
+        # Iterative: chains of removed nodes can be long.
+        if i in memo:
+            return memo[i]
+        out: list[int] = []
+        seen = {i}
+        stack = [i]
+        while stack:
+            x = stack.pop()
+            for d in list(by_id[x].data_deps) + list(by_id[x].ctrl_deps):
+                if d in seen or d not in by_id:
+                    continue
+                seen.add(d)
+                if d in dropped:
+                    stack.append(d)
+                else:
+                    out.append(d)
+        memo[i] = tuple(out)
+        return memo[i]
+
+    kept = []
+    for n in nodes:
+        if n.id in dropped:
+            stats.nodes_removed += 1
+            continue
+        for field_name in ("data_deps", "ctrl_deps"):
+            old = list(getattr(n, field_name))
+            new: list[int] = []
+            for d in old:
+                if d not in by_id:
+                    stats.dangling_deps_dropped += 1
+                elif d in dropped:
+                    new.extend(through(d))
+                else:
+                    new.append(d)
+            new = [d for d in dict.fromkeys(new) if d != n.id]
+            if new != old:
+                del getattr(n, field_name)[:]
+                getattr(n, field_name).extend(new)
+        kept.append(n)
+    return kept
+
+
+def _to_zero_comp(node: pb.Node) -> None:
+    node.type = pb.COMP_NODE
+    node.duration_micros = 0
+    _set_attrs(node, [a.name for a in node.attr], [cio.make_attr("is_cpu_op", "bool_val", False)])
+
+
+def _physical_mask(value, num_dims: int, where: str) -> list[bool]:
+    if value is None:
+        return [True] * num_dims
+    mask = [bool(x) for x in value]
+    if len(mask) < num_dims or any(mask[num_dims:]):
+        raise LibraError(f"{where}: involved_dim has {len(mask)} entries but the design's network has "
+                         f"{num_dims} dimensions; regenerate the trace for this network")
+    return mask[:num_dims]
+
+
+
+
+def rewrite_rank(meta: pb.GlobalMetadata, nodes: list[pb.Node], rank: int, lnet: LogicalNetwork,
+                 groups: Mapping[int, Sequence[int]], group_masks: Mapping[int, tuple[bool, ...] | None],
+                 where: str, stats: WorkloadStats, splits: int = 1) -> bytes:
+    """Rewrite one rank's nodes in place (see the module docstring); returns the ET file bytes."""
+    kept = _relink(nodes, stats)
+    phys_dims = lnet.physical.num_dims
+    all_true = [True] * lnet.num_dims
+    for n in kept:
+        if n.type != pb.COMM_COLL_NODE:
+            continue
+        at = f"{where}: node {n.id} ({n.name!r})"
+        attrs = cio.node_attrs(n)
+        ctype = attrs.get("comm_type")
+        if not isinstance(ctype, int) or isinstance(ctype, bool):
+            raise LibraError(f"{at}: collective without an integer comm_type; fix the trace")
+        if ctype in _REFUSED:
+            raise LibraError(f"{at}: ASTRA-sim cannot simulate {_REFUSED[ctype]} collectives (it aborts); "
+                             f"replace them in the trace, e.g. by ALL_REDUCE")
+        size = attrs.get("comm_size")
+        if ctype == pb.REDUCE_SCATTER_BLOCK or ctype == pb.BARRIER:
+            name = "REDUCE_SCATTER_BLOCK" if ctype == pb.REDUCE_SCATTER_BLOCK else "BARRIER"
+            stats.converted_types[name] = stats.converted_types.get(name, 0) + 1
+            ctype, size = (pb.REDUCE_SCATTER, size) if ctype == pb.REDUCE_SCATTER_BLOCK else (pb.ALL_REDUCE, 0)
+        elif ctype not in _SIMULATED:
+            raise LibraError(f"{at}: unknown comm_type {ctype}; fix the trace")
+        drop = ["is_cpu_op", "involved_dim", "pg_name", "comm_type", "comm_size"]
+        add = [cio.make_attr("is_cpu_op", "bool_val", False), cio.make_attr("comm_type", "int64_val", ctype)]
+        if size is not None or ctype != pb.BROADCAST:  # a broadcast is replayed from its duration
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                raise LibraError(f"{at}: collective without a non-negative integer comm_size; fix the trace")
+            add.append(cio.make_attr("comm_size", "int64_val", split_size(size, splits, stats)))
+        pg = attrs.get("pg_name")
+        key = normalize_key(None if pg is None else str(pg))
+        gid = None if key == ALL_RANKS else key.strip()
+        if gid is None:
+            mask = lnet.from_physical_mask(_physical_mask(attrs.get("involved_dim"), phys_dims, at))
+        else:
+            if not gid.isdigit() or int(gid) not in groups:
+                raise LibraError(f"{at}: uses communicator group {gid!r}, which the design's comm_groups "
+                                 f"file does not define; add it or point the design to the right file")
+            if rank not in groups[int(gid)]:
+                raise LibraError(f"{at}: rank {rank} runs a collective on group {gid}, which does not contain it; "
+                                 f"fix the trace or the comm_groups file")
+            mask = group_masks[int(gid)]
+            if mask is None:
+                stats.flat_ring_collectives += 1
+                add += [cio.make_attr("pg_name", "string_val", gid),
+                        cio.make_attr("involved_dim", "bool_list", all_true)]
+                _set_attrs(n, drop, add)
+                stats.collectives += 1
+                continue
+            stats.group_collectives_to_dims += 1
+        if not any(mask):
+            stats.trivial_collectives_to_comp += 1
+            _to_zero_comp(n)
+            continue
+        add.append(cio.make_attr("involved_dim", "bool_list", list(mask)))
+        _set_attrs(n, drop, add)
+        stats.collectives += 1
+
+    order = _issue_order(kept, where)
+    prev = None
+    for i in order:
+        n = kept[i]
+        if n.type != pb.COMM_COLL_NODE:
+            continue
+        if prev is not None and prev not in n.ctrl_deps and prev not in n.data_deps:
+            n.ctrl_deps.append(prev)
+            stats.chained_deps_added += 1
+        prev = n.id
+    out = [kept[i] for i in order]
+    if not out:
+        stats.empty_ranks += 1
+        out = [cio.comp_node(0, "empty", 0)]
+    stats.ranks += 1
+    stats.nodes_written += len(out)
+    if not meta.version:
+        meta = cio.global_metadata()
+    return cio.encode_et(out, meta)
+
+
+def rewrite_traces(prefix: str | Path, out_prefix: Path, lnet: LogicalNetwork,
+                   groups: Mapping[int, Sequence[int]], group_masks: Mapping[int, tuple[bool, ...] | None],
+                   splits: int = 1) -> WorkloadStats:
+    """Rewrite ``PREFIX.r.et`` for every rank r of the network into ``out_prefix.r.et``."""
+    stats = WorkloadStats()
+    n = lnet.npus_count
+    found = find_rank_files(prefix)
+    for r in range(n):
+        src = found.get(r)
+        if src is None:
+            raise LibraError(f"{prefix}.{r}.et: trace file for rank {r} not found; the network has {n} NPUs "
+                             f"and ASTRA-sim needs one file per NPU")
+        meta, nodes = cio.read_et(src)
+        data = rewrite_rank(meta, nodes, r, lnet, groups, group_masks, str(src), stats, splits)
+        Path(f"{out_prefix}.{r}.et").write_bytes(data)
+    extra = sorted(r for r in found if r >= n)
+    if extra:
+        raise LibraError(f"{found[extra[0]]}: the trace has more ranks than the network's {n} NPUs; "
+                         f"use a network of the trace's size")
+    return stats

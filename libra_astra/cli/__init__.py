@@ -1,0 +1,25 @@
+"""The ``libra-astra`` command line: one module per step, each command registered below.
+
+Adding a command: write ``cli/NAME.py`` with a ``click.command(cls=Command)`` (shared options
+from :mod:`.options`, output helpers from :mod:`.format`) and add one ``main.add_command`` line.
+"""
+
+from ..tracegen.cli import generate_command
+from .app import main
+from .astra import emit_command, simulate_command
+from .demand import demand_command
+from .loop import loop_command
+from .optimize import optimize_command, pareto_command
+from .search import search_command, sweep_command
+
+main.add_command(generate_command)
+main.add_command(demand_command)
+main.add_command(optimize_command)
+main.add_command(pareto_command)
+main.add_command(emit_command)
+main.add_command(simulate_command)
+main.add_command(loop_command)
+main.add_command(search_command)
+main.add_command(sweep_command)
+
+__all__ = ["main"]

@@ -1,0 +1,47 @@
+"""The ``libra-astra`` group and the one place a LibraError becomes a one-line message."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import click
+
+from .. import __version__
+from ..errors import LibraError
+
+
+@contextmanager
+def one_line_errors() -> Iterator[None]:
+    """A LibraError leaves as a ClickException: its one line on stderr, exit code 1, no traceback."""
+    try:
+        yield
+    except LibraError as e:
+        raise click.ClickException(str(e)) from None
+
+
+class Command(click.Command):
+    """A command that reports LibraError as one line, also when invoked on its own (as tests do)."""
+
+    def invoke(self, ctx: click.Context):
+        with one_line_errors():
+            return super().invoke(ctx)
+
+
+class Group(click.Group):
+    command_class = Command
+
+    def invoke(self, ctx: click.Context):
+        with one_line_errors():
+            return super().invoke(ctx)
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="libra-astra")
+def main() -> None:
+    """LIBRA bandwidth optimization for multi-dimensional training networks.
+
+    \b
+    Chakra ET traces -> demand -> optimize -> emit ASTRA-sim inputs -> simulate -> loop.
+    Run `libra-astra COMMAND --help` for each step.
+    """

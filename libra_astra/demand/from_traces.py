@@ -1,0 +1,200 @@
+"""Chakra ET traces + network (+ communicator groups) -> per-dimension communication demand.
+
+Each rank file is read into a compact program (:mod:`libra_astra.traces.reader`); every distinct
+program is analysed once (topological order, compute times, its collectives in issue order);
+each rank then only resolves what depends on the rank itself (the dimension its sends cross).
+Ranks whose demand comes out identical -- same dependency graph, same collectives with the same
+per-dimension traffic -- form one rank class, computed and written once. The job time is the
+slowest class's; the optimizer takes the max over classes.
+
+Modelling choices (they follow ASTRA-sim's workload layer and analytical network backend):
+
+- COMP: ``duration_micros`` x 1000 ns; with ``peak_tflops`` and ``mem_bw_gbps`` the roofline
+  time ``num_ops / min(peak, mem_bw * num_ops / tensor_size)``; a node without num_ops or
+  tensor_size then takes 0 ns, as in ASTRA-sim. CPU ops (``is_cpu_op``) run on a separate
+  resource in ASTRA-sim; they stay in the dependency graph with 0 ns and are reported, not added.
+- COMM_COLL on a group: hierarchical traffic on a sub-grid, one flat ring on any other member
+  set; on all ranks, over the dimensions ``involved_dim`` marks.
+- COMM_SEND: a P2P transfer charged on the lowest dimension where source and destination
+  differ. COMM_RECV is the other side of a send: kept in the graph with 0 ns, not charged.
+- METADATA, MEM_LOAD, MEM_STORE and INVALID nodes carry no demand: counted, reported, kept in
+  the graph (0 ns) so dependencies through them hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from . import groups as grp
+from ..errors import LibraError
+from ..interning import Interner
+from ..model.network import Network
+from ..traces.files import rank_files
+from ..traces.reader import RankProgram, TraceReader
+from .context import Context
+from .group_check import check_group_sequences, merge_metadata
+from .links import split_by_peers, with_links
+from .program import Program, analyze, send_pids
+from .summary import ClassSummary, TraceSummary, summarize, summary_to_dict
+from .types import Collective, Dag, Demand, RankClass
+
+__all__ = ["demand_from_traces", "summary_to_dict", "TraceSummary"]
+
+
+def _labels(ctx: Context, infos: Sequence[Program], names: Interner[str]) -> np.ndarray:
+    """Group label id (into ``names``) per comm position of a class: the group id, or the ids when
+    the class's ranks use different groups at that position (e.g. one tensor-parallel group each)."""
+    keys = np.stack([i.coll_key for i in infos]) if len(infos) > 1 else infos[0].coll_key[None, :]
+    label_id = names.index
+
+    table = np.asarray([label_id(grp.group_label(k)) for k in ctx.keys] + [label_id("")], dtype=np.int64)
+    out = table[keys[0]]  # key -1 (a send) picks the last entry, ""
+    mixed = np.nonzero(~np.all(keys == keys[0], axis=0))[0]
+    if mixed.size:
+        combos, inverse = np.unique(keys[:, mixed].T, axis=0, return_inverse=True)
+        ids = []
+        for combo in combos.tolist():
+            names_k = sorted({ctx.keys[k] for k in combo}, key=lambda s: (len(s), s))
+            text = (",".join(grp.group_label(x) for x in names_k) if len(names_k) <= 4 else
+                    f"{grp.group_label(names_k[0])}..{grp.group_label(names_k[-1])} ({len(names_k)} groups)")
+            ids.append(label_id(text))
+        out[mixed] = np.asarray(ids, dtype=np.int64)[inverse.reshape(-1)]
+    return out
+
+
+def demand_from_traces(prefix: str | Path, network: Network,
+                       comm_groups: str | Path | Mapping[str, Sequence[int]] | None = None,
+                       peak_tflops: float | None = None, mem_bw_gbps: float | None = None
+                       ) -> tuple[Demand, TraceSummary]:
+    """Per-dimension communication demand of a Chakra ET trace set on ``network``.
+
+    Parameters
+    ----------
+    prefix
+        Trace set prefix: rank r is ``PREFIX.r.et`` (or ``.et.gz``); one file per NPU.
+    network
+        The network the demand is computed for (its NPU count must match the trace set).
+    comm_groups
+        ASTRA-sim comm-group JSON file (or the mapping it holds); overrides process groups
+        found in METADATA nodes.
+    peak_tflops, mem_bw_gbps
+        Both given: COMP nodes are timed with ASTRA-sim's roofline from num_ops/tensor_size
+        instead of duration_micros.
+
+    Returns
+    -------
+    (Demand, TraceSummary)
+
+    Raises
+    ------
+    LibraError
+        Any problem with the input, naming the file, node or byte offset and the fix.
+    """
+    if (peak_tflops is None) != (mem_bw_gbps is None):
+        raise LibraError("roofline timing needs both peak_tflops and mem_bw_gbps (or neither, to use duration_micros)")
+    for what, v in (("peak_tflops", peak_tflops), ("mem_bw_gbps", mem_bw_gbps)):
+        if v is not None and not v > 0:
+            raise LibraError(f"{what} must be > 0, got {v!r}")
+    n_npus = network.npus_count
+    paths = rank_files(prefix, n_npus, f"network {network.name!r}")
+
+    if comm_groups is None:
+        file_groups: dict[str, tuple[int, ...]] = {}
+        source = "comm-groups file"
+    elif isinstance(comm_groups, Mapping):
+        file_groups = grp.comm_groups_from_dict(comm_groups, "comm groups")
+        source = "comm groups"
+    else:
+        file_groups = grp.load_comm_groups(comm_groups)
+        source = "comm-groups file"
+    grp.check_members(file_groups, n_npus, str(comm_groups) if comm_groups is not None else "comm groups")
+
+    reader = TraceReader()
+    ctx = Context(network, file_groups, source, peak_tflops, mem_bw_gbps, reader)
+
+    # 1. read: one compact program per distinct file content
+    progs: list[RankProgram] = []
+    ranks_of: list[list[int]] = []
+    by_digest: dict[bytes, int] = {}
+    rank_prog = np.zeros(n_npus, dtype=np.int64)
+    for r, prog in enumerate(reader.read_many(paths)):
+        pi = by_digest.get(prog.digest)
+        if pi is None:
+            pi = by_digest[prog.digest] = len(progs)
+            progs.append(prog)
+            ranks_of.append([])
+        ranks_of[pi].append(r)
+        rank_prog[r] = pi
+
+    # 2. groups from METADATA, then analyse each distinct program once
+    merge_metadata(ctx, progs)
+    programs = [analyze(ctx, prog, ranks) for prog, ranks in zip(progs, ranks_of)]
+    check_group_sequences(ctx, programs, rank_prog)
+
+    # 3. per rank: sends -> classes of identical demand
+    classes: dict[tuple[bytes, bytes], list[int]] = {}
+    class_pids: dict[tuple[bytes, bytes], np.ndarray] = {}
+    for info in programs:
+        has_send = info.has_sends
+        base = info.coll_pid
+        for r in info.ranks:
+            if has_send:
+                pids = base.copy()
+                pids[info.comm_is_send] = send_pids(ctx, info, r)
+            else:
+                pids = base
+            key = (info.struct, pids.tobytes())
+            lst = classes.get(key)
+            if lst is None:
+                classes[key] = lst = []
+                class_pids[key] = pids
+            lst.append(r)
+
+    # 3b. pipeline stages: ranks of one class that wait on different classes are timed apart
+    groups = split_by_peers(ctx, programs, list(classes.items()))
+
+    # 4. build rank classes
+    phys_traffic = np.asarray([c.traffic_bytes for c in ctx.physics], dtype=np.float64).reshape(-1, network.num_dims)
+    label_names: Interner[str] = Interner()
+    coll_obj: dict[tuple[int, int], Collective] = {}
+    rank_classes: list[RankClass] = []
+    class_summaries: list[ClassSummary] = []
+    for key, ranks in groups:
+        pids = class_pids[key]
+        infos = [programs[p] for p in sorted({int(rank_prog[r]) for r in ranks})]
+        rep = infos[0]
+        labels = _labels(ctx, infos, label_names)
+        # one Collective object per distinct (physics, label); positions index into them
+        combo = pids * (len(label_names) + 1) + labels
+        uniq, inverse = np.unique(combo, return_inverse=True)
+        objs = np.empty(uniq.size, dtype=object)
+        for j, c in enumerate(uniq.tolist()):
+            pid, lab = divmod(c, len(label_names) + 1)
+            obj = coll_obj.get((pid, lab))
+            if obj is None:
+                obj = coll_obj[(pid, lab)] = replace(ctx.physics[pid], group=label_names[lab])
+            objs[j] = obj
+        colls = tuple(objs[inverse.reshape(-1)].tolist())
+        kinds = np.where(rep.kinds_coll, "coll", "comp").astype(object).tolist()
+        values = rep.comp_ns.tolist()
+        for i, pos in enumerate(rep.comm_pos.tolist()):  # a collective node holds its index (an int)
+            values[pos] = i
+        dag = Dag(tuple(zip(kinds, values)), tuple(zip(rep.edges_u.tolist(), rep.edges_v.tolist())))
+        rank_classes.append(RankClass(rep.compute_ns, colls, len(ranks), tuple(ranks), dag))
+        up, cnt = np.unique(pids, return_counts=True)
+        traffic = (phys_traffic[up] * cnt[:, None]).sum(axis=0) if up.size else np.zeros(network.num_dims)
+        class_summaries.append(ClassSummary(len(ranks), tuple(ranks), rep.compute_ns, len(colls),
+                                            tuple(traffic.tolist())))
+    order = sorted(range(len(rank_classes)), key=lambda i: rank_classes[i].ranks[0])
+    rank_classes = [rank_classes[i] for i in order]
+    class_summaries = [class_summaries[i] for i in order]
+    rank_classes = with_links(ctx, programs, rank_prog, rank_classes)
+
+    summary, notes = summarize(ctx, str(prefix), programs, rank_classes, class_summaries, reader)
+    name = Path(str(prefix)).name
+    demand = Demand(name, network.npus_per_dim, tuple(rank_classes), tuple(notes))
+    return demand, summary

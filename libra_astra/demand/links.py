@@ -1,0 +1,125 @@
+"""Pipeline links: ranks with the same program that wait on different peers become different
+rank classes, and each class's receives and shared collectives wait on the other classes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ..traces.schema import COMM_RECV_NODE, COMM_SEND_NODE
+from .context import Context
+from .group_check import communicators
+from .program import Program
+from .types import RankClass
+
+
+def split_by_peers(ctx: Context, programs: list[Program],
+                    groups: list[tuple[Any, list[int]]]) -> list[tuple[Any, list[int]]]:
+    """Refine classes until the ranks of a class send to and receive from the same classes.
+
+    Ranks with identical demand may still run at different times: the middle stages of a
+    pipeline have the same program, but stage k waits for stage k - 1. Splitting by the classes
+    of the peers, repeated until nothing splits, gives one class per stage, so a receive always
+    waits on another class and the joint replay times every stage."""
+    cols = ctx.reader.attrs.columns()
+    n = ctx.net.npus_count
+    peers: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    for info in programs:
+        prog = info.prog
+        recv = np.flatnonzero(prog.types == COMM_RECV_NODE)
+        send = np.flatnonzero(prog.types == COMM_SEND_NODE)
+        if not recv.size and not send.size:
+            continue
+        recv = recv[np.argsort(info.topo_of[recv], kind="stable")]
+        send = send[np.argsort(info.topo_of[send], kind="stable")]
+        srcs = tuple(int(s) for s in cols["comm_src"][prog.attr[recv]].tolist() if 0 <= s < n)
+        dsts = tuple(int(d) for d in cols["comm_dst"][prog.attr[send]].tolist() if 0 <= d < n)
+        for r in info.ranks:
+            peers[r] = (srcs, dsts)
+    if not peers:
+        return groups
+    cls_of = np.zeros(n, dtype=np.int64)
+    for gi, (_, ranks) in enumerate(groups):
+        cls_of[ranks] = gi
+    count = len(groups)
+    while True:
+        sig: dict[tuple, int] = {}
+        new = np.zeros(n, dtype=np.int64)
+        for r in range(n):
+            s, d = peers.get(r, ((), ()))
+            k = (int(cls_of[r]), tuple(int(cls_of[x]) for x in s), tuple(int(cls_of[x]) for x in d))
+            new[r] = sig.setdefault(k, len(sig))
+        cls_of = new
+        if len(sig) == count:
+            break
+        count = len(sig)
+    # Refined classes only ever split the original ones, so each keeps its original key.
+    key_of = {r: key for key, ranks in groups for r in ranks}
+    members: dict[int, list[int]] = {}
+    for r in range(n):
+        members.setdefault(int(cls_of[r]), []).append(r)
+    return [(key_of[rs[0]], rs) for _, rs in sorted(members.items())]
+
+
+def with_links(ctx: Context, programs: list[Program], rank_prog: np.ndarray,
+                rank_classes: list[RankClass]) -> list[RankClass]:
+    """Waits between rank classes, from each class's first rank: a receive waits for the matching
+    send (same source and destination, k-th receive to k-th send); a collective whose
+    communicator has ranks of other classes starts with their k-th collective on it."""
+    cols = ctx.reader.attrs.columns()
+    class_of = np.zeros(ctx.net.npus_count, dtype=np.int64)
+    for ci, rc in enumerate(rank_classes):
+        class_of[list(rc.ranks)] = ci
+    reps = [programs[int(rank_prog[rc.ranks[0]])] for rc in rank_classes]
+    comm_ids: dict[tuple[int, int], np.ndarray] = {}
+    out = []
+    for ci, rc in enumerate(rank_classes):
+        if rc.dag is None:
+            out.append(rc)
+            continue
+        r = rc.ranks[0]
+        info = reps[ci]
+        links = _recv_links(ctx, cols, programs, rank_prog, class_of, info, r)
+        syncs = []
+        ckey, cinv = info.coll_comm
+        for comm in sorted({(int(k), int(i)) for k, i in zip(ckey.tolist(), cinv.tolist()) if k >= 0}):
+            cid = comm_ids.get(comm)
+            if cid is None:
+                cid = comm_ids[comm] = communicators(ctx, comm)[0]
+            others = sorted(set(class_of[cid == cid[r]].tolist()) - {ci})
+            mine = info.comm_pos[(ckey == comm[0]) & (cinv == comm[1])]
+            for cj in others:
+                bkey, binv = reps[cj].coll_comm
+                theirs = reps[cj].comm_pos[(bkey == comm[0]) & (binv == comm[1])]
+                syncs.extend((int(a), cj, int(b)) for a, b in zip(mine.tolist(), theirs.tolist()))
+        if links or syncs:
+            rc = replace(rc, dag=replace(rc.dag, links=tuple(links), syncs=tuple(sorted(syncs))))
+        out.append(rc)
+    return out
+
+
+def _recv_links(ctx: Context, cols, programs: list[Program], rank_prog: np.ndarray, class_of: np.ndarray,
+                info: Program, r: int) -> list[tuple[int, int, int]]:
+    prog = info.prog
+    recv = np.flatnonzero(prog.types == COMM_RECV_NODE)
+    if not recv.size:
+        return []
+    recv = recv[np.argsort(info.topo_of[recv], kind="stable")]
+    srcs = cols["comm_src"][prog.attr[recv]]
+    links = []
+    taken: dict[int, int] = {}
+    for pos, src in zip(recv.tolist(), srcs.tolist()):
+        if not 0 <= src < ctx.net.npus_count or src == r:
+            continue
+        sinfo = programs[int(rank_prog[src])]
+        sprog = sinfo.prog
+        sends = np.flatnonzero((sprog.types == COMM_SEND_NODE) & (cols["comm_dst"][sprog.attr] == r))
+        k = taken.get(src, 0)
+        if k >= sends.size:
+            continue
+        sends = sends[np.argsort(sinfo.topo_of[sends], kind="stable")]
+        taken[src] = k + 1
+        links.append((int(info.topo_of[pos]), int(class_of[src]), int(sinfo.topo_of[sends[k]])))
+    return links

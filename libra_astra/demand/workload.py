@@ -1,0 +1,63 @@
+"""A workload: one demand, its weight in the objective, and the files it was read from.
+
+The source travels with the demand so that a design can record where each workload came from
+(and ``emit`` can read the same traces again) without a second list kept in step with the first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import LibraError
+from ..model.network import Network
+from ..traces.files import default_groups_path, is_trace_prefix
+from .from_traces import demand_from_traces
+from .types import Demand, load_demand
+
+
+@dataclass(frozen=True)
+class WorkloadSource:
+    """The files a workload's demand was read from (absolute paths, or None)."""
+
+    demand: str | None = None        # demand JSON
+    traces: str | None = None        # Chakra ET prefix (PREFIX.RANK.et)
+    comm_groups: str | None = None   # communicator-group JSON used with the traces
+
+
+@dataclass(frozen=True)
+class Workload:
+    demand: Demand
+    weight: float = 1.0
+    name: str = ""
+    source: WorkloadSource = field(default_factory=WorkloadSource)
+
+
+def load_workloads(traces: Sequence[str], demands: Sequence[str], weights: Sequence[float], net: Network,
+                   comm_groups: str | None = None) -> list[Workload]:
+    """Workloads from trace prefixes (first) and demand files (then), with weights in that order.
+
+    ``comm_groups`` applies to every trace prefix; without it each prefix uses its
+    ``PREFIX.groups.json`` when that exists.
+    """
+    n = len(traces) + len(demands)
+    if n == 0:
+        raise LibraError("no workload: give a trace PREFIX or --demand FILE")
+    if weights and len(weights) != n:
+        raise LibraError(f"--weight given {len(weights)} times for {n} workloads; give one per workload, in order "
+                         "(trace prefixes first, then --demand files)")
+    ws = list(weights) if weights else [1.0] * n
+    out = []
+    for i, prefix in enumerate(traces):
+        if not is_trace_prefix(prefix):
+            raise LibraError(f"{prefix}: no trace files {prefix}.0.et (or .et.gz); give the prefix of PREFIX.N.et files")
+        groups = comm_groups or default_groups_path(prefix)
+        d, _ = demand_from_traces(prefix, net, comm_groups=groups)
+        source = WorkloadSource(None, str(Path(prefix).resolve()), str(Path(groups).resolve()) if groups else None)
+        out.append(Workload(d, ws[i], Path(prefix).name, source))
+    for j, path in enumerate(demands):
+        d = load_demand(path)
+        d.check_network(net, path)
+        out.append(Workload(d, ws[len(traces) + j], d.name, WorkloadSource(str(Path(path).resolve()))))
+    return out

@@ -1,0 +1,166 @@
+"""Multi-dimensional networks: dimensions, NPU id <-> coordinates, and the network YAML file.
+
+Network file (our own format, YAML)::
+
+    name: paper-3d
+    dimensions:
+      - name: package            # unique; used in constraints (bw[package])
+        topology: Ring           # Ring | FullyConnected | Switch (ASTRA-sim's names)
+        npus: 16
+        latency_ns: 500          # per hop
+        cost_class: InterPackage # key into the cost model's unit prices
+        bw_min_gbps: 10          # optional bounds on the per-NPU bandwidth of this dimension
+        bw_max_gbps: 400
+
+NPU ids and coordinates: see grid.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import yaml
+
+from ..errors import LibraError
+from ..files import load_yaml
+from .grid import Grid
+from .numbers import check_number
+
+TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
+_DIM_KEYS = {"name", "topology", "npus", "latency_ns", "cost_class", "bw_min_gbps", "bw_max_gbps"}
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One network dimension. Bandwidths are GB/s per NPU (1 GB/s = 1 byte/ns)."""
+
+    name: str
+    topology: str
+    npus: int
+    latency_ns: float = 0.0
+    cost_class: str = ""
+    bw_min_gbps: float = 0.0
+    bw_max_gbps: float | None = None
+
+    @property
+    def step_hops(self) -> int:
+        """Hops between ring neighbours: one link, except through a switch (up and down)."""
+        return 2 if self.topology == "Switch" else 1
+
+    def hops(self, a: int, b: int) -> int:
+        """Hops between coordinates a and b in this dimension, as ASTRA-sim charges them."""
+        if a == b:
+            return 0
+        if self.topology == "Ring":
+            d = abs(a - b)
+            return min(d, self.npus - d)
+        return self.step_hops
+
+    def hops_array(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """:meth:`hops` of many coordinate pairs at once."""
+        if self.topology == "Ring":
+            d = np.abs(a - b)
+            return np.minimum(d, self.npus - d)
+        return np.where(a != b, self.step_hops, 0)
+
+
+@dataclass(frozen=True)
+class Network(Grid):
+    name: str
+    dims: tuple[Dimension, ...]
+
+    def _where(self) -> str:
+        return f"network {self.name!r}: "
+
+    @property
+    def dim_names(self) -> tuple[str, ...]:
+        return tuple(d.name for d in self.dims)
+
+    def dim_index(self, name_or_index: str | int) -> int:
+        """Index of a dimension given by name or index; raises LibraError if unknown."""
+        if isinstance(name_or_index, int) or str(name_or_index).isdigit():
+            i = int(name_or_index)
+            if 0 <= i < self.num_dims:
+                return i
+        else:
+            for i, d in enumerate(self.dims):
+                if d.name == name_or_index:
+                    return i
+        raise LibraError(
+            f"network {self.name!r}: no dimension {name_or_index!r}; "
+            f"use an index 0..{self.num_dims - 1} or one of {list(self.dim_names)}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        dims = []
+        for d in self.dims:
+            item: dict[str, Any] = {
+                "name": d.name,
+                "topology": d.topology,
+                "npus": d.npus,
+                "latency_ns": d.latency_ns,
+                "cost_class": d.cost_class,
+            }
+            if d.bw_min_gbps:
+                item["bw_min_gbps"] = d.bw_min_gbps
+            if d.bw_max_gbps is not None:
+                item["bw_max_gbps"] = d.bw_max_gbps
+            dims.append(item)
+        return {"name": self.name, "dimensions": dims}
+
+
+def network_from_dict(data: Any, source: str = "<network>") -> Network:
+    """Build and validate a Network from parsed YAML; every error names ``source`` and the item."""
+    if not isinstance(data, Mapping):
+        raise LibraError(f"{source}: expected a mapping with 'name' and 'dimensions', got {type(data).__name__}")
+    unknown = set(data) - {"name", "dimensions", "description"}
+    if unknown:
+        raise LibraError(f"{source}: unknown key(s) {sorted(unknown)}; allowed: name, description, dimensions")
+    dims_raw = data.get("dimensions")
+    if not isinstance(dims_raw, list) or not dims_raw:
+        raise LibraError(f"{source}: 'dimensions' must be a non-empty list of dimensions")
+    dims = []
+    for i, raw in enumerate(dims_raw):
+        where = f"{source}: dimensions[{i}]"
+        if not isinstance(raw, Mapping):
+            raise LibraError(f"{where}: expected a mapping, got {raw!r}")
+        bad = set(raw) - _DIM_KEYS
+        if bad:
+            raise LibraError(f"{where}: unknown key(s) {sorted(bad)}; allowed: {sorted(_DIM_KEYS)}")
+        name = str(raw.get("name", f"dim{i}"))
+        if not name or not (name[0].isalpha() or name[0] == "_") or not all(c.isalnum() or c in "_-" for c in name):
+            raise LibraError(f"{where}: name {name!r} must start with a letter and use letters, digits, '_' or '-'")
+        topo = raw.get("topology")
+        if topo not in TOPOLOGIES:
+            raise LibraError(f"{where}: topology must be one of {list(TOPOLOGIES)} (case-sensitive), got {topo!r}")
+        if "npus" not in raw:
+            raise LibraError(f"{where}: missing 'npus' (NPU count of this dimension, >= 2)")
+        npus = check_number(raw["npus"], where, "npus", integer=True, minimum=2)
+        latency = check_number(raw.get("latency_ns", 0.0), where, "latency_ns", minimum=0)
+        lo = check_number(raw.get("bw_min_gbps", 0.0), where, "bw_min_gbps", minimum=0)
+        hi = raw.get("bw_max_gbps")
+        if hi is not None:
+            hi = check_number(hi, where, "bw_max_gbps", minimum=0, strict=True)
+            if hi < lo:
+                raise LibraError(f"{where}: bw_max_gbps {hi:g} is below bw_min_gbps {lo:g}")
+        cost_class = raw.get("cost_class", "")
+        if not isinstance(cost_class, str):
+            raise LibraError(f"{where}: cost_class must be a string, got {cost_class!r}")
+        dims.append(Dimension(name, topo, int(npus), latency, cost_class, lo, hi))
+    names = [d.name for d in dims]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise LibraError(f"{source}: dimension names must be unique; repeated: {dup}")
+    return Network(str(data.get("name", Path(source).stem)), tuple(dims))
+
+
+def load_network(path: str | Path) -> Network:
+    """Read and validate a network YAML file."""
+    return network_from_dict(load_yaml(path, "network"), str(path))
+
+
+def dump_network(net: Network) -> str:
+    return yaml.safe_dump(net.to_dict(), sort_keys=False)

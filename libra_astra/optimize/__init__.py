@@ -1,0 +1,1 @@
+"""Bandwidth optimization: constraints, the convex problem, its solver, and the design file."""

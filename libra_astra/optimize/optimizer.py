@@ -1,0 +1,337 @@
+"""LIBRA bandwidth optimization: objectives, constraints, exact solve, certificate and baselines.
+
+Objectives (T = weighted sum over workloads of the slowest rank class's time, c = network cost):
+
+``perf``            minimize T(B)
+``perf-per-cost``   minimize T(B) * c(B), made convex by the Charnes-Cooper change of variables
+                    s = 1 / c(B), y = s B: T c = sum C_q / s + D(y) with c(y) = 1, A B <= b -> A y <= b s
+``min-cost``        minimize c(B) subject to T(B) <= a time target
+
+Constraints: total bandwidth (equality or upper bound), cost budget, per-dimension bounds from the
+network file, and linear constraints from text (constraints.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+import numpy as np
+from scipy.optimize import linprog
+
+from .constraints import LinearConstraint
+from ..model.cost import CostModel
+from ..errors import InfeasibleError, LibraError
+from ..model.network import Network
+from ..timing.predict import critical_paths, predict
+from .problem import (OBJECTIVES, Constraints, ScaledProblem, Workload, build_problem, linear_rows, path_terms,
+                      unscale)
+from .solver import solve, term_values, unbounded_coordinates
+from ..timing.model import LIBRA, TimeModel, demand_time
+
+__all__ = ["OBJECTIVES", "Constraints", "Evaluation", "OptimizeResult", "Workload", "evaluate", "optimize", "pareto"]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One bandwidth split, evaluated: weighted time over workloads, cost, feasibility."""
+
+    bw_gbps: tuple[float, ...]
+    time_ns: float
+    compute_ns: float
+    communication_ns: float
+    cost_usd: float
+    feasible: bool
+
+    @property
+    def time_cost_ns_usd(self) -> float:
+        return self.time_ns * self.cost_usd
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    objective: str
+    best: Evaluation
+    fun: float                  # objective value in its unit (ns, ns*USD or USD)
+    dual_bound: float           # proven lower bound on the optimum, same unit
+    rel_gap: float
+    success: bool
+    status: int
+    message: str
+    solve_time_s: float
+    newton_steps: int
+    num_collectives: int
+    num_terms: int
+    baselines: dict = field(default_factory=dict)   # name -> Evaluation
+
+    @property
+    def bw_gbps(self) -> tuple[float, ...]:
+        return self.best.bw_gbps
+
+
+# ------------------------------------------------------------------ evaluation
+
+
+def evaluate(workloads: Sequence[Workload], net: Network, cost: CostModel, bw_gbps: Sequence[float],
+             constraints: Constraints = Constraints(), model: TimeModel = LIBRA) -> Evaluation:
+    bw = tuple(float(b) for b in bw_gbps)
+    t = comp = comm = 0.0
+    for w in workloads:
+        if model.overlap:
+            # The slowest class of the replay; communication is what its compute does not hide.
+            p = predict(w.demand, bw, net, model)
+            slowest = max(range(len(p.class_times_ns)), key=p.class_times_ns.__getitem__)
+            total, compute = p.time_ns, w.demand.rank_classes[slowest].compute_time_ns
+        else:
+            br = demand_time(w.demand, bw, net, model)
+            total, compute = br.total_ns, br.compute_ns
+        t += w.weight * total
+        comp += w.weight * compute
+        comm += w.weight * (total - compute)
+    c = cost.network_cost_usd(net, bw)
+    return Evaluation(bw, t, comp, comm, c, _feasible(bw, net, constraints, t, c))
+
+
+def _feasible(bw, net, cons: Constraints, t: float, c: float, tol: float = 1e-6) -> bool:
+    total = sum(bw)
+    if cons.total_bw_gbps is not None:
+        if cons.total_bw_is_upper_bound:
+            if total > cons.total_bw_gbps * (1 + tol):
+                return False
+        elif abs(total - cons.total_bw_gbps) > tol * cons.total_bw_gbps:
+            return False
+    if cons.budget_usd is not None and c > cons.budget_usd * (1 + tol):
+        return False
+    if cons.time_target_ns is not None and t > cons.time_target_ns * (1 + tol):
+        return False
+    for b, d in zip(bw, net.dims):
+        if b < d.bw_min_gbps * (1 - tol) or (d.bw_max_gbps is not None and b > d.bw_max_gbps * (1 + tol)):
+            return False
+    return all(lc.satisfied(bw, tol) for lc in cons.linear)
+
+
+# ------------------------------------------------------------------ problem building
+
+
+def _check_bounded(b: ScaledProblem, net: Network, objective: str) -> None:
+    """Refuse problems whose infimum is not attained, naming the cause and the fix."""
+    p = b.problem
+    D = b.D
+    used = np.flatnonzero(p.A[:, :D].max(axis=0) > 0)
+    if objective == "perf":
+        bad = unbounded_coordinates(p, used)
+        if bad:
+            names = ", ".join(net.dims[j].name for j in bad)
+            raise LibraError(f"objective perf is unbounded: bandwidth of {names} can grow without limit; "
+                             "add --total-bw, --budget, bw_max_gbps in the network file or a --constraint")
+        return
+    if objective == "perf-per-cost" and unbounded_coordinates(p, np.array([b.s_index])):
+        raise LibraError("objective perf-per-cost has no minimizer: the network cost can shrink toward 0 under "
+                         "these constraints (only upper bounds, or bandwidth free to move to dimensions that cost "
+                         "nothing); add --total-bw or lower bounds (bw_min_gbps or a --constraint)")
+    # A used dimension that costs nothing and has no upper bound improves the time for free forever.
+    price = np.array(b.price_per_gbps)
+    free = used[price[used] == 0]
+    bad = unbounded_coordinates(p, free) if free.size else []
+    if bad:
+        names = ", ".join(net.dims[j].name for j in bad)
+        raise LibraError(f"objective {objective} has no minimizer: {names} cost nothing in the cost model and "
+                         "their bandwidth can grow without limit; give them a price or an upper bound "
+                         "(bw_max_gbps or a --constraint)")
+
+
+def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, objective: str = "perf",
+             constraints: Constraints = Constraints(), model: TimeModel = LIBRA, rel_gap: float = 1e-9,
+             baselines: bool = True) -> OptimizeResult:
+    """Find the bandwidth per dimension that minimizes the objective under the constraints.
+
+    With ``model.overlap`` the time of a rank is its longest dependency path (compute and
+    communication overlap); that time is still convex in B, and the solver adds critical paths
+    until the one at the solution is already among them, which proves the optimum.
+
+    Raises
+    ------
+    LibraError
+        Infeasible or unbounded problems, bad weights, a demand for another network shape.
+    """
+    start_for, start_bw = None, None
+    try:
+        if objective == "min-cost":
+            start_for, start_bw = _min_cost_start(workloads, net, cost, constraints, model)
+        b, res, bw, n_paths = _solve_model(workloads, net, cost, constraints, objective, model, rel_gap, start_for,
+                                           start_bw)
+    except InfeasibleError as e:
+        raise InfeasibleError(_explain_infeasible(net, cost, constraints) or str(e)) from None
+    best = evaluate(workloads, net, cost, bw, constraints, model)
+    if objective == "perf":
+        fun, unit = best.time_ns, b.t0
+    elif objective == "perf-per-cost":
+        fun, unit = best.time_cost_ns_usd, b.t0 * b.c0
+    else:
+        fun, unit = best.cost_usd, b.c0
+    dual = res.dual_bound * unit
+    rel = (fun - dual) / max(abs(fun), 1e-300) if math.isfinite(dual) else math.inf
+    msg = res.message + (f"; {n_paths} dependency paths" if model.overlap else "")
+    out = OptimizeResult(objective, best, fun, dual, rel, res.success, res.status, msg, res.solve_time_s,
+                         res.newton_steps, b.num_collectives, b.num_terms)
+    if baselines:
+        out = _with_baselines(out, workloads, net, cost, constraints, model)
+    return out
+
+
+def _explain_infeasible(net: Network, cost: CostModel, cons: Constraints) -> str | None:
+    """Name the constraint whose removal makes the rest feasible, if there is one."""
+    named = [(f"--constraint {lc.text!r}", replace(cons, linear=cons.linear[:i] + cons.linear[i + 1:]))
+             for i, lc in enumerate(cons.linear)]
+    if cons.total_bw_gbps is not None:
+        named.append(("--total-bw" + ("-max" if cons.total_bw_is_upper_bound else ""),
+                      replace(cons, total_bw_gbps=None)))
+    if cons.budget_usd is not None:
+        named.append(("--budget", replace(cons, budget_usd=None)))
+    culprits = [name for name, rest in named if _linear_feasible(net, cost, rest)]
+    if not culprits:
+        return None
+    return (f"the constraints are infeasible: {' or '.join(culprits)} conflicts with the others "
+            "(bounds in the network file included); relax it")
+
+
+def _linear_feasible(net: Network, cost: CostModel, cons: Constraints) -> bool:
+    G, h, E, f, _ = linear_rows(net, cost, cons, 1.0, 1.0)
+    res = linprog(np.zeros(net.num_dims), A_ub=G if G.size else None, b_ub=h if G.size else None,
+                  A_eq=E if E.size else None, b_eq=f if E.size else None,
+                  bounds=[(None, None)] * net.num_dims, method="highs")
+    return res.status == 0
+
+
+def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_for=None, start_bw=None):
+    """(built problem, solver result, bandwidths, number of dependency paths used).
+
+    ``start_bw``: bandwidths whose critical paths seed the path generation (a min-cost start
+    meets the target only with overlap); by default the no-overlap optimum seeds it."""
+    checked = []
+
+    def run(paths):
+        b = build_problem(workloads, net, cost, cons, objective, model, paths)
+        if not checked:
+            _check_bounded(b, net, objective)
+            checked.append(True)
+        res = solve(b.problem, [start_for(b)] if start_for else b.guesses, rel_gap=rel_gap)
+        return b, res, unscale(b, res, objective)
+
+    if not model.overlap:
+        b, res, bw = run(None)
+        return b, res, bw, 0
+    # Start from the no-overlap optimum, then add each rank class's critical path until the
+    # critical paths at the solution are all in the problem already.
+    if start_bw is not None:
+        bw = np.asarray(start_bw, dtype=float)
+    else:
+        _, _, bw, _ = _solve_model(workloads, net, cost, cons, objective, replace(model, overlap=False), rel_gap)
+    cache: dict = {}
+    paths: dict = {}
+    total_time = 0.0
+    b = res = None
+    for _ in range(500):
+        added = 0
+        for wi, w in enumerate(workloads):
+            for _, path in critical_paths(w.demand, bw, net, model):
+                key = (wi, path)
+                if key not in paths:
+                    comp, terms = path_terms(w.demand, path, net, model, cache)
+                    paths[key] = (wi, comp, terms)
+                    added += 1
+        if not added and b is not None:
+            break
+        b, res, bw = run(list(paths.values()))
+        total_time += res.solve_time_s
+    assert b is not None and res is not None
+    res = replace(res, solve_time_s=total_time)
+    return b, res, bw, len(paths)
+
+
+def _min_cost_start(workloads, net, cost, cons: Constraints, model):
+    """A function giving a strictly feasible start for min-cost: the fastest design under the
+    same constraints, whose time must beat the target (else the target is infeasible)."""
+    if cons.time_target_ns is None or cons.time_target_ns <= 0:
+        raise LibraError("objective min-cost needs a time target > 0: pass --time-target NS")
+    fast_cons = Constraints(cons.total_bw_gbps, cons.total_bw_is_upper_bound, cons.budget_usd, None, cons.linear)
+    fb = build_problem(workloads, net, cost, fast_cons, "perf", replace(model, overlap=False))
+    p = fb.problem
+    used = np.flatnonzero(p.A[:, :fb.D].max(axis=0) > 0)
+    if unbounded_coordinates(p, used):
+        # Unbounded bandwidth: cap it far above any sensible design just to find a start.
+        cap = 1e6 * fb.b0
+        capped = tuple(LinearConstraint(tuple(1.0 if i == j else 0.0 for i in range(fb.D)), "<=", cap, "cap")
+                       for j in used)
+        fast_cons = Constraints(cons.total_bw_gbps, cons.total_bw_is_upper_bound, cons.budget_usd, None,
+                                cons.linear + capped)
+    fast = optimize(workloads, net, cost, objective="perf", constraints=fast_cons, model=model, rel_gap=1e-6,
+                    baselines=False)
+    if fast.best.time_ns >= cons.time_target_ns:
+        raise LibraError(f"time target {cons.time_target_ns:.6g} ns is infeasible: the fastest design under these "
+                         f"constraints takes {fast.best.time_ns:.6g} ns; raise --time-target or relax constraints")
+    bw0 = np.array(fast.bw_gbps)
+    if fast_cons is not None and any(lc.text == "cap" for lc in fast_cons.linear):
+        # The capped fastest design is absurdly fast and expensive; shrink it toward the target
+        # (time and linear constraints checked strictly) so the barrier starts well scaled.
+        goal = cons.time_target_ns - 0.25 * (cons.time_target_ns - fast.best.time_ns)
+        lo, hi = 1e-12, 1.0
+        for _ in range(200):
+            mid = math.sqrt(lo * hi)
+            x = np.zeros(fb.problem.n)
+            x[:fb.D] = bw0 * mid / fb.b0
+            ok = np.all(fb.problem.G[:, :fb.D] @ x[:fb.D] < fb.problem.h) and \
+                evaluate(workloads, net, cost, bw0 * mid, Constraints(), model).time_ns <= goal
+            lo, hi = (lo, mid) if ok else (mid, hi)
+            if hi / lo < 1 + 1e-6:
+                break
+        bw0 = bw0 * hi
+
+    def start_for(b: ScaledProblem) -> np.ndarray:
+        start = np.zeros(b.problem.n)
+        start[:b.D] = bw0 / b.b0
+        # Epigraph coordinates start at the workloads' times at the fast design (below the target).
+        tv = term_values(b.problem, start)
+        cls_vals = np.bincount(b.problem.term_class, weights=b.problem.w * tv) + b.problem.class_e
+        zmax = np.full(b.problem.n, -np.inf)
+        np.maximum.at(zmax, b.problem.class_z, cls_vals)
+        zs = np.unique(b.problem.class_z)
+        start[zs] = zmax[zs]
+        slack = cons.time_target_ns / b.t0 - float(b.problem.G[-1] @ start)
+        start[b.D:] += 0.5 * slack / max(1e-300, float(np.sum(b.problem.G[-1, b.D:])))
+        return start
+
+    return start_for, bw0
+
+
+def _with_baselines(out: OptimizeResult, workloads, net, cost, cons, model) -> OptimizeResult:
+    bw = np.array(out.bw_gbps)
+    total = float(bw.sum())
+    D = net.num_dims
+    traffic = np.zeros(D)
+    for w in workloads:
+        for rc in w.demand.rank_classes:
+            for c in rc.collectives:
+                traffic += w.weight * c.count * np.array(c.traffic_bytes) * rc.num_ranks
+    equal = np.full(D, total / D)
+    if traffic.sum() > 0:
+        prop = np.maximum(traffic / traffic.sum() * total, 1e-9 * total)
+    else:
+        prop = equal
+    base = {
+        "EqualBW": evaluate(workloads, net, cost, equal, cons, model),
+        "TrafficProportional": evaluate(workloads, net, cost, prop, cons, model),
+    }
+    return OptimizeResult(**{**out.__dict__, "baselines": base})
+
+
+def pareto(workloads: Sequence[Workload], net: Network, cost: CostModel, budgets_usd: Sequence[float], *,
+           constraints: Constraints = Constraints(), model: TimeModel = LIBRA) -> list[OptimizeResult]:
+    """The fastest design for each cost budget: points of the time-versus-cost frontier."""
+    out = []
+    for bud in budgets_usd:
+        cons = Constraints(constraints.total_bw_gbps, constraints.total_bw_is_upper_bound, bud, None,
+                           constraints.linear)
+        out.append(optimize(workloads, net, cost, objective="perf", constraints=cons, model=model, baselines=False))
+    return out

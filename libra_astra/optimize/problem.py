@@ -1,0 +1,324 @@
+"""The scaled convex program behind each objective (built here, solved by solver.py).
+
+Bandwidths are scaled by b0 (GB/s), times by t0 (ns) and costs by c0 (USD) so the solver sees
+O(1) numbers. ``perf`` and ``min-cost`` use x = (B / b0, one epigraph coordinate per workload);
+``perf-per-cost`` uses the Charnes-Cooper variables x = (y, s, epigraph coordinates) with
+s = 1 / c(B) and y = s B, under which T(B) c(B) = sum of compute / s + D(y), c(y) = 1 and every
+linear constraint A B <= b becomes A y <= b s. Collectives whose time rows are equal up to a
+positive scale merge into one term (exact). Linear constraints that always hold with equality are
+moved into the equalities so the interior-point method has an interior.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy.optimize import linprog
+
+from .constraints import LinearConstraint
+from ..model.cost import CostModel
+from ..demand.types import Demand
+from ..demand.workload import Workload
+from ..errors import LibraError
+from ..model.network import Network
+from .solver import ConvexProblem, SolverResult
+from ..timing.model import TimeModel, collective_rows, demand_time
+
+OBJECTIVES = ("perf", "perf-per-cost", "min-cost")
+
+
+@dataclass(frozen=True)
+class Constraints:
+    total_bw_gbps: float | None = None
+    total_bw_is_upper_bound: bool = False
+    budget_usd: float | None = None
+    time_target_ns: float | None = None
+    linear: tuple[LinearConstraint, ...] = ()
+
+
+def merge_terms(items, net: Network, model: TimeModel, cache: dict) -> list:
+    """Terms [(A, g, weight)] of (collective, count) items; terms equal up to scale merge."""
+    merged: dict = {}
+    for c, count in items:
+        if count <= 0:
+            continue
+        key = (c.type, c.size_bytes, c.participants, c.traffic_bytes, c.hops, c.algorithm)
+        rows = cache.get(key)
+        if rows is None:
+            A, g = collective_rows(c, net, model)
+            scale = float(A.max()) if not np.any(g) and A.max() > 0 else 1.0
+            An = A / scale
+            mkey = (An.shape, np.round(An, 12).tobytes(), g.tobytes())
+            rows = (mkey, An, g, scale)
+            cache[key] = rows
+        mkey, An, g, scale = rows
+        if mkey in merged:
+            merged[mkey][2] += count * scale
+        else:
+            merged[mkey] = [An, g, count * scale]
+    return list(merged.values())
+
+
+def class_terms(demand: Demand, net: Network, model: TimeModel, cache: dict) -> list[tuple[float, list]]:
+    """Per rank class (no overlap): compute and merged terms."""
+    return [(rc.compute_time_ns, merge_terms(((c, c.count) for c in rc.collectives), net, model, cache))
+            for rc in demand.rank_classes]
+
+
+def path_terms(demand: Demand, path: Sequence[tuple[int, int]], net: Network, model: TimeModel,
+               cache: dict) -> tuple[float, list]:
+    """Compute and merged terms of one dependency path (its nodes run in sequence). Nodes are
+    (rank class, node index); node -1 is a whole class without a dependency graph."""
+    comp = 0.0
+    colls = []
+    for ci, v in path:
+        rc = demand.rank_classes[ci]
+        if v < 0:
+            comp += rc.compute_time_ns
+            colls.extend((c, c.count) for c in rc.collectives)
+            continue
+        kind, value = rc.dag.nodes[v]
+        if kind == "comp":
+            comp += value
+        else:
+            colls.append((rc.collectives[int(value)], 1.0))
+    return comp, merge_terms(colls, net, model, cache)
+
+
+@dataclass(frozen=True)
+class ScaledProblem:
+    problem: ConvexProblem
+    D: int
+    b0: float        # GB/s per scaled bandwidth unit
+    t0: float        # ns per scaled time unit
+    c0: float        # USD per scaled cost unit (perf-per-cost and min-cost)
+    s_index: int     # index of s (perf-per-cost) or -1
+    guesses: list
+    num_collectives: int
+    num_terms: int
+    price_per_gbps: tuple[float, ...] = ()   # cost model's USD per GB/s of each dimension
+
+
+def linear_rows(net: Network, cost: CostModel, cons: Constraints, b0: float, c0: float):
+    """(G, h, E, f) on scaled bandwidths B' = B / b0, from every bandwidth-only constraint."""
+    D = net.num_dims
+    G, h, E, f = [], [], [], []
+    price = np.array(cost.price_usd_per_gbps(net)) * b0 / c0
+    for j, d in enumerate(net.dims):
+        row = np.zeros(D)
+        row[j] = -1.0
+        G.append(row)
+        h.append(-d.bw_min_gbps / b0)
+        if d.bw_max_gbps is not None:
+            row = np.zeros(D)
+            row[j] = 1.0
+            G.append(row)
+            h.append(d.bw_max_gbps / b0)
+    if cons.total_bw_gbps is not None:
+        if cons.total_bw_gbps <= 0:
+            raise LibraError(f"--total-bw must be > 0 GB/s, got {cons.total_bw_gbps:g}")
+        (G if cons.total_bw_is_upper_bound else E).append(np.ones(D))
+        (h if cons.total_bw_is_upper_bound else f).append(cons.total_bw_gbps / b0)
+    if cons.budget_usd is not None:
+        if cons.budget_usd <= 0:
+            raise LibraError(f"--budget must be > 0 USD, got {cons.budget_usd:g}")
+        G.append(price.copy())
+        h.append(cons.budget_usd / c0)
+    for lc in cons.linear:
+        row = np.array(lc.coeffs) * b0
+        if lc.op == "<=":
+            G.append(row); h.append(lc.rhs)
+        elif lc.op == ">=":
+            G.append(-row); h.append(-lc.rhs)
+        else:
+            E.append(row); f.append(lc.rhs)
+    to = lambda rows, n: np.array(rows, dtype=float).reshape(len(rows), n)
+    return to(G, D), np.array(h, dtype=float), to(E, D), np.array(f, dtype=float), price
+
+
+def _scales(net, cost, cons) -> tuple[float, float]:
+    D = net.num_dims
+    if cons.total_bw_gbps is not None:
+        b0 = cons.total_bw_gbps / D
+    else:
+        caps = [d.bw_max_gbps for d in net.dims if d.bw_max_gbps is not None]
+        b0 = float(np.mean(caps)) if len(caps) == D else 100.0
+        if cons.budget_usd is not None:
+            b0 = cons.budget_usd / sum(cost.price_usd_per_gbps(net)) if sum(cost.price_usd_per_gbps(net)) > 0 else b0
+    b0 = max(b0, 1e-9)
+    return b0, max(cost.network_cost_usd(net, [b0] * D), 1e-12)
+
+
+def build_problem(workloads: Sequence[Workload], net: Network, cost: CostModel, cons: Constraints, objective: str,
+           model: TimeModel, paths: Sequence[tuple[int, float, list]] | None = None) -> ScaledProblem:
+    """The scaled convex problem. ``paths`` (workload, compute, terms) replace the rank classes
+    when the time model follows dependency graphs: each path bounds its workload's time."""
+    if objective not in OBJECTIVES:
+        raise LibraError(f"unknown objective {objective!r}; use one of {list(OBJECTIVES)}")
+    if not workloads:
+        raise LibraError("no workload given; pass --demand FILE or a trace prefix")
+    for w in workloads:
+        w.demand.check_network(net, w.name or w.demand.name)
+        if w.weight <= 0:
+            raise LibraError(f"workload {w.name or w.demand.name!r}: weight must be > 0, got {w.weight:g}")
+    D = net.num_dims
+    b0, c0 = _scales(net, cost, cons)
+    # Time unit: the EqualBW time of the demand at b0, so scaled values are O(1).
+    t_eq = sum(w.weight * demand_time(w.demand, [b0] * D, net, model).total_ns for w in workloads)
+    t0 = t_eq if t_eq > 0 else 1.0
+    n_coll = sum(len(rc.collectives) for w in workloads for rc in w.demand.rank_classes)
+    if paths is not None:
+        classes = list(paths)
+    else:
+        cache: dict = {}
+        classes = [(wi, comp, terms) for wi, w in enumerate(workloads)
+                   for comp, terms in class_terms(w.demand, net, model, cache)]
+    W = len(workloads)
+    G0, h0, E0, f0, price = linear_rows(net, cost, cons, b0, c0)
+    cc = objective == "perf-per-cost"
+    n_recip = D + (1 if cc else 0)
+    n = n_recip + W
+    s_idx = D if cc else -1
+    A_rows, g_rows, owner, wts, tclass, cz, ce = [], [], [], [], [], [], []
+    k = 0
+    for q, (wi, comp, terms) in enumerate(classes):
+        items = list(terms)
+        if cc and comp > 0:
+            # Compute C becomes C / s: a term with one row on the s coordinate.
+            items.append([np.zeros((1, D)), np.array([comp]), 1.0])
+            comp_const = 0.0
+        else:
+            comp_const = comp
+        if not items:
+            items = [[np.zeros((1, D)), np.zeros(1), 1.0]]
+        for An, g, weight in items:
+            Ar = np.zeros((An.shape[0], n))
+            Ar[:, :D] = An / (b0 * t0)
+            gr = g / t0
+            if cc:
+                Ar[:, s_idx] = gr
+                gr = np.zeros_like(gr)
+            A_rows.append(Ar)
+            g_rows.append(gr)
+            owner.append(np.full(An.shape[0], k))
+            wts.append(weight)
+            tclass.append(q)
+            k += 1
+        cz.append(n_recip + wi)
+        ce.append(comp_const / t0)
+    c = np.zeros(n)
+    weights = np.array([w.weight for w in workloads])
+    if objective == "min-cost":
+        c[:D] = price
+    else:
+        c[n_recip:] = weights
+    recip = np.zeros(n, dtype=bool)
+    recip[:n_recip] = True
+    # Lift the bandwidth constraints into x (and into (y, s) for Charnes-Cooper).
+    def lift(M: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+        out = np.zeros((M.shape[0], n))
+        out[:, :D] = M
+        if cc:
+            out[:, s_idx] = -rhs
+        return out
+
+    G, h = lift(G0, h0), (np.zeros_like(h0) if cc else h0)
+    E, f = lift(E0, f0), (np.zeros_like(f0) if cc else f0)
+    if cc:
+        row = np.zeros(n)
+        row[:D] = price
+        E = np.vstack([E, row])
+        f = np.r_[f, 1.0]
+        row = np.zeros(n)
+        row[s_idx] = -1.0
+        G = np.vstack([G, row])
+        h = np.r_[h, 0.0]
+    if objective == "min-cost":
+        if cons.time_target_ns is None or cons.time_target_ns <= 0:
+            raise LibraError("objective min-cost needs a time target > 0: pass --time-target NS")
+        row = np.zeros(n)
+        row[n_recip:] = weights
+        G = np.vstack([G, row])
+        h = np.r_[h, cons.time_target_ns / t0]
+    # Starting guesses: the equal split (of the total, or of the bounds' midpoints).
+    guesses = []
+    if cons.total_bw_gbps is not None:
+        frac = 0.999 if cons.total_bw_is_upper_bound else 1.0
+        guesses.append(np.full(D, frac * cons.total_bw_gbps / D / b0))
+    guesses.append(np.ones(D))
+    full = []
+    for gb in guesses:
+        x = np.zeros(n)
+        x[:D] = gb
+        if cc:
+            cost_scaled = float(price @ gb)
+            if cost_scaled <= 0:
+                continue
+            x[:D] = gb / cost_scaled
+            x[s_idx] = 1.0 / cost_scaled
+        full.append(x)
+    G, h, E, f = _promote_implicit_equalities(G, h, E, f, full)
+    E, f = _independent_rows(E, f)
+    problem = ConvexProblem(
+        c=c, recip=recip,
+        A=np.vstack(A_rows), g=np.concatenate(g_rows), owner=np.concatenate(owner),
+        w=np.array(wts, dtype=float), term_class=np.array(tclass), class_z=np.array(cz), class_e=np.array(ce),
+        G=G, h=h, E=E, f=f,
+    )
+    return ScaledProblem(problem, D, b0, t0, c0, s_idx, full, n_coll, k, cost.price_usd_per_gbps(net))
+
+
+def _promote_implicit_equalities(G, h, E, f, guesses):
+    """Move inequalities that hold with equality at every feasible point (bw_min == bw_max, or
+    'bw[0] >= bw[1]' with 'bw[1] >= bw[0]') into the equalities, so the barrier has an interior."""
+    if not G.shape[0]:
+        return G, h, E, f
+    # A guess strictly inside is proof enough that there is an interior (the common case, and it
+    # spares a linear program on every solve).
+    for x in guesses:
+        if np.all(G @ x < h - 1e-9 * np.maximum(1.0, np.abs(h))) and np.allclose(E @ x, f, rtol=1e-12, atol=1e-12):
+            return G, h, E, f
+    n = G.shape[1]
+    norms = np.maximum(np.linalg.norm(G, axis=1), 1e-300)
+    # Quick test: the largest uniform slack; positive means there is an interior already.
+    cobj = np.zeros(n + 1)
+    cobj[-1] = -1.0
+    kw = dict(A_eq=np.hstack([E, np.zeros((E.shape[0], 1))]) if E.shape[0] else None,
+              b_eq=f if E.shape[0] else None, method="highs")
+    res = linprog(cobj, A_ub=np.hstack([G, norms[:, None]]), b_ub=h,
+                  bounds=[(None, None)] * n + [(None, 1.0)], **kw)
+    if res.status != 0 or res.x[-1] > 1e-9:
+        return G, h, E, f
+    tight = []
+    for i in range(G.shape[0]):
+        r = linprog(G[i], A_ub=G, b_ub=h, bounds=[(None, None)] * n, method="highs",
+                    A_eq=E if E.shape[0] else None, b_eq=f if E.shape[0] else None)
+        if r.status == 0 and h[i] - r.fun <= 1e-9 * max(1.0, abs(h[i])):
+            tight.append(i)
+    if not tight:
+        return G, h, E, f
+    keep = [i for i in range(G.shape[0]) if i not in tight]
+    return G[keep], h[keep], np.vstack([E, G[tight]]), np.r_[f, h[tight]]
+
+
+def _independent_rows(E: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop equality rows that repeat others (the Newton system needs full row rank)."""
+    keep: list[int] = []
+    for i in range(E.shape[0]):
+        trial = E[keep + [i]]
+        if np.linalg.matrix_rank(trial, tol=1e-10 * max(1.0, np.abs(trial).max())) == len(keep) + 1:
+            keep.append(i)
+        else:
+            aug = np.hstack([E[keep + [i]], f[keep + [i], None]])
+            if np.linalg.matrix_rank(aug, tol=1e-9 * max(1.0, np.abs(aug).max())) > len(keep):
+                raise LibraError("the equality constraints contradict each other; remove or fix one")
+    return E[keep], f[keep]
+
+
+def unscale(b: ScaledProblem, res: SolverResult, objective: str) -> np.ndarray:
+    x = res.x
+    if objective == "perf-per-cost":
+        return x[:b.D] / x[b.s_index] * b.b0
+    return x[:b.D] * b.b0

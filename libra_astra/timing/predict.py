@@ -1,0 +1,150 @@
+"""Dependency-aware time prediction: the ranks' DAGs replayed the way ASTRA-sim runs them.
+
+Per rank at most one compute node and one collective run at a time; compute overlaps
+communication when the dependencies allow it. Nodes are issued in the DAG's (topological) order
+on their resource, so a node starts at max(its dependencies' finish, its resource's free time).
+A receive also waits for the matching send of another rank class (the DAG's ``links``, from
+pipeline parallelism) and a collective shared with ranks of other classes starts when they are
+ready for it too (``syncs``), so the classes are replayed together until those waits settle.
+Collective durations come from a time model (model.py), normally the ``pipelined`` model with
+the simulator's chunk count, latency and local memory bandwidth.
+
+A class without a DAG falls back to the no-overlap sum. The job time is the slowest class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..demand.types import Demand, RankClass
+from ..model.network import Network
+from .model import TimeModel, class_time_ns, collective_times_ns
+
+# A node of the job: (rank class, node index); node -1 stands for a whole class without a DAG.
+JobNode = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    time_ns: float                   # slowest class
+    class_times_ns: tuple[float, ...]
+    exposed_comm_ns: float           # of the slowest class: time not hidden behind compute
+    overlap_aware: bool
+
+
+@dataclass(frozen=True)
+class _Replay:
+    finish: tuple[list[float], ...]             # per class, per node
+    cause: tuple[list[JobNode | None], ...]     # what each node waited for last
+    busy_comp: tuple[float, ...]
+
+
+@dataclass
+class _ClassState:
+    finish: list[float]
+    cause: list[JobNode | None]
+    ready: list[float]                  # when the node could start on this rank alone
+    ready_cause: list[JobNode | None]
+    busy: float
+
+
+def _replay_class(rc: RankClass, ci: int, coll_ns: list[float], preds: list[list[int]],
+                  waits: dict[int, JobNode], syncs: dict[int, list[JobNode]],
+                  prev: Sequence[_ClassState | None]) -> _ClassState:
+    n = len(rc.dag.nodes)
+    finish, ready = [0.0] * n, [0.0] * n
+    cause: list[JobNode | None] = [None] * n
+    ready_cause: list[JobNode | None] = [None] * n
+    last = {"comp": -1, "coll": -1}
+    busy = 0.0
+    for v, (kind, value) in enumerate(rc.dag.nodes):
+        # Waiting on the resource is an edge from the previous node of the same kind.
+        start, why = 0.0, None
+        for u in preds[v] + ([last[kind]] if last[kind] >= 0 else []):
+            if finish[u] > start:
+                start, why = finish[u], (ci, u)
+        ready[v], ready_cause[v] = start, why
+        # A collective shared with other classes starts when their ranks are ready for it too.
+        for cj, u in syncs.get(v, ()):
+            other = prev[cj]
+            if other is not None and other.ready[u] > start:
+                start, why = other.ready[u], other.ready_cause[u]
+        dur = float(value) if kind == "comp" else coll_ns[int(value)]
+        end = start + dur
+        src = waits.get(v)
+        if src is not None and prev[src[0]] is not None and prev[src[0]].finish[src[1]] > end:
+            end, why = prev[src[0]].finish[src[1]], src
+        finish[v] = end
+        cause[v] = why
+        last[kind] = v
+        if kind == "comp":
+            busy += dur
+    return _ClassState(finish, cause, ready, ready_cause, busy)
+
+
+def _replay(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> _Replay:
+    classes = d.rank_classes
+    k = len(classes)
+    coll_ns = [collective_times_ns(rc, bw_gbps, net, model).tolist() for rc in classes]
+    preds, waits, syncs = [], [], []
+    for rc in classes:
+        dag = rc.dag
+        p: list[list[int]] = [[] for _ in (dag.nodes if dag else ())]
+        for u, v in (dag.deps if dag else ()):
+            p[v].append(u)
+        preds.append(p)
+        waits.append({v: (c, u) for v, c, u in (dag.links if dag else ()) if 0 <= c < k})
+        s: dict[int, list[JobNode]] = {}
+        for v, c, u in (dag.syncs if dag else ()):
+            if 0 <= c < k:
+                s.setdefault(v, []).append((c, u))
+        syncs.append(s)
+    states: list[_ClassState | None] = [None] * k
+    # Waits only lengthen times, so Jacobi sweeps from zero settle after as many sweeps as the
+    # longest chain of cross-class waits (plus one to see nothing change).
+    for _ in range(2 + sum(len(w) + len(s) for w, s in zip(waits, syncs))):
+        new: list[_ClassState | None] = []
+        for ci, rc in enumerate(classes):
+            if rc.dag is None:
+                comp, comm = class_time_ns(rc, bw_gbps, net, model)
+                new.append(_ClassState([comp + comm], [None], [0.0], [None], comp))
+            else:
+                new.append(_replay_class(rc, ci, coll_ns[ci], preds[ci], waits[ci], syncs[ci], states))
+        changed = any(a is None or a.finish != b.finish or a.ready != b.ready for a, b in zip(states, new))
+        states = new
+        if not changed:
+            break
+    return _Replay(tuple(s.finish for s in states), tuple(s.cause for s in states),
+                   tuple(s.busy for s in states))
+
+
+def critical_paths(d: Demand, bw_gbps: Sequence[float], net: Network,
+                   model: TimeModel) -> list[tuple[float, tuple[JobNode, ...]]]:
+    """Per rank class, (its finish time, a longest path that ends in it). A path's time is the
+    sum of its compute and collectives, and may run through other classes via receives."""
+    r = _replay(d, bw_gbps, net, model)
+    out = []
+    for ci, rc in enumerate(d.rank_classes):
+        if rc.dag is None:
+            out.append((r.finish[ci][0], ((ci, -1),)))
+            continue
+        f = r.finish[ci]
+        if not f:
+            out.append((0.0, ()))
+            continue
+        node: JobNode | None = (ci, max(range(len(f)), key=f.__getitem__))
+        path = []
+        while node is not None:
+            path.append(node)
+            node = r.cause[node[0]][node[1]]
+        out.append((f[path[0][1]], tuple(reversed(path))))
+    return out
+
+
+def predict(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> Prediction:
+    r = _replay(d, bw_gbps, net, model)
+    times = [max(f, default=0.0) for f in r.finish]
+    i = max(range(len(times)), key=times.__getitem__)
+    return Prediction(times[i], tuple(times), times[i] - r.busy_comp[i],
+                      any(rc.dag is not None for rc in d.rank_classes))

@@ -1,0 +1,107 @@
+"""Dependency order of one rank's nodes: the one topological sort and the one cycle error.
+
+Both the trace reader (for the demand's DAG) and the trace rewrite for ASTRA-sim (for the issue
+order) use it, so a cycle is reported the same way wherever it is found.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from ..errors import LibraError
+
+
+def resolve_deps(node_ids: np.ndarray, dep_ids: np.ndarray, dep_ptr: np.ndarray, where: str) -> np.ndarray:
+    """Dependency ids -> node positions; LibraError for duplicate ids or dangling dependencies."""
+    n = node_ids.shape[0]
+    if n > 1 and bool(np.all(node_ids[1:] > node_ids[:-1])):
+        order = None
+        sorted_ids = node_ids
+    else:
+        order = np.argsort(node_ids, kind="stable")
+        sorted_ids = node_ids[order]
+        dup = np.nonzero(sorted_ids[1:] == sorted_ids[:-1])[0]
+        if dup.size:
+            raise LibraError(
+                f"{where}: node id {int(sorted_ids[dup[0]])} appears twice; node ids must be unique within a file"
+            )
+    if dep_ids.size == 0:
+        return np.zeros(0, np.int64)
+    if n == 0:
+        pos = np.zeros(dep_ids.shape, np.int64)
+        found = np.zeros(dep_ids.shape, bool)
+    else:
+        pos = np.searchsorted(sorted_ids, dep_ids)
+        pos_c = np.minimum(pos, n - 1)
+        found = (pos < n) & (sorted_ids[pos_c] == dep_ids)
+        pos = pos_c
+    if not bool(found.all()):
+        k = int(np.argmin(found))
+        owner = int(np.searchsorted(dep_ptr, k, side="right")) - 1
+        raise LibraError(
+            f"{where}: node {int(node_ids[owner])} depends on node {int(dep_ids[k])}, which is not in the file; "
+            "remove the dependency or add the node"
+        )
+    pos = pos.astype(np.int64)
+    return pos if order is None else order[pos].astype(np.int64)
+
+
+def file_first_order(n: int, edges) -> tuple[list[int], list[int]]:
+    """Kahn's algorithm over edges (u, v) = "v waits for u", always taking the ready node that
+    comes first in the file, so the issue order stays as close to the file order as the
+    dependencies allow. Returns the order and the remaining in-degrees (non-zero on a cycle)."""
+    children: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for u, v in edges:
+        children[u].append(v)
+        indeg[v] += 1
+    ready = [i for i in range(n) if indeg[i] == 0]
+    out: list[int] = []
+    while ready:
+        u = heapq.heappop(ready)
+        out.append(u)
+        for v in children[u]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                heapq.heappush(ready, v)
+    return out, indeg
+
+
+def cycle_error(where: str, node_ids: Sequence[int], indeg: Sequence[int],
+                parents: Callable[[int], Iterable[int]]) -> LibraError:
+    """The error for a dependency cycle left by :func:`file_first_order` (non-zero ``indeg``).
+
+    Walks parents inside the unfinished set until a node repeats and names that cycle's node ids,
+    starting at the one that comes first in the file, so the message is stable.
+    """
+    left = {i for i, k in enumerate(indeg) if k > 0}
+    seen: dict[int, int] = {}
+    path: list[int] = []
+    u = min(left)
+    while u not in seen:
+        seen[u] = len(path)
+        path.append(u)
+        u = next(int(p) for p in parents(u) if int(p) in left)
+    cyc = path[seen[u]:][::-1]
+    k = cyc.index(min(cyc))
+    cyc = cyc[k:] + cyc[:k]
+    ids = " -> ".join(str(int(node_ids[i])) for i in cyc + [cyc[0]])
+    return LibraError(f"{where}: dependency cycle through nodes {ids}; remove one of these dependencies")
+
+
+def topological_order(prog) -> np.ndarray | None:
+    """Node positions of a RankProgram in an order where every dependency comes first; None if
+    file order is one. Raises LibraError naming the nodes of a dependency cycle.
+    """
+    n = prog.num_nodes
+    ptr, dep = prog.dep_ptr, prog.dep_index
+    owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))
+    if bool(np.all(dep < owner)):
+        return None
+    out, indeg = file_first_order(n, zip(dep.tolist(), owner.tolist()))
+    if len(out) < n:
+        raise cycle_error(prog.path, prog.node_ids, indeg, lambda u: dep[ptr[u]:ptr[u + 1]])
+    return np.asarray(out, dtype=np.int64)
