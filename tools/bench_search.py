@@ -11,6 +11,7 @@ branch and bound in this process (no Dask: one core) and reports
 
     python tools/bench_search.py            # the default cases
     python tools/bench_search.py --quick    # two small cases
+    python tools/bench_search.py --large    # and 4,096 NPUs
 """
 
 from __future__ import annotations
@@ -70,15 +71,16 @@ def run_case(spec_path: str, npus: int, max_dims: int, model: TimeModel, total_b
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="two small cases")
+    ap.add_argument("--large", action="store_true", help="add 4,096 NPUs (minutes)")
     args = ap.parse_args()
     gpt = "traces/gpt3_tp8_dp8/spec.yml"
     libra = TimeModel("libra")
     sim = simulator_model(1, 1e9, overlap=True)
     cases = [(gpt, 64, 2, libra), (gpt, 64, 4, libra)] if args.quick else [
         (gpt, 64, 2, libra), (gpt, 64, 3, libra), (gpt, 64, 4, libra),
-        (gpt, 256, 3, libra), (gpt, 1024, 3, libra), (gpt, 4096, 3, libra),
-        (gpt, 64, 4, sim), (gpt, 256, 3, sim)]
+        (gpt, 256, 2, libra), (gpt, 256, 3, libra), (gpt, 1024, 3, libra),
+        (gpt, 64, 4, sim), (gpt, 256, 3, sim)] + ([(gpt, 4096, 3, libra)] if args.large else [])
     print(f"{'N':>5} {'dims':>4} {'model':<18} {'space':>10} {'cands':>7} {'evals':>6} {'enum s':>7} {'search s':>8} "
           f"{'cand/s':>8} {'cand/s (search)':>15} {'evals/s':>8} {'optimize':>10} {'ratio':>7}")
     for spec, n, dims, model in cases:

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 from collections import Counter
@@ -247,10 +248,6 @@ def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
 
 
 def _product(options: Sequence[Sequence[str]]):
-    if not options:
-        yield ()
-        return
-    import itertools
     yield from itertools.product(*options)
 
 

@@ -252,7 +252,6 @@ def demand_from_spec(spec: TraceSpec, net: Network | None = None, *, programs: P
                          np.where(up, dp_, -9), np.where(up, hp, -9)], axis=1)
     _, cls = np.unique(key_rows, axis=0, return_inverse=True)
     cls = cls.reshape(-1)
-    key_id = range(int(cls.max()) + 1)
 
     # 2. split until the ranks of a class wait on (and feed) the same classes
     if has_pp:
@@ -260,7 +259,7 @@ def demand_from_spec(spec: TraceSpec, net: Network | None = None, *, programs: P
         peer_prev = {k: bool(infos[k].send_prev or infos[k].recv_prev) for k in infos}
         use_n = np.asarray([peer_next[int(k)] for k in rank_prog]) & (nxt >= 0)
         use_p = np.asarray([peer_prev[int(k)] for k in rank_prog]) & (prv >= 0)
-        count = len(key_id)
+        count = int(cls.max()) + 1
         while True:
             cn = np.where(use_n, cls[np.maximum(nxt, 0)], -1)
             cp = np.where(use_p, cls[np.maximum(prv, 0)], -1)
