@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from .evaluate import Candidate, Problem
+from .evaluate import Candidate, Problem, candidate_spec, programs_for
+from .spec_demand import demand_from_spec
 from .upstream import Design, WorkloadRef, emit, generate, load_yaml, resolve_binary, simulate
 
 
@@ -47,8 +48,11 @@ def confirm(problem: Problem, cand: Candidate, bw_gbps: tuple[float, ...], predi
     design = Design(f"{problem.spec.name}-{net.name}-{cand.par.label}", net, tuple(bw_gbps), problem.objective,
                     problem.model.kind, predicted_ns, problem.cost.network_cost_usd(net, bw_gbps), (ref,))
     t_gen = time.perf_counter() - t0
+    # The demand built from the spec equals the traces' (tested), so emit need not read them back.
+    spec = candidate_spec(problem.spec, net, cand.par, cand.placement)
+    demand = demand_from_spec(spec, net, programs=programs_for(problem.spec, cand.par), labels=False)
     emit(design, out / "astra", splits=problem.model.splits, overwrite=overwrite,
-         local_mem_bw_gbps=local_mem_bw_gbps)
+         local_mem_bw_gbps=local_mem_bw_gbps, demand=demand)
     t_emit = time.perf_counter() - t0 - t_gen
     res = simulate(out / "astra", resolve_binary(binary), timeout_s=timeout_s, overwrite=overwrite)
     sim = float(res.simulated_time_ns)
