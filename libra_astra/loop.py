@@ -16,6 +16,7 @@ Every run directory is kept under ``out_dir``: ``iter0/optimized/<workload>``, `
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -29,6 +30,7 @@ from .model.network import Network
 from .optimize.optimizer import Constraints, Workload, optimize
 from .timing.predict import predict
 from .timing.model import TimeModel, simulator_model
+from .timing.settings import header, model_settings
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,8 @@ class LoopRow:
     predicted_ns: float
     simulated_ns: float
     run_dirs: tuple[str, ...]
+    # Per workload (name, weight, predicted_ns, simulated_ns), unweighted; the totals are weighted sums.
+    workloads: tuple[tuple[str, float, float, float], ...] = ()
 
     @property
     def error(self) -> float:
@@ -56,18 +60,23 @@ class LoopResult:
     splits: int
     binary: str
     notes: tuple[str, ...] = field(default=())
+    time_model_settings: dict = field(default_factory=dict)   # of iteration 0 (timing.settings.model_settings)
+    objective: str = "perf"
 
     def to_dict(self, net: Network) -> dict:
         def row(r: LoopRow) -> dict:
             return {"iteration": r.iteration, "name": r.name, "bandwidth_gbps": list(r.bw_gbps),
                     "cost_usd": r.cost_usd, "predicted_ns": r.predicted_ns, "simulated_ns": r.simulated_ns,
-                    "relative_error": r.error, "run_dirs": list(r.run_dirs)}
+                    "relative_error": r.error, "run_dirs": list(r.run_dirs),
+                    "workloads": [{"name": n, "weight": w, "predicted_ns": p, "simulated_ns": s}
+                                  for n, w, p, s in r.workloads]}
         base = {r.name: r for r in self.rows if r.iteration == 0}
         opt0 = base.get("optimized")
         speedups = {name: r.simulated_ns / self.best.simulated_ns for name, r in base.items() if name != "optimized"}
         return {
             "format": "libra_astra.loop", "version": 1,
             "dimensions": list(net.dim_names), "splits": self.splits, "binary": self.binary,
+            "objective": self.objective, "time_model": self.time_model_settings,
             "rows": [row(r) for r in self.rows],
             "efficiency_per_iteration": [list(e) for e in self.efficiency],
             "best": row(self.best),
@@ -83,8 +92,10 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
              binary: str | None = None, splits: int = 1, local_mem_bw_gbps: float = 1e9, calibrate: int = 0,
              probe: float = 1.25, min_gain: float = 1e-3, timeout_s: float = 3600.0, overwrite: bool = False,
              overlap: bool = True,
-             on_event: Callable[[str], None] = lambda _msg: None) -> LoopResult:
-    """Run the closed loop; see the module docstring. ``on_event`` receives progress lines."""
+             on_event: Callable[[str], None] = lambda _msg: None,
+             on_progress: Callable[[str], None] = lambda _msg: None) -> LoopResult:
+    """Run the closed loop; see the module docstring. ``on_event`` receives a line per finished run,
+    ``on_progress`` a line when each step (optimize, emit, simulate) starts."""
     if not workloads:
         raise LibraError("the loop needs at least one workload")
     refs = tuple(WorkloadRef.of(w) for w in workloads)
@@ -93,28 +104,37 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
             raise LibraError(f"workload {ref.name!r} has neither traces nor a demand file to emit")
     bin_path = resolve_binary(binary)
     out = Path(out_dir)
-    if out.exists() and not overwrite:
+    if os.path.lexists(out) and not overwrite:   # a dangling link counts as existing
         raise LibraError(f"{out}: already exists; choose a new --out directory or pass --force to replace runs in it")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        # without --force the directory must be new when it is made, not only when checked
+        out.mkdir(parents=True, exist_ok=overwrite)
+    except FileExistsError:
+        raise LibraError(f"{out}: appeared while starting (another loop?); it is kept: choose a new --out "
+                         "directory or pass --force") from None
     rows: list[LoopRow] = []
 
     def run_design(iteration: int, name: str, bw: Sequence[float], model: TimeModel) -> LoopRow:
         bw = tuple(float(b) for b in bw)
         design = Design(f"{name}-it{iteration}", net, bw, objective, model.kind, 0.0,
-                        cost.network_cost_usd(net, bw), refs)
+                        cost.network_cost_usd(net, bw), refs, time_model_settings=model_settings(model))
         sim_total = pred_total = 0.0
-        dirs = []
+        dirs, per = [], []
         for w, ref in zip(workloads, refs):
             run_dir = out / f"iter{iteration}" / name / _safe(ref.name)
             run_dir.parent.mkdir(parents=True, exist_ok=True)
             # The prediction recorded by emit uses the simulator's own settings (no fitted efficiency).
+            step = f"iter {iteration} {name}, {ref.name}"
+            on_progress(f"{step}: emitting")
             emit(design, run_dir, splits=splits, workload=ref.name, overwrite=overwrite,
                  local_mem_bw_gbps=local_mem_bw_gbps, demand=w.demand)
+            on_progress(f"{step}: simulating")
             res = simulate(run_dir, bin_path, timeout_s=timeout_s, overwrite=overwrite)
             sim_total += w.weight * res.simulated_time_ns
             pred_total += w.weight * res.predicted_time_ns
             dirs.append(str(run_dir))
-        row = LoopRow(iteration, name, bw, design.cost_usd, pred_total, sim_total, tuple(dirs))
+            per.append((ref.name, w.weight, res.predicted_time_ns, res.simulated_time_ns))
+        row = LoopRow(iteration, name, bw, design.cost_usd, pred_total, sim_total, tuple(dirs), tuple(per))
         on_event(f"iter {iteration} {name:<20} simulated {sim_total / 1e6:12.4f} ms  predicted "
                  f"{pred_total / 1e6:12.4f} ms  error {row.error:+.3%}")
         rows.append(row)
@@ -122,8 +142,8 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
 
     eff = [1.0] * net.num_dims
     model = simulator_model(splits, local_mem_bw_gbps, overlap=overlap)
-    on_event(f"optimizing ({objective}, pipelined model, {splits} chunk(s) per collective, "
-             f"{'dependency-aware' if overlap else 'no overlap'})")
+    on_event(header(objective, model_settings(model)))
+    on_progress("optimizing")
     r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model)
     best = run_design(0, "optimized", r.bw_gbps, model)
     for name, ev in r.baselines.items():
@@ -144,6 +164,7 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
                 eff[d] *= dp / ds
         efficiencies.append(tuple(eff))
         model = simulator_model(splits, local_mem_bw_gbps, efficiency=eff, overlap=overlap)
+        on_progress(f"iter {it}: optimizing with the fitted efficiencies")
         r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model, baselines=False)
         row = run_design(it, "optimized", r.bw_gbps, model)
         if row.simulated_ns < best.simulated_ns * (1 - min_gain):
@@ -156,7 +177,8 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
             break
     notes = ("prediction: pipelined time model replayed over each rank's dependency graph (one compute and one "
              "collective at a time per rank; a receive waits for its send, a shared collective for every rank in it)",)
-    return LoopResult(tuple(rows), tuple(efficiencies), best, stop, splits, bin_path, notes)
+    return LoopResult(tuple(rows), tuple(efficiencies), best, stop, splits, bin_path, notes,
+                      model_settings(simulator_model(splits, local_mem_bw_gbps, overlap=overlap)), objective)
 
 
 def _safe(name: str) -> str:

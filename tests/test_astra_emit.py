@@ -98,7 +98,7 @@ def test_command_line_and_run_sh(tmp_path):
     text = sh.read_text()
     assert '"${ASTRA_SIM_BIN:-AstraSim_Analytical_Congestion_Unaware}"' in text
     assert "--workload-configuration=workload/w" in text and "--logging-folder=log" in text
-    assert sorted(p.name for p in (tmp_path / "run" / "workload").iterdir()) == sorted(f"w.{r}.et" for r in range(16))
+    assert sorted(p.name for p in (tmp_path / "run" / "workload").iterdir()) == sorted([f"w.{r}.et" for r in range(16)] + ["w.set.json"])
 
 
 def test_existing_directory_refused_then_replaced_with_force(tmp_path):
@@ -106,9 +106,9 @@ def test_existing_directory_refused_then_replaced_with_force(tmp_path):
     emit(design, tmp_path / "run")
     with pytest.raises(LibraError, match="already exists; choose another directory or pass --force"):
         emit(design, tmp_path / "run")
-    (tmp_path / "run" / "stale").write_text("x")
+    (tmp_path / "run" / "notes.txt").write_text("x")   # not emit's: --force keeps it
     emit(design, tmp_path / "run", splits=2, overwrite=True)
-    assert not (tmp_path / "run" / "stale").exists()
+    assert (tmp_path / "run" / "notes.txt").read_text() == "x"
     assert json.loads((tmp_path / "run" / "system.json").read_text())["preferred-dataset-splits"] == 2
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
@@ -371,7 +371,7 @@ def test_manifest_records_the_prediction_for_the_emitted_settings(tmp_path):
     pred = json.loads((tmp_path / "run" / "manifest.json").read_text())["prediction"]
     model = TimeModel("pipelined", splits=4, latency=True, local_mem_bw_gbps=1600.0, overlap=True)
     assert pred["time_ns"] == pytest.approx(predict(dem, (120.0, 40.0), net, model).time_ns, rel=1e-12)
-    assert "4 chunk(s)" in pred["model"] and "1600" in pred["model"]
+    assert "4 chunks per collective" in pred["model"] and "local-mem-bw 1600 GB/s" in pred["model"]
 
 
 def test_collective_sizes_are_rounded_to_a_multiple_of_the_splits(tmp_path):

@@ -138,4 +138,4 @@ def test_cli_help_has_examples():
     runner = CliRunner()
     for cmd in ("emit", "simulate"):
         r = runner.invoke(cli(), [cmd, "--help"])
-        assert r.exit_code == 0 and "Examples:" in r.output and f"libra-astra {cmd}" in r.output
+        assert r.exit_code == 0 and "Examples" in r.output and f"libra-astra {cmd}" in r.output

@@ -14,11 +14,11 @@ NET = load_network(Path(__file__).resolve().parent.parent / "network_configs" / 
 @pytest.mark.parametrize("text, coeffs, op, rhs", [
     ("bw[0] >= bw[1]", (1, -1, 0), ">=", 0),
     ("bw[0] >= 2*bw[1]", (1, -2, 0), ">=", 0),
-    ("bw[0] > 0.5 * bw[1]", (1, -0.5, 0), ">=", 0),           # strict reads as non-strict
+    ("bw[0] >= 0.5 * bw[1]", (1, -0.5, 0), ">=", 0),
     ("bw[2] + bw[1] == 200", (0, 1, 1), "==", 200),
     ("-bw[0] = -5", (-1, 0, 0), "==", -5),
     ("2*bw[pod] - bw[node] <= 10", (0, -1, 2), "<=", 10),
-    ("bw[package] < 1e2", (1, 0, 0), "<=", 100),
+    ("bw[package] <= 1e2", (1, 0, 0), "<=", 100),
     ("bw[0] >= .5", (1, 0, 0), ">=", 0.5),
     ("2 * 3 <= bw[0]", (-1, 0, 0), "<=", -6),                 # numbers on both sides move right
     ("bw[0] + 10 <= bw[1] - 5", (1, -1, 0), "<=", -15),
@@ -33,6 +33,10 @@ def test_parse(text, coeffs, op, rhs):
 
 
 @pytest.mark.parametrize("text, message", [
+    ("bw[node] > bw[pod]", "--constraint: constraint 'bw[node] > bw[pod]' is strict ('>'), which the optimizer "
+                           "cannot represent; write 'bw[node] >= bw[pod]'"),
+    ("bw[0] < 1e2", "--constraint: constraint 'bw[0] < 1e2' is strict ('<'), which the optimizer cannot represent; "
+                    "write 'bw[0] <= 1e2'"),
     ("bw[0] ! 3", "--constraint: cannot read '! 3' in constraint 'bw[0] ! 3'; write e.g. 'bw[0] >= bw[1]' or "
                   "'bw[0] + bw[1] == 200'"),
     ("bw[0] >= bw[1] >= 2", "--constraint: constraint 'bw[0] >= bw[1] >= 2' needs exactly one of <=, >=, == (found 2)"),

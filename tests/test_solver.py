@@ -250,3 +250,35 @@ def test_guess_on_a_bound_is_not_taken_as_interior():
     # min 4/x0 + 1/x1 on 0.1 x0 + 0.2 x1 <= 0.15: x_j ~ sqrt(a_j / price_j), optimum
     # (sqrt(4 * 0.1) + sqrt(1 * 0.2))^2 / 0.15.
     check_certificate(r, (math.sqrt(0.4) + math.sqrt(0.2)) ** 2 / 0.15)
+
+
+def test_surrogate_start_is_a_relaxation_and_changes_nothing(monkeypatch):
+    # Thousands of distinct terms not certified after a few steps restart from a merged
+    # surrogate's optimum: the surrogate is a relaxation (its optimum is below the problem's),
+    # and the certified optimum is the same with or without it.
+    from libra_astra.demand import synthetic
+    from libra_astra.model.cost import cost_from_dict
+    from libra_astra.model.network import network_from_dict
+    from libra_astra.optimize.problem import Constraints, Workload, build_problem
+    from libra_astra.timing.model import TimeModel
+
+    net = network_from_dict({"name": "s", "dimensions": [
+        {"name": f"d{i}", "topology": "Ring", "npus": 4, "latency_ns": 300.0 * (i + 1), "cost_class": "x"}
+        for i in range(4)]})
+    cost = cost_from_dict({"unit_prices_usd_per_gbps": {"x": {"link": 1.0}}})
+    b = build_problem([Workload(synthetic.random_demand(net, 3000, seed=3))], net, cost, Constraints(400.0), "perf",
+                      TimeModel("pipelined", splits=4))
+    pu = solver._unit_weights(b.problem)
+    sur = solver._surrogate(pu)
+    assert sur is not None and sur.w.shape[0] * 4 <= pu.w.shape[0]
+    rs = solve(sur, b.guesses)
+    check_certificate(rs)
+    monkeypatch.setattr(solver, "_SURROGATE", 10 ** 9)           # never
+    without = solve(b.problem, b.guesses)
+    check_certificate(without)
+    assert rs.fun <= without.fun * (1 + 1e-9)
+    monkeypatch.setattr(solver, "_SURROGATE", 1000)
+    monkeypatch.setattr(solver, "_COLD", 1)                      # always, after one step
+    with_sur = solve(b.problem, b.guesses)
+    check_certificate(with_sur)
+    assert with_sur.fun == pytest.approx(without.fun, rel=2e-9)

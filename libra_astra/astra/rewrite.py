@@ -23,7 +23,7 @@ Rewriting a user's trace (the user's files are only read):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ..demand.groups import ALL_RANKS, normalize_key
 from ..errors import LibraError
@@ -40,7 +40,7 @@ _SIMULATED = set(COMM_TYPE_NAMES) | {pb.BROADCAST}
 _REFUSED = {pb.REDUCE: "REDUCE", pb.GATHER: "GATHER", pb.SCATTER: "SCATTER"}
 
 
-def _set_attrs(node: pb.Node, drop: Sequence[str], add: Sequence[pb.AttributeProto] = ()) -> None:
+def set_attrs(node: pb.Node, drop: Sequence[str], add: Sequence[pb.AttributeProto] = ()) -> None:
     gone = set(drop) | {x.name for x in add}
     keep = [a for a in node.attr if a.name not in gone]
     del node.attr[:]
@@ -58,10 +58,11 @@ def _issue_order(nodes: Sequence[pb.Node], where: str) -> list[int]:
     return order
 
 
-def _relink(nodes: Sequence[pb.Node], stats: WorkloadStats) -> list[pb.Node]:
-    """Drop METADATA/INVALID nodes (dependents inherit their deps) and dangling dependencies."""
+def relink(nodes: Sequence[pb.Node], stats: WorkloadStats, drop_types: Sequence[int] = _DROP_TYPES) -> list[pb.Node]:
+    """Drop nodes of ``drop_types`` (METADATA/INVALID; dependents inherit their deps), dangling
+    dependencies and self dependencies."""
     by_id = {n.id: n for n in nodes}
-    dropped = {n.id for n in nodes if n.type in _DROP_TYPES}
+    dropped = {n.id for n in nodes if n.type in drop_types}
     memo: dict[int, tuple[int, ...]] = {}
 
     def through(i: int) -> tuple[int, ...]:
@@ -107,10 +108,10 @@ def _relink(nodes: Sequence[pb.Node], stats: WorkloadStats) -> list[pb.Node]:
     return kept
 
 
-def _to_zero_comp(node: pb.Node) -> None:
+def to_zero_comp(node: pb.Node) -> None:
     node.type = pb.COMP_NODE
     node.duration_micros = 0
-    _set_attrs(node, [a.name for a in node.attr], [cio.make_attr("is_cpu_op", "bool_val", False)])
+    set_attrs(node, [a.name for a in node.attr], [cio.make_attr("is_cpu_op", "bool_val", False)])
 
 
 def _physical_mask(value, num_dims: int, where: str) -> list[bool]:
@@ -129,7 +130,7 @@ def rewrite_rank(meta: pb.GlobalMetadata, nodes: list[pb.Node], rank: int, lnet:
                  groups: Mapping[int, Sequence[int]], group_masks: Mapping[int, tuple[bool, ...] | None],
                  where: str, stats: WorkloadStats, splits: int = 1) -> bytes:
     """Rewrite one rank's nodes in place (see the module docstring); returns the ET file bytes."""
-    kept = _relink(nodes, stats)
+    kept = relink(nodes, stats)
     phys_dims = lnet.physical.num_dims
     all_true = [True] * lnet.num_dims
     for n in kept:
@@ -173,16 +174,16 @@ def rewrite_rank(meta: pb.GlobalMetadata, nodes: list[pb.Node], rank: int, lnet:
                 stats.flat_ring_collectives += 1
                 add += [cio.make_attr("pg_name", "string_val", gid),
                         cio.make_attr("involved_dim", "bool_list", all_true)]
-                _set_attrs(n, drop, add)
+                set_attrs(n, drop, add)
                 stats.collectives += 1
                 continue
             stats.group_collectives_to_dims += 1
         if not any(mask):
             stats.trivial_collectives_to_comp += 1
-            _to_zero_comp(n)
+            to_zero_comp(n)
             continue
         add.append(cio.make_attr("involved_dim", "bool_list", list(mask)))
-        _set_attrs(n, drop, add)
+        set_attrs(n, drop, add)
         stats.collectives += 1
 
     order = _issue_order(kept, where)
@@ -208,8 +209,9 @@ def rewrite_rank(meta: pb.GlobalMetadata, nodes: list[pb.Node], rank: int, lnet:
 
 def rewrite_traces(prefix: str | Path, out_prefix: Path, lnet: LogicalNetwork,
                    groups: Mapping[int, Sequence[int]], group_masks: Mapping[int, tuple[bool, ...] | None],
-                   splits: int = 1) -> WorkloadStats:
-    """Rewrite ``PREFIX.r.et`` for every rank r of the network into ``out_prefix.r.et``."""
+                   splits: int = 1, on_progress: Callable[[int, int], None] | None = None) -> WorkloadStats:
+    """Rewrite ``PREFIX.r.et`` for every rank r of the network into ``out_prefix.r.et``
+    (``on_progress(ranks_done, ranks)`` after each)."""
     stats = WorkloadStats()
     n = lnet.npus_count
     found = find_rank_files(prefix)
@@ -221,6 +223,8 @@ def rewrite_traces(prefix: str | Path, out_prefix: Path, lnet: LogicalNetwork,
         meta, nodes = cio.read_et(src)
         data = rewrite_rank(meta, nodes, r, lnet, groups, group_masks, str(src), stats, splits)
         Path(f"{out_prefix}.{r}.et").write_bytes(data)
+        if on_progress is not None:
+            on_progress(r + 1, n)
     extra = sorted(r for r in found if r >= n)
     if extra:
         raise LibraError(f"{found[extra[0]]}: the trace has more ranks than the network's {n} NPUs; "

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..demand.types import Collective, Demand, RankClass
 from ..errors import LibraError
@@ -206,8 +206,10 @@ def rank_classes_by_rank(demand: Demand, npus: int, source: str) -> list[int]:
 
 
 def synthesize(demand: Demand, out_prefix: Path, lnet: LogicalNetwork, source: str, *,
-               max_repeats: int = 256, splits: int = 1) -> WorkloadStats:
-    """Write ``out_prefix.r.et`` for every rank from the demand (see the module docstring)."""
+               max_repeats: int = 256, splits: int = 1,
+               on_progress: Callable[[int, int], None] | None = None) -> WorkloadStats:
+    """Write ``out_prefix.r.et`` for every rank from the demand (see the module docstring;
+    ``on_progress(ranks_done, ranks)`` after each)."""
     stats = WorkloadStats()
     owner = rank_classes_by_rank(demand, lnet.npus_count, source)
     parts = [[_collective_parts(c, lnet, stats) for c in rc.collectives] for rc in demand.rank_classes]
@@ -232,6 +234,8 @@ def synthesize(demand: Demand, out_prefix: Path, lnet: LogicalNetwork, source: s
             if not any(n.type in (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE) for n in nodes):
                 cache[ci] = data  # rank-independent: reuse the bytes for the class's other ranks
         Path(f"{out_prefix}.{r}.et").write_bytes(data)
+        if on_progress is not None:
+            on_progress(r + 1, lnet.npus_count)
     stats.ranks = lnet.npus_count
     stats.collectives = sum(len(rc.collectives) * owner.count(ci) for ci, rc in enumerate(demand.rank_classes))
     return stats

@@ -8,16 +8,16 @@ from typing import Iterator
 import click
 
 from .. import __version__
-from ..errors import LibraError
+from .common import quiet_option
+from .guard import guarded
 
 
 @contextmanager
 def one_line_errors() -> Iterator[None]:
-    """A LibraError leaves as a ClickException: its one line on stderr, exit code 1, no traceback."""
-    try:
+    """A LibraError (or an OSError) leaves as a ClickException: its one line on stderr, exit code 1,
+    no traceback; a termination signal stops the command cleanly (guard.py)."""
+    with guarded():
         yield
-    except LibraError as e:
-        raise click.ClickException(str(e)) from None
 
 
 class Command(click.Command):
@@ -38,10 +38,12 @@ class Group(click.Group):
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="libra-astra")
+@quiet_option
 def main() -> None:
     """LIBRA bandwidth optimization for multi-dimensional training networks.
 
     \b
-    Chakra ET traces -> demand -> optimize -> emit ASTRA-sim inputs -> simulate -> loop.
-    Run `libra-astra COMMAND --help` for each step.
+    Chakra ET traces -> demand -> optimize -> emit ASTRA-sim inputs -> simulate -> loop -> plot.
+    Run `libra-astra COMMAND --help` for each step; `libra-astra -q COMMAND` hides the progress
+    lines (shown on stderr only when it is a terminal).
     """

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 import click
 
-from ..astra import emit, simulate
 from .app import Command
 from .format import fmt_ms
+from .numbers import FiniteFloat
+from .progress import Progress
 
 
 @click.command("emit", cls=Command)
@@ -17,15 +19,18 @@ from .format import fmt_ms
               help="Directory to create for the ASTRA-sim inputs.")
 @click.option("--workload", default=None, metavar="NAME",
               help="Which of the design's workloads to emit (needed when it has several).")
-@click.option("--splits", default=1, show_default=True, type=click.IntRange(min=1),
-              help="preferred-dataset-splits k: 1 sums per-dimension times; larger k pipelines chunks across dimensions.")
+@click.option("--splits", default=None, type=click.IntRange(min=1),
+              help="preferred-dataset-splits k: 1 sums per-dimension times; larger k pipelines chunks across "
+                   "dimensions [default: the design's; another value than the design's is refused].")
 @click.option("--endpoint-delay", "endpoint_delay_ns", default=1, show_default=True, type=click.IntRange(min=0),
               help="endpoint-delay in ns (0 is refused when a dimension has latency 0: ASTRA-sim aborts).")
-@click.option("--local-mem-bw", "local_mem_bw_gbps", default=1e9, show_default=True, type=click.FloatRange(min=0, min_open=True),
-              help="local-mem-bw in GB/s; each reducing step costs 3 * bytes / local-mem-bw.")
+@click.option("--local-mem-bw", "local_mem_bw_gbps", default=None, type=FiniteFloat(0, strict_min=True),
+              help="local-mem-bw in GB/s; each reducing step costs 3 * bytes / local-mem-bw [default: the "
+                   "design's; another value than the design's is refused].")
 @click.option("--force", is_flag=True, help="Replace an existing emitted directory.")
-def emit_command(design: str, out_dir: str, workload: str | None, splits: int, endpoint_delay_ns: int,
-                 local_mem_bw_gbps: float, force: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
+def emit_command(design: str, out_dir: str, workload: str | None, splits: int | None, endpoint_delay_ns: int,
+                 local_mem_bw_gbps: float | None, force: bool, as_json: bool) -> None:
     """Write ASTRA-sim inputs (network.yml, system.json, memory.json, per-rank ET, run.sh) for DESIGN.
 
     Bandwidths are written in the GiB/s ASTRA-sim reads (GB/s * 1e9 / 2^30). Communicator groups
@@ -33,25 +38,48 @@ def emit_command(design: str, out_dir: str, workload: str | None, splits: int, e
     the settings and the exact command line.
 
     \b
-    Examples:
-      libra-astra emit design.json --out runs/gpt3
-      libra-astra emit design.json --out runs/gpt3-k4 --splits 4 --workload gpt3 --force
+    Examples (design.json from the optimize command's first example):
+      libra-astra emit design.json --out runs/gpt3 --force
+      libra-astra emit design.json --out runs/gpt3-again --workload gpt3 --json --force
     """
-    res = emit(design, out_dir, splits=splits, workload=workload, overwrite=force,
-               endpoint_delay_ns=endpoint_delay_ns, local_mem_bw_gbps=local_mem_bw_gbps)
+    from ..astra import emit
+    from ..timing.model import simulator_model
+    from ..timing.settings import DEFAULT_LOCAL_MEM_BW_GBPS, describe_settings, model_settings
+
+    with Progress(f"emit {out_dir}") as p:
+        res = emit(design, out_dir, splits=splits, workload=workload, overwrite=force,
+                   endpoint_delay_ns=endpoint_delay_ns, local_mem_bw_gbps=local_mem_bw_gbps, on_progress=p)
+    pred = res.prediction or {}
+    if as_json:
+        click.echo(json.dumps({"path": str(res.path), "workload": res.workload, "source": res.source,
+                               "npus": res.npus_count, "splits": res.splits, "local_mem_bw_gbps": res.local_mem_bw_gbps,
+                               "network": res.network.to_dict(), "prediction": pred, "notes": list(res.notes),
+                               "command_line": res.command_line}, indent=1))
+        return
+    mem = res.local_mem_bw_gbps or DEFAULT_LOCAL_MEM_BW_GBPS
+    settings = pred.get("time_model_settings") or model_settings(simulator_model(res.splits, mem))
+    click.echo(f"simulator settings: {describe_settings(settings)}")
     shape = " x ".join(f"{d.topology}({d.npus})" for d in res.network.dims)
     click.echo(f"wrote {res.path}: workload {res.workload!r} from {res.source}, {res.npus_count} NPUs, "
                f"network {shape}, splits {res.splits}")
+    if pred.get("time_ns") is not None:
+        click.echo(f"predicted time: {fmt_ms(pred['time_ns'])} (libra_astra, for these settings; simulate compares)")
+    else:
+        click.echo(f"predicted time: unavailable ({pred.get('unavailable', 'no demand')})")
+    if res.source == "demand":
+        click.echo("  note: this workload is synthesized from the demand file, not your traces; to simulate the "
+                   "traces themselves, optimize from the trace prefix and emit that design")
     for note in res.notes:
         click.echo(f"  note: {note}")
-    click.echo(f"run it: libra-astra simulate {res.path}   (or {res.path}/run.sh with ASTRA_SIM_BIN set)")
+    q = shlex.quote(str(res.path))
+    click.echo(f"run it: libra-astra simulate {q}   (or {shlex.quote(str(res.path / 'run.sh'))} with ASTRA_SIM_BIN set)")
 
 
 @click.command("simulate", cls=Command)
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--astra-sim", "binary", default=None, metavar="BIN",
               help="ASTRA-sim analytical binary (default: $ASTRA_SIM_BIN).")
-@click.option("--timeout", "timeout_s", default=3600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--timeout", "timeout_s", default=3600.0, show_default=True, type=FiniteFloat(0, strict_min=True),
               help="Stop the simulator after this many seconds.")
 @click.option("--force", is_flag=True, help="Replace the results of an earlier run (RUN_DIR/sim).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -62,11 +90,15 @@ def simulate_command(run_dir: str, binary: str | None, timeout_s: float, force: 
     the simulator exits 0 and every NPU reports that it finished.
 
     \b
-    Examples:
-      ASTRA_SIM_BIN=/path/to/AstraSim_Analytical_Congestion_Unaware libra-astra simulate runs/gpt3
-      libra-astra simulate runs/gpt3 --astra-sim ./AstraSim_Analytical_Congestion_Unaware --timeout 600 --json
+    Examples (with ASTRA_SIM_BIN set; runs/gpt3 from the emit command's example):
+      libra-astra simulate runs/gpt3 --force
+      libra-astra simulate runs/gpt3 --astra-sim "$ASTRA_SIM_BIN" --timeout 600 --json --force
     """
-    res = simulate(run_dir, binary, timeout_s=timeout_s, overwrite=force)
+    from ..astra import simulate
+
+    with Progress("simulate") as p:
+        p.note(f"running ASTRA-sim on {run_dir}")
+        res = simulate(run_dir, binary, timeout_s=timeout_s, overwrite=force)
     if as_json:
         click.echo(json.dumps(res.to_dict(), indent=1))
         return
@@ -77,6 +109,11 @@ def simulate_command(run_dir: str, binary: str | None, timeout_s: float, force: 
                f"{fmt_ms(fastest.finished_ns)}), {res.npus_count} NPUs")
     click.echo(f"exposed communication: up to {fmt_ms(exposed)}; host time {res.wall_seconds:.2f} s; "
                f"results in {res.sim_dir}")
-    if res.predicted_time_ns is not None:
+    if res.prediction_error is not None:
+        from ..astra import load_manifest
+
         click.echo(f"predicted by libra_astra at emit: {fmt_ms(res.predicted_time_ns)} "
                    f"(error {res.prediction_error:+.3%} against the simulator)")
+        label = (load_manifest(run_dir).prediction or {}).get("model")
+        if label:
+            click.echo(f"  with {label}")

@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
+
 import click
 
-from ..demand.groups import ALL_RANKS
-from ..demand.from_traces import TraceSummary, demand_from_traces, summary_to_dict
-from ..demand.types import demand_to_dict
 from ..errors import LibraError
-from ..files import check_writable, write_json_atomic
-from ..model.network import Network, load_network
-from ..traces.files import default_groups_path
 from .app import Command
+from .common import check_plot, draw, plot_option
 from .format import fmt_bytes, fmt_ranges, fmt_time, table
+from .numbers import FiniteFloat
+from .progress import Progress
+
+if TYPE_CHECKING:  # the library is imported by the command that runs
+    from ..demand.from_traces import TraceSummary
+    from ..model.network import Network
 
 
 def format_summary(s: TraceSummary, net: Network) -> str:
     """The human-readable report printed by ``libra-astra demand``."""
+    from ..demand.groups import ALL_RANKS
+
     lines = [
         f"Trace set {s.prefix}: {s.num_ranks:,} ranks, {s.nodes_total:,} nodes "
         f"({s.files_decoded:,} distinct files decoded, {s.programs:,} distinct programs)",
@@ -76,20 +81,22 @@ def format_summary(s: TraceSummary, net: Network) -> str:
     return "\n".join(lines)
 
 
-@click.command("demand", cls=Command)
+@click.command("demand", cls=Command, short_help="Chakra ET traces -> bytes per NPU per dimension (the demand file).")
 @click.argument("prefix")
 @click.option("--network", "-n", "network_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="Network YAML (dimensions, topology, NPUs); its NPU count must match the trace set.")
 @click.option("--comm-groups", type=click.Path(exists=True, dir_okay=False),
               help='ASTRA-sim communicator-group JSON {"1": [0, 1, ...], ...}; overrides METADATA process groups '
                    "[default: PREFIX.groups.json when it exists].")
-@click.option("--peak-tflops", type=float, help="Time COMP nodes with the roofline model: peak compute, TFLOPS.")
-@click.option("--mem-bw-gbps", type=float, help="Roofline memory bandwidth, GB/s (give with --peak-tflops).")
+@click.option("--peak-tflops", type=FiniteFloat(), help="Time COMP nodes with the roofline model: peak compute, TFLOPS.")
+@click.option("--mem-bw-gbps", type=FiniteFloat(), help="Roofline memory bandwidth, GB/s (give with --peak-tflops).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the demand JSON here.")
 @click.option("--force", is_flag=True, help="Overwrite the --output file if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of a table.")
+@plot_option("the bytes per NPU per dimension by collective type")
 def demand_command(prefix: str, network_path: str, comm_groups: str | None, peak_tflops: float | None,
-                   mem_bw_gbps: float | None, output: str | None, force: bool, as_json: bool) -> None:
+                   mem_bw_gbps: float | None, output: str | None, force: bool, as_json: bool,
+                   plot_out: str | None) -> None:
     """Read Chakra ET traces PREFIX.0.et .. PREFIX.N-1.et (plain or gzipped) and compute the
     communication demand per network dimension.
 
@@ -100,14 +107,22 @@ def demand_command(prefix: str, network_path: str, comm_groups: str | None, peak
     \b
     Example:
       libra-astra demand traces/gpt3_tp8_dp8/gpt3 --network network_configs/sample_8x8.yml \\
-          -o gpt3.demand.json
+          -o gpt3.demand.json --force
     """
+    from ..demand.from_traces import demand_from_traces, summary_to_dict
+    from ..demand.types import demand_to_dict
+    from ..files import check_writable, write_json_atomic
+    from ..model.network import load_network
+    from ..traces.files import default_groups_path
+
     if (peak_tflops is None) != (mem_bw_gbps is None):
         raise LibraError("give --peak-tflops and --mem-bw-gbps together (roofline timing), or neither")
     out = check_writable(output, force) if output else None
+    check_plot(plot_out, force)
     net = load_network(network_path)
-    demand, summary = demand_from_traces(prefix, net, comm_groups=comm_groups or default_groups_path(prefix),
-                                         peak_tflops=peak_tflops, mem_bw_gbps=mem_bw_gbps)
+    with Progress(f"reading {prefix}") as p:
+        demand, summary = demand_from_traces(prefix, net, comm_groups=comm_groups or default_groups_path(prefix),
+                                             peak_tflops=peak_tflops, mem_bw_gbps=mem_bw_gbps, on_progress=p)
     if out is not None:
         write_json_atomic(out, demand_to_dict(demand), overwrite=force)
     if as_json:
@@ -115,9 +130,11 @@ def demand_command(prefix: str, network_path: str, comm_groups: str | None, peak
         if out is not None:
             data["output"] = str(out)
         click.echo(json.dumps(data, indent=1))
-        return
-    click.echo(format_summary(summary, net))
-    if out is not None:
-        click.echo(f"\nWrote {out}")
     else:
-        click.echo("\n(use -o FILE to write the demand JSON)")
+        click.echo(format_summary(summary, net))
+        if out is not None:
+            click.echo(f"\nwrote {out}")
+        else:
+            click.echo("\n(use -o FILE to write the demand JSON)")
+    draw("demand", demand, plot_out, force, echo=not as_json,
+         dims=[f"{d.name} ({d.topology} {d.npus})" for d in net.dims])

@@ -13,17 +13,20 @@ a parameter, so a command takes only its own options and reads the rest with ``c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import click
 
-from ..demand.workload import Workload, load_workloads
 from ..errors import LibraError
-from ..model.cost import CostModel, load_cost
-from ..model.network import Network, load_network
-from ..optimize.constraints import load_constraints_file, parse_constraints
-from ..optimize.optimizer import Constraints
-from ..timing.model import MODELS, TimeModel
+from ..timing.settings import DEFAULT_LOCAL_MEM_BW_GBPS, DEFAULT_MODEL, DEFAULT_SPLITS, MODELS, resolve_model
+from .numbers import FiniteFloat
+
+if TYPE_CHECKING:  # the library is imported by the command that runs, not to list the commands
+    from ..demand.workload import Workload
+    from ..model.cost import CostModel
+    from ..model.network import Network
+    from ..optimize.optimizer import Constraints
+    from ..timing.model import TimeModel
 
 
 class Inputs(NamedTuple):
@@ -45,12 +48,16 @@ class SharedOptions:
     total_bw_max: float | None = None
     exprs: tuple[str, ...] = ()
     constraints_file: str | None = None
-    model: str = "libra"
-    splits: int = 1
+    # None: not given, so the shared defaults apply and options the model ignores can be refused.
+    model: str | None = None
+    splits: int | None = None
     local_mem_bw: float | None = None
-    overlap: bool = False
+    overlap: bool | None = None
 
     def constraints(self, net: Network, budget: float | None, time_target: float | None) -> Constraints:
+        from ..optimize.constraints import load_constraints_file, parse_constraints
+        from ..optimize.optimizer import Constraints
+
         if self.total_bw is not None and self.total_bw_max is not None:
             raise LibraError("give either --total-bw (equality) or --total-bw-max (upper bound), not both")
         linear = parse_constraints(self.exprs, net)
@@ -61,13 +68,21 @@ class SharedOptions:
 
     def load(self, budget: float | None = None, time_target: float | None = None) -> Inputs:
         """Network, cost model, workloads and constraints named by the options."""
+        from ..demand.workload import load_workloads
+        from ..model.cost import load_cost
+        from ..model.network import load_network
+        from .progress import Progress
+
         net = load_network(self.network_path)
         cost = load_cost(self.cost_path)
-        workloads = load_workloads(self.traces, self.demands, self.weights, net, self.comm_groups)
+        with Progress("reading") as p:
+            workloads = load_workloads(self.traces, self.demands, self.weights, net, self.comm_groups,
+                                       on_progress=lambda prefix, done, total: p(done, total, prefix))
         return Inputs(net, cost, workloads, self.constraints(net, budget, time_target))
 
     def time_model(self) -> TimeModel:
-        return TimeModel(self.model, splits=self.splits, overlap=self.overlap, local_mem_bw_gbps=self.local_mem_bw)
+        """The model the options name (timing/settings.py); options it ignores are refused."""
+        return resolve_model(self.model, self.splits, self.local_mem_bw, self.overlap)
 
 
 def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -96,13 +111,13 @@ workload_options = _apply([
             help="Cost model YAML with unit prices per cost class."),
     _shared("--demand", "demands", multiple=True, type=click.Path(exists=True, dir_okay=False),
             help="Demand JSON (repeatable: several workloads)."),
-    _shared("--weight", "weights", multiple=True, type=float,
+    _shared("--weight", "weights", multiple=True, type=FiniteFloat(),
             help="Weight per workload, in order: trace prefixes, then --demand files."),
     _shared("--comm-groups", type=click.Path(exists=True, dir_okay=False),
             help="ASTRA-sim communicator-group JSON for the trace prefixes [default: PREFIX.groups.json "
                  "when it exists]."),
-    _shared("--total-bw", type=float, help="Total bandwidth per NPU over all dimensions, GB/s (equality)."),
-    _shared("--total-bw-max", type=float, help="Upper bound on total bandwidth per NPU, GB/s."),
+    _shared("--total-bw", type=FiniteFloat(), help="Total bandwidth per NPU over all dimensions, GB/s (equality)."),
+    _shared("--total-bw-max", type=FiniteFloat(), help="Upper bound on total bandwidth per NPU, GB/s."),
     _shared("--constraint", "exprs", multiple=True, metavar="EXPR",
             help="Linear constraint, e.g. 'bw[0] >= bw[1]' or 'bw[pod] + bw[node] == 200' (repeatable)."),
     _shared("--constraints-file", type=click.Path(exists=True, dir_okay=False),
@@ -111,14 +126,17 @@ workload_options = _apply([
 
 # The time model the optimizer minimizes (``loop`` sets its own from the simulator's settings).
 time_model_options = _apply([
-    _shared("--model", type=click.Choice(MODELS), default="libra", show_default=True,
-            help="Time model: LIBRA's max over dimensions, or ASTRA-sim's chunk pipeline."),
-    _shared("--splits", type=click.IntRange(min=1), default=1, show_default=True,
-            help="Chunks per collective for --model pipelined (ASTRA-sim preferred-dataset-splits)."),
-    _shared("--local-mem-bw", "local_mem_bw", type=click.FloatRange(min=0, min_open=True),
+    _shared("--model", type=click.Choice(list(MODELS)), default=None,
+            help=f"Time model [default: {DEFAULT_MODEL}]: pipelined is what ASTRA-sim computes with the "
+                 "settings emit writes (chunk pipeline, per-hop latency); libra is the LIBRA paper's max "
+                 "over dimensions of traffic/bandwidth."),
+    _shared("--splits", type=click.IntRange(min=1), default=None,
+            help=f"For --model pipelined: chunks per collective (ASTRA-sim preferred-dataset-splits); the "
+                 f"design keeps it for emit [default: {DEFAULT_SPLITS}]."),
+    _shared("--local-mem-bw", "local_mem_bw", type=FiniteFloat(0, strict_min=True),
             help="For --model pipelined: local memory GB/s that each reduction step reads and writes "
-                 "(ASTRA-sim's local-mem-bw) [default: unlimited]."),
-    _shared("--overlap/--no-overlap", default=False, show_default=True,
-            help="Time a rank by its longest dependency path (compute/communication overlap) instead of "
-                 "summing; uses the traces' dependency graphs."),
+                 f"(ASTRA-sim's local-mem-bw) [default: {DEFAULT_LOCAL_MEM_BW_GBPS:g}, as emit writes]."),
+    _shared("--overlap/--no-overlap", default=None,
+            help="Time a rank by its longest dependency path (compute/communication overlap, as the "
+                 "simulator runs it) or by the sum [default: overlap for pipelined, sum for libra]."),
 ])

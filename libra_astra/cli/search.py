@@ -9,8 +9,8 @@ from pathlib import Path
 
 import click
 
+from ..errors import LibraError
 from .app import Command
-from ..search.upstream import Constraints, LibraError, load_cost, load_spec, simulator_model, TimeModel
 
 
 def _fmt_time(ns: float) -> str:
@@ -62,7 +62,8 @@ def _default_catalog(cost_path: str) -> str:
                      "see network_configs/catalog.yml")
 
 
-def _model(kind: str, splits: int, local_mem_bw: float, overlap: bool) -> TimeModel:
+def _model(kind: str, splits: int, local_mem_bw: float, overlap: bool):
+    from ..search.upstream import TimeModel, simulator_model
     if kind == "pipelined":
         return simulator_model(splits, local_mem_bw, overlap=overlap)
     return TimeModel("libra", overlap=overlap)
@@ -131,6 +132,7 @@ def search_command(spec_path, npus, cost_path, catalog_path, total_bw, total_bw_
           --cost network_configs/cost.yml --total-bw-max 800 --top 5 -o search64/
     """
     from ..search import driver
+    from ..search.upstream import Constraints, load_cost, load_spec
 
     if total_bw is not None and total_bw_max is not None:
         raise LibraError("give --total-bw or --total-bw-max, not both")
@@ -171,7 +173,7 @@ def sweep_command(sweep_file, out_dir, binary, scheduler, workers, in_process, f
 
     \b
     Example:
-      libra-astra sweep examples/sweep.yml -o sweep1/
+      libra-astra sweep network_configs/sweep_example.yml -o sweep1/
     """
     from ..search import sweep
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from . import groups as grp
 from ..errors import LibraError
 from ..interning import Interner
 from ..model.network import Network
+from ..traces import completion
 from ..traces.files import rank_files
 from ..traces.reader import RankProgram, TraceReader
 from .context import Context
@@ -68,8 +69,8 @@ def _labels(ctx: Context, infos: Sequence[Program], names: Interner[str]) -> np.
 
 def demand_from_traces(prefix: str | Path, network: Network,
                        comm_groups: str | Path | Mapping[str, Sequence[int]] | None = None,
-                       peak_tflops: float | None = None, mem_bw_gbps: float | None = None
-                       ) -> tuple[Demand, TraceSummary]:
+                       peak_tflops: float | None = None, mem_bw_gbps: float | None = None,
+                       on_progress: Callable[[int, int], None] | None = None) -> tuple[Demand, TraceSummary]:
     """Per-dimension communication demand of a Chakra ET trace set on ``network``.
 
     Parameters
@@ -84,6 +85,8 @@ def demand_from_traces(prefix: str | Path, network: Network,
     peak_tflops, mem_bw_gbps
         Both given: COMP nodes are timed with ASTRA-sim's roofline from num_ops/tensor_size
         instead of duration_micros.
+    on_progress
+        Called as ``on_progress(ranks_read, ranks)`` while the rank files are read.
 
     Returns
     -------
@@ -100,7 +103,9 @@ def demand_from_traces(prefix: str | Path, network: Network,
         if v is not None and not v > 0:
             raise LibraError(f"{what} must be > 0, got {v!r}")
     n_npus = network.npus_count
+    completion.check_complete(prefix)   # before the rank files: an interrupted write explains missing ones
     paths = rank_files(prefix, n_npus, f"network {network.name!r}")
+    expect = completion.expected_digests(prefix, paths)
 
     if comm_groups is None:
         file_groups: dict[str, tuple[int, ...]] = {}
@@ -121,7 +126,7 @@ def demand_from_traces(prefix: str | Path, network: Network,
     ranks_of: list[list[int]] = []
     by_digest: dict[bytes, int] = {}
     rank_prog = np.zeros(n_npus, dtype=np.int64)
-    for r, prog in enumerate(reader.read_many(paths)):
+    for r, prog in enumerate(reader.read_many(paths, expect)):
         pi = by_digest.get(prog.digest)
         if pi is None:
             pi = by_digest[prog.digest] = len(progs)
@@ -129,6 +134,8 @@ def demand_from_traces(prefix: str | Path, network: Network,
             ranks_of.append([])
         ranks_of[pi].append(r)
         rank_prog[r] = pi
+        if on_progress is not None:
+            on_progress(r + 1, n_npus)
 
     # 2. groups from METADATA, then analyse each distinct program once
     merge_metadata(ctx, progs)

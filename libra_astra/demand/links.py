@@ -74,6 +74,7 @@ def with_links(ctx: Context, programs: list[Program], rank_prog: np.ndarray,
         class_of[list(rc.ranks)] = ci
     reps = [programs[int(rank_prog[rc.ranks[0]])] for rc in rank_classes]
     comm_ids: dict[tuple[int, int], np.ndarray] = {}
+    sends_to: dict[int, dict[int, list[int]]] = {}
     out = []
     for ci, rc in enumerate(rank_classes):
         if rc.dag is None:
@@ -81,7 +82,7 @@ def with_links(ctx: Context, programs: list[Program], rank_prog: np.ndarray,
             continue
         r = rc.ranks[0]
         info = reps[ci]
-        links = _recv_links(ctx, cols, programs, rank_prog, class_of, info, r)
+        links = _recv_links(ctx, cols, programs, rank_prog, class_of, info, r, sends_to)
         syncs = []
         ckey, cinv = info.coll_comm
         for comm in sorted({(int(k), int(i)) for k, i in zip(ckey.tolist(), cinv.tolist()) if k >= 0}):
@@ -101,7 +102,7 @@ def with_links(ctx: Context, programs: list[Program], rank_prog: np.ndarray,
 
 
 def _recv_links(ctx: Context, cols, programs: list[Program], rank_prog: np.ndarray, class_of: np.ndarray,
-                info: Program, r: int) -> list[tuple[int, int, int]]:
+                info: Program, r: int, sends_to: dict[int, dict[int, list[int]]]) -> list[tuple[int, int, int]]:
     prog = info.prog
     recv = np.flatnonzero(prog.types == COMM_RECV_NODE)
     if not recv.size:
@@ -113,13 +114,26 @@ def _recv_links(ctx: Context, cols, programs: list[Program], rank_prog: np.ndarr
     for pos, src in zip(recv.tolist(), srcs.tolist()):
         if not 0 <= src < ctx.net.npus_count or src == r:
             continue
-        sinfo = programs[int(rank_prog[src])]
-        sprog = sinfo.prog
-        sends = np.flatnonzero((sprog.types == COMM_SEND_NODE) & (cols["comm_dst"][sprog.attr] == r))
+        pi = int(rank_prog[src])
+        by_dst = sends_to.get(pi)
+        if by_dst is None:
+            by_dst = sends_to[pi] = _sends_by_dst(cols, programs[pi])
+        sends = by_dst.get(r, ())
         k = taken.get(src, 0)
-        if k >= sends.size:
+        if k >= len(sends):
             continue
-        sends = sends[np.argsort(sinfo.topo_of[sends], kind="stable")]
         taken[src] = k + 1
-        links.append((int(info.topo_of[pos]), int(class_of[src]), int(sinfo.topo_of[sends[k]])))
+        links.append((int(info.topo_of[pos]), int(class_of[src]), sends[k]))
     return links
+
+
+def _sends_by_dst(cols, info: Program) -> dict[int, list[int]]:
+    """Topological positions of a program's sends, in order, per destination: built once per
+    distinct program, so matching the receives stays linear in the trace."""
+    prog = info.prog
+    send = np.flatnonzero(prog.types == COMM_SEND_NODE)
+    send = send[np.argsort(info.topo_of[send], kind="stable")]
+    out: dict[int, list[int]] = {}
+    for dst, pos in zip(cols["comm_dst"][prog.attr[send]].tolist(), info.topo_of[send].tolist()):
+        out.setdefault(int(dst), []).append(int(pos))
+    return out

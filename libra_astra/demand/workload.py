@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..errors import LibraError
 from ..model.network import Network
@@ -35,11 +35,13 @@ class Workload:
 
 
 def load_workloads(traces: Sequence[str], demands: Sequence[str], weights: Sequence[float], net: Network,
-                   comm_groups: str | None = None) -> list[Workload]:
+                   comm_groups: str | None = None,
+                   on_progress: Callable[[str, int, int], None] | None = None) -> list[Workload]:
     """Workloads from trace prefixes (first) and demand files (then), with weights in that order.
 
     ``comm_groups`` applies to every trace prefix; without it each prefix uses its
-    ``PREFIX.groups.json`` when that exists.
+    ``PREFIX.groups.json`` when that exists. ``on_progress(prefix, ranks_read, ranks)`` follows
+    the reading of each trace set.
     """
     n = len(traces) + len(demands)
     if n == 0:
@@ -53,7 +55,8 @@ def load_workloads(traces: Sequence[str], demands: Sequence[str], weights: Seque
         if not is_trace_prefix(prefix):
             raise LibraError(f"{prefix}: no trace files {prefix}.0.et (or .et.gz); give the prefix of PREFIX.N.et files")
         groups = comm_groups or default_groups_path(prefix)
-        d, _ = demand_from_traces(prefix, net, comm_groups=groups)
+        step = None if on_progress is None else (lambda done, total, p=prefix: on_progress(p, done, total))
+        d, _ = demand_from_traces(prefix, net, comm_groups=groups, on_progress=step)
         source = WorkloadSource(None, str(Path(prefix).resolve()), str(Path(groups).resolve()) if groups else None)
         out.append(Workload(d, ws[i], Path(prefix).name, source))
     for j, path in enumerate(demands):

@@ -2,13 +2,15 @@
 
 Grammar (parsed by hand, never evaluated)::
 
-    constraint := expr OP expr          OP: <=  >=  ==  =  <  >  (strict is read as non-strict)
+    constraint := expr OP expr          OP: <=  >=  ==  =
     expr       := term (('+' | '-') term)*
     term       := [number '*'] bw[DIM] | number | number '*' number
     DIM        := a dimension index or name
 
 Both sides may hold bandwidths and numbers; ``2*bw[pod] - bw[node] <= 10`` is fine. Bandwidths
-are in GB/s per NPU.
+are in GB/s per NPU. Strict ``<`` and ``>`` are refused: over a closed set the optimum exists and
+lies where the non-strict constraint binds, so ``<`` would either change nothing or have no
+minimizer; the message names the non-strict form to write instead.
 """
 
 from __future__ import annotations
@@ -133,6 +135,10 @@ def parse_constraint(text: str, net: Network, where: str = "--constraint") -> Li
         raise LibraError(f"{where}: constraint {text!r} needs exactly one of <=, >=, == (found {len(ops)})")
     k = ops[0]
     op = toks[k][1]
+    if op in ("<", ">"):
+        fixed = text.strip().replace(op, op + "=", 1)
+        raise LibraError(f"{where}: constraint {text.strip()!r} is strict ({op!r}), which the optimizer cannot "
+                         f"represent; write {fixed!r}")
     lc, lk = _side(toks[:k], net, text, where)
     rc, rk = _side(toks[k + 1:], net, text, where)
     coeffs = tuple(a - b for a, b in zip(lc, rc))
@@ -141,7 +147,7 @@ def parse_constraint(text: str, net: Network, where: str = "--constraint") -> Li
         raise LibraError(f"{where}: constraint {text!r} has a number too large to use; write finite values")
     if all(c == 0 for c in coeffs):
         raise LibraError(f"{where}: constraint {text!r} names no bandwidth; write e.g. 'bw[0] <= 100'")
-    op = {"<": "<=", ">": ">=", "=": "==", "==": "=="}.get(op, op)
+    op = {"=": "==", "==": "=="}.get(op, op)
     return LinearConstraint(coeffs, op, rhs, text.strip())
 
 

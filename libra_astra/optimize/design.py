@@ -9,7 +9,9 @@ and read by ``libra-astra emit``::
       "network": {...},                    # the network file's content (see model/network.py)
       "bandwidth_gbps": [200.0, 100.0, 50.0],
       "objective": "perf",
-      "time_model": "libra",
+      "time_model": "pipelined",
+      "time_model_settings": {"kind": "pipelined", "splits": 1, "overlap": true, "latency": true,
+                              "local_mem_bw_gbps": 1e9},   # what emit simulates (timing/settings.py)
       "predicted_time_ns": 1.23e9,
       "cost_usd": 4.5e6,
       "workloads": [
@@ -27,14 +29,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..demand.workload import Workload
 from ..errors import LibraError
 from ..files import read_json
 from ..model.network import Network, network_from_dict
+from ..model.numbers import check_int, check_number, check_str
 
 if TYPE_CHECKING:
+    from ..timing.model import TimeModel
     from .optimizer import Evaluation, OptimizeResult
 
 FORMAT = "libra_astra.design"
@@ -68,6 +72,8 @@ class Design:
     cost_usd: float = 0.0
     workloads: tuple[WorkloadRef, ...] = ()
     result: Mapping[str, Any] = field(default_factory=dict)
+    # The time model the bandwidths were optimized for (timing/settings.py); emit simulates it.
+    time_model_settings: Mapping[str, Any] = field(default_factory=dict)
 
 
 def design_to_dict(d: Design) -> dict[str, Any]:
@@ -79,6 +85,7 @@ def design_to_dict(d: Design) -> dict[str, Any]:
         "bandwidth_gbps": list(d.bandwidth_gbps),
         "objective": d.objective,
         "time_model": d.time_model,
+        "time_model_settings": dict(d.time_model_settings) or {"kind": d.time_model},
         "predicted_time_ns": d.predicted_time_ns,
         "cost_usd": d.cost_usd,
         "workloads": [
@@ -99,16 +106,41 @@ def design_from_dict(data: Any, source: str = "<design>") -> Design:
     if (not isinstance(bw, list) or len(bw) != net.num_dims
             or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and b >= 0 for b in bw)):
         raise LibraError(f"{source}: bandwidth_gbps must list {net.num_dims} numbers >= 0 (one per dimension), got {bw!r}")
+    raw_wl = data.get("workloads", [])
+    if not isinstance(raw_wl, list):
+        raise LibraError(f"{source}: workloads must be a list of objects, got {type(raw_wl).__name__}")
     workloads = []
-    for i, w in enumerate(data.get("workloads", [])):
+    for i, w in enumerate(raw_wl):
+        where = f"{source}: workloads[{i}]"
         if not isinstance(w, Mapping):
-            raise LibraError(f"{source}: workloads[{i}] must be an object")
-        workloads.append(WorkloadRef(str(w.get("name", f"w{i}")), float(w.get("weight", 1.0)), w.get("demand"),
-                                     w.get("traces"), w.get("comm_groups")))
+            raise LibraError(f"{where} must be an object")
+        paths = [check_str(w.get(k), where, k, optional=True) for k in ("demand", "traces", "comm_groups")]
+        workloads.append(WorkloadRef(str(w.get("name", f"w{i}")),
+                                     check_number(w.get("weight", 1.0), where, "weight", minimum=0, finite=True), *paths))
+    result = data.get("result", {})
+    if not isinstance(result, Mapping):
+        raise LibraError(f"{source}: result must be an object, got {type(result).__name__}")
+    for b in bw:   # a petabyte per second per NPU is far beyond any link, and stays finite in GiB/s
+        check_number(b, source, "bandwidth_gbps", minimum=0, maximum=1e15, finite=True)
+    kind = str(data.get("time_model", "libra"))
+    settings = data.get("time_model_settings")
+    if settings is None:
+        # Files written before the settings were stored kept them in the result.
+        settings = {"kind": kind, "overlap": bool(result.get("overlap", False))}
+        if kind == "pipelined":
+            mem = result.get("local_mem_bw_gbps")
+            settings.update(splits=check_int(result.get("splits", 1), source, "result.splits", minimum=1),
+                            latency=True,
+                            local_mem_bw_gbps=None if mem is None else check_number(
+                                mem, source, "result.local_mem_bw_gbps", minimum=0, strict=True, finite=True))
+    elif not isinstance(settings, Mapping) or settings.get("kind") != kind:
+        raise LibraError(f"{source}: time_model_settings must be an object whose kind is the time_model {kind!r}, "
+                         f"got {str(settings)[:80]!r}")
     return Design(str(data.get("name", Path(source).stem)), net, tuple(float(b) for b in bw),
-                  str(data.get("objective", "perf")), str(data.get("time_model", "libra")),
-                  float(data.get("predicted_time_ns", 0.0)), float(data.get("cost_usd", 0.0)),
-                  tuple(workloads), data.get("result", {}))
+                  str(data.get("objective", "perf")), kind,
+                  check_number(data.get("predicted_time_ns", 0.0), source, "predicted_time_ns", minimum=0, finite=True),
+                  check_number(data.get("cost_usd", 0.0), source, "cost_usd", minimum=0, finite=True),
+                  tuple(workloads), result, dict(settings))
 
 
 def load_design(path: str | Path) -> Design:
@@ -122,8 +154,10 @@ def _evaluation_to_dict(e: "Evaluation") -> dict[str, Any]:
             "time_x_cost_ns_usd": e.time_cost_ns_usd, "feasible": e.feasible}
 
 
-def result_to_dict(r: "OptimizeResult", net: Network) -> dict[str, Any]:
-    """The design file's ``result``: the solver report and the baselines (also ``optimize --json``)."""
+def result_to_dict(r: "OptimizeResult", net: Network, model: "TimeModel | None" = None,
+                   workloads: Sequence["Workload"] = ()) -> dict[str, Any]:
+    """The design file's ``result``: the solver report and the baselines (also ``optimize --json``);
+    given the model and workloads, also its settings, each workload's time and the time breakdown."""
     out = {
         "objective": r.objective,
         "dimensions": list(net.dim_names),
@@ -142,5 +176,19 @@ def result_to_dict(r: "OptimizeResult", net: Network) -> dict[str, Any]:
     }
     for name, e in r.baselines.items():
         out["baselines"][name] = {**_evaluation_to_dict(e), "speedup_of_optimum": e.time_ns / r.best.time_ns,
-                                  "perf_per_cost_gain_of_optimum": e.time_cost_ns_usd / r.best.time_cost_ns_usd}
+                                  "perf_per_cost_gain_of_optimum": (e.time_cost_ns_usd / r.best.time_cost_ns_usd
+                                                                   if r.best.time_cost_ns_usd else None)}
+    if model is not None:
+        from ..timing.settings import model_settings
+        from .report import time_breakdown, workload_times
+
+        out["time_model"] = model_settings(model)
+        flat = [w.name for w in workloads if any(rc.dag is None for rc in w.demand.rank_classes)]
+        if model.overlap and flat:
+            out["notes"] = [f"{', '.join(flat)}: no dependency graph (a demand file without \"dag\"), so its time "
+                            "is the no-overlap sum"]
+        if workloads:
+            out["workloads"] = workload_times(workloads, net, r.bw_gbps, model)
+            out["breakdown"] = {name: time_breakdown(workloads, net, e.bw_gbps, model)
+                                for name, e in [("optimum", r.best), *r.baselines.items()]}
     return out

@@ -27,8 +27,10 @@ from ..model.network import Network
 from ..timing.predict import critical_paths, predict
 from .problem import (OBJECTIVES, Constraints, ScaledProblem, Workload, build_problem, linear_rows, path_terms,
                       unscale)
-from .solver import solve, term_values, unbounded_coordinates
+from .solver import ConvexProblem, solve, term_values, unbounded_coordinates
 from ..timing.model import LIBRA, TimeModel, demand_time
+
+MAX_PATH_ROUNDS = 500     # rounds of critical-path generation before giving up (not converged)
 
 __all__ = ["OBJECTIVES", "Constraints", "Evaluation", "OptimizeResult", "Workload", "evaluate", "optimize", "pareto"]
 
@@ -114,18 +116,16 @@ def _feasible(bw, net, cons: Constraints, t: float, c: float, tol: float = 1e-6)
 # ------------------------------------------------------------------ problem building
 
 
-def _check_bounded(b: ScaledProblem, net: Network, objective: str) -> None:
-    """Refuse problems whose infimum is not attained, naming the cause and the fix."""
+def _check_bounded(b: ScaledProblem, net: Network, objective: str) -> list[int]:
+    """Refuse problems whose infimum is not attained, naming the cause and the fix. For perf,
+    returns the used dimensions whose bandwidth can grow without limit: the optimum may still be
+    attained (a dimension stops mattering once every collective crossing it is paced by a capped
+    dimension), which only solving can tell (see _solve_capped)."""
     p = b.problem
     D = b.D
     used = np.flatnonzero(p.A[:, :D].max(axis=0) > 0)
     if objective == "perf":
-        bad = unbounded_coordinates(p, used)
-        if bad:
-            names = ", ".join(net.dims[j].name for j in bad)
-            raise LibraError(f"objective perf is unbounded: bandwidth of {names} can grow without limit; "
-                             "add --total-bw, --budget, bw_max_gbps in the network file or a --constraint")
-        return
+        return unbounded_coordinates(p, used)
     if objective == "perf-per-cost" and unbounded_coordinates(p, np.array([b.s_index])):
         raise LibraError("objective perf-per-cost has no minimizer: the network cost can shrink toward 0 under "
                          "these constraints (only upper bounds, or bandwidth free to move to dimensions that cost "
@@ -139,11 +139,26 @@ def _check_bounded(b: ScaledProblem, net: Network, objective: str) -> None:
         raise LibraError(f"objective {objective} has no minimizer: {names} cost nothing in the cost model and "
                          "their bandwidth can grow without limit; give them a price or an upper bound "
                          "(bw_max_gbps or a --constraint)")
+    return []
+
+
+def _unbounded_error(net: Network, bad: Sequence[int]) -> LibraError:
+    names = ", ".join(net.dims[j].name for j in bad)
+    return LibraError(f"objective perf is unbounded: bandwidth of {names} can grow without limit; "
+                      "add --total-bw, --budget, bw_max_gbps in the network file or a --constraint")
+
+
+def _relaxed(p: ConvexProblem, bad: Sequence[int]) -> ConvexProblem:
+    """The problem with the bandwidth of ``bad`` at infinity (their columns of the rows removed):
+    every row can only get smaller, so its dual bound is a lower bound on the uncapped optimum."""
+    A = p.A.copy()
+    A[:, list(bad)] = 0.0
+    return replace(p, A=A)
 
 
 def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, objective: str = "perf",
              constraints: Constraints = Constraints(), model: TimeModel = LIBRA, rel_gap: float = 1e-9,
-             baselines: bool = True) -> OptimizeResult:
+             baselines: bool = True, max_path_rounds: int = MAX_PATH_ROUNDS) -> OptimizeResult:
     """Find the bandwidth per dimension that minimizes the objective under the constraints.
 
     With ``model.overlap`` the time of a rank is its longest dependency path (compute and
@@ -160,7 +175,7 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
         if objective == "min-cost":
             start_for, start_bw = _min_cost_start(workloads, net, cost, constraints, model)
         b, res, bw, n_paths = _solve_model(workloads, net, cost, constraints, objective, model, rel_gap, start_for,
-                                           start_bw)
+                                           start_bw, max_path_rounds)
     except InfeasibleError as e:
         raise InfeasibleError(_explain_infeasible(net, cost, constraints) or str(e)) from None
     best = evaluate(workloads, net, cost, bw, constraints, model)
@@ -172,7 +187,14 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
         fun, unit = best.cost_usd, b.c0
     dual = res.dual_bound * unit
     rel = (fun - dual) / max(abs(fun), 1e-300) if math.isfinite(dual) else math.inf
-    msg = res.message + (f"; {n_paths} dependency paths" if model.overlap else "")
+    msg = res.message
+    if res.success and msg.startswith("optimal to round-off"):
+        msg = f"optimal to round-off: relative duality gap {rel:.1e} (asked {rel_gap:.0e})"
+    elif not res.success and msg.startswith("not certified"):
+        # The same relative gap as the result's rel_gap (the solver's figure is on its scaled problem).
+        msg = (f"not certified: the relative duality gap {rel:.1e} stayed above the tolerance {rel_gap:.0e} "
+               "(Newton step limit or round-off)")
+    msg += f"; {n_paths} dependency paths" if model.overlap else ""
     out = OptimizeResult(objective, best, fun, dual, rel, res.success, res.status, msg, res.solve_time_s,
                          res.newton_steps, b.num_collectives, b.num_terms)
     if baselines:
@@ -204,19 +226,37 @@ def _linear_feasible(net: Network, cost: CostModel, cons: Constraints) -> bool:
     return res.status == 0
 
 
-def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_for=None, start_bw=None):
+def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_for=None, start_bw=None,
+                 max_rounds=MAX_PATH_ROUNDS):
     """(built problem, solver result, bandwidths, number of dependency paths used).
 
     ``start_bw``: bandwidths whose critical paths seed the path generation (a min-cost start
     meets the target only with overlap); by default the no-overlap optimum seeds it."""
-    checked = []
+    # perf's dimensions without an upper bound (decided on the first build) and the caps found
+    # to leave the optimum unchanged.
+    state: dict = {}
+
+    def build(paths, caps=()):
+        c = replace(cons, linear=cons.linear + tuple(caps))
+        return build_problem(workloads, net, cost, c, objective, model, paths)
+
+    def guesses(b):
+        return [start_for(b)] if start_for else b.guesses
 
     def run(paths):
-        b = build_problem(workloads, net, cost, cons, objective, model, paths)
-        if not checked:
-            _check_bounded(b, net, objective)
-            checked.append(True)
-        res = solve(b.problem, [start_for(b)] if start_for else b.guesses, rel_gap=rel_gap)
+        if "bad" not in state:
+            b = build(paths)
+            state["bad"] = _check_bounded(b, net, objective)
+            if not state["bad"]:
+                state["caps"] = ()
+                res = solve(b.problem, guesses(b), rel_gap=rel_gap)
+                return b, res, unscale(b, res, objective)
+            b, res, state["caps"] = _solve_capped(build, paths, b, state["bad"], net, rel_gap)
+            return b, res, unscale(b, res, objective)
+        b = build(paths, state["caps"])
+        res = solve(b.problem, guesses(b), rel_gap=rel_gap / 3 if state["bad"] else rel_gap)
+        if state["bad"]:
+            res = _uncapped_certificate(build(paths), b, res, state["bad"], net, rel_gap)
         return b, res, unscale(b, res, objective)
 
     if not model.overlap:
@@ -231,8 +271,9 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
     cache: dict = {}
     paths: dict = {}
     total_time = 0.0
+    steps = 0
     b = res = None
-    for _ in range(500):
+    for _ in range(max_rounds + 1):
         added = 0
         for wi, w in enumerate(workloads):
             for _, path in critical_paths(w.demand, bw, net, model):
@@ -243,11 +284,52 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
                     added += 1
         if not added and b is not None:
             break
+        if steps == max_rounds:
+            # The critical paths at the last design are not all in the problem: its optimum is
+            # only a lower bound, and the design is not proven optimal.
+            assert res is not None
+            res = replace(res, success=False, status=1,
+                          message=f"not converged: the dependency-path generation stopped after {max_rounds} "
+                                  f"rounds with {added} critical paths still missing")
+            break
         b, res, bw = run(list(paths.values()))
+        n_solved = len(paths)
         total_time += res.solve_time_s
+        steps += 1
     assert b is not None and res is not None
     res = replace(res, solve_time_s=total_time)
-    return b, res, bw, len(paths)
+    return b, res, bw, n_solved
+
+
+def _caps(bad: Sequence[int], D: int, cap_gbps: float) -> tuple[LinearConstraint, ...]:
+    return tuple(LinearConstraint(tuple(1.0 if i == j else 0.0 for i in range(D)), "<=", cap_gbps,
+                                  f"bw[{j}] <= {cap_gbps:g}") for j in bad)
+
+
+def _solve_capped(build, paths, b: ScaledProblem, bad, net: Network, rel_gap: float):
+    """perf with dimensions whose bandwidth can grow without limit: the optimum is attained iff
+    some finite cap on them leaves the value of the problem with those bandwidths at infinity
+    (a lower bound) unchanged. Caps grow tenfold until one does; the result's dual bound is the
+    lower bound, so its certificate holds for the problem without caps."""
+    for k in range(1, 9):
+        bk = build(paths, _caps(bad, b.D, b.b0 * 10.0 ** k))
+        rk = solve(bk.problem, bk.guesses, rel_gap=rel_gap / 3)
+        try:
+            return bk, _uncapped_certificate(b, bk, rk, bad, net, rel_gap), _caps(bad, b.D, b.b0 * 10.0 ** k)
+        except LibraError:
+            continue
+    raise _unbounded_error(net, bad)
+
+
+def _uncapped_certificate(b: ScaledProblem, bk: ScaledProblem, rk, bad, net: Network, rel_gap: float):
+    """rk (solved with caps on ``bad``) with the dual bound of the uncapped problem ``b`` relaxed to
+    infinite bandwidth on ``bad``; LibraError if the caps cost more than the tolerance."""
+    rr = solve(_relaxed(b.problem, bad), b.guesses, rel_gap=rel_gap / 3)
+    lower = rr.dual_bound * b.t0 / bk.t0
+    if not (rk.success and math.isfinite(lower) and rk.fun - lower <= rel_gap * max(abs(rk.fun), 1e-300)):
+        raise _unbounded_error(net, bad)
+    return replace(rk, dual_bound=lower, gap=rk.fun - lower, newton_steps=rk.newton_steps + rr.newton_steps,
+                   solve_time_s=rk.solve_time_s + rr.solve_time_s)
 
 
 def _min_cost_start(workloads, net, cost, cons: Constraints, model):

@@ -165,16 +165,22 @@ def build_problem(workloads: Sequence[Workload], net: Network, cost: CostModel, 
             raise LibraError(f"workload {w.name or w.demand.name!r}: weight must be > 0, got {w.weight:g}")
     D = net.num_dims
     b0, c0 = _scales(net, cost, cons)
-    # Time unit: the EqualBW time of the demand at b0, so scaled values are O(1).
-    t_eq = sum(w.weight * demand_time(w.demand, [b0] * D, net, model).total_ns for w in workloads)
-    t0 = t_eq if t_eq > 0 else 1.0
     n_coll = sum(len(rc.collectives) for w in workloads for rc in w.demand.rank_classes)
+    # Time unit: the EqualBW time of the demand at b0, so scaled values are O(1).
     if paths is not None:
         classes = list(paths)
+        t_eq = sum(w.weight * demand_time(w.demand, [b0] * D, net, model).total_ns for w in workloads)
     else:
         cache: dict = {}
         classes = [(wi, comp, terms) for wi, w in enumerate(workloads)
                    for comp, terms in class_terms(w.demand, net, model, cache)]
+        # From the terms themselves: evaluating the demand would build every collective's rows again.
+        slowest = np.zeros(len(workloads))
+        for wi, comp, terms in classes:
+            tc = comp + sum(wt * float(np.max(An.sum(axis=1) / b0 + g)) for An, g, wt in terms)
+            slowest[wi] = max(slowest[wi], tc)
+        t_eq = float(sum(w.weight * slowest[wi] for wi, w in enumerate(workloads)))
+    t0 = t_eq if t_eq > 0 else 1.0
     W = len(workloads)
     G0, h0, E0, f0, price = linear_rows(net, cost, cons, b0, c0)
     cc = objective == "perf-per-cost"

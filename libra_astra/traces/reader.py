@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -104,15 +104,22 @@ class TraceReader:
     def read(self, path: str | Path) -> RankProgram:
         return self.read_many([path])[0]
 
-    def read_many(self, paths: Sequence[str | Path]) -> list[RankProgram]:
+    def read_many(self, paths: Sequence[str | Path], expect: Mapping[str, str] | None = None) -> list[RankProgram]:
         """Programs of ``paths`` in order. Files with identical bytes are decoded once, and small
-        files are decoded in batches: the per-call overhead of the array walk is paid per batch."""
+        files are decoded in batches: the per-call overhead of the array walk is paid per batch.
+
+        ``expect`` maps a path to the hex blake2b-160 digest its content must have (the trace
+        set's completion marker)."""
         out: list[RankProgram | bytes] = []
         batch: dict[bytes, tuple[bytes, str]] = {}
         size = 0
         for p in paths:
             data = read_file_bytes(p)
             key = hashlib.blake2b(data, digest_size=20).digest()
+            if expect is not None and expect.get(str(p), key.hex()) != key.hex():
+                raise LibraError(f"{p}: content differs from the digest in the trace set's completion marker (the "
+                                 "file was changed after the set was written); write the set again, or delete the "
+                                 "marker PREFIX.set.json if the files are right")
             out.append(key)
             if key not in self._by_bytes and key not in batch:
                 batch[key] = (data, str(p))
@@ -167,19 +174,8 @@ class TraceReader:
         aid = np.zeros(n, dtype=np.int64)
         idx = np.nonzero(w.has_attr & ~slow)[0]
         if idx.size:
-            blocks = self.attrs.blocks
-            bget = blocks.get
-            bs, be = w.attr_start[idx].tolist(), ends[idx].tolist()
-            got = np.asarray([bget(buf[s:e], -1) for s, e in zip(bs, be)], dtype=np.int64)
-            for j in np.nonzero(got < 0)[0].tolist():  # first sight of a block: decode it
-                blk = buf[bs[j]:be[j]]
-                a = bget(blk)
-                if a is None:
-                    i = int(idx[j])
-                    a = self._block(blk, lambda i=i: f"{where_of(i)[1]}: node {int(w.ids[i])}")
-                    if a >= 0 and len(blocks) < _BLOCK_CACHE_LIMIT:
-                        blocks[blk] = a
-                got[j] = a
+            got = self._block_ids(buf, arr, w.attr_start[idx], ends[idx], idx,
+                                  lambda i: f"{where_of(i)[1]}: node {int(w.ids[i])}")
             aid[idx] = got
             slow[idx[got < 0]] = True
 
@@ -222,6 +218,54 @@ class TraceReader:
                                       dep_vals[d_lo:int(dep_first[hi])], dep_ptr, tuple(pg_info[f])))
         return progs
 
+    def _block_ids(self, buf: bytes, arr: np.ndarray, bs: np.ndarray, be: np.ndarray, idx: np.ndarray,
+                   where) -> np.ndarray:
+        """Attribute id of each block ``buf[bs:be]`` (-1: the node needs the schema's parse).
+
+        Traces repeat a few distinct blocks millions of times, so blocks of one length are
+        grouped by a hash of their bytes in bulk and only one block per group is looked up
+        (decoded on first sight); a block that differs from its group's (a hash collision)
+        is looked up on its own."""
+        blocks = self.attrs.blocks
+        got = np.full(bs.size, -1, dtype=np.int64)
+        length = be - bs
+
+        def lookup(j: int) -> int:
+            s, e = int(bs[j]), int(be[j])
+            blk = buf[s:e]
+            a = blocks.get(blk)
+            if a is None:
+                i = int(idx[j])
+                a = self._block(blk, lambda i=i: where(i))
+                if a >= 0 and len(blocks) < _BLOCK_CACHE_LIMIT:
+                    blocks[blk] = a
+            return a
+
+        # Look blocks up in node order, so attribute ids (and errors) come in first-seen order.
+        groups, todo = [], []
+        for size in np.unique(length).tolist():
+            sel = np.nonzero(length == size)[0]
+            words = -(-size // 8)
+            rows = np.zeros((sel.size, words * 8), dtype=np.uint8)
+            rows[:, :size] = arr[bs[sel][:, None] + np.arange(size, dtype=np.int64)]
+            w64 = rows.view(np.uint64)
+            h = w64[:, 0].copy()
+            for k in range(1, words):  # array arithmetic wraps modulo 2**64, as a hash should
+                h = (h * np.uint64(0x9E3779B97F4A7C15)) ^ w64[:, k]
+            _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+            inv = inv.reshape(-1)
+            same = (w64 == w64[first[inv]]).all(axis=1)
+            groups.append((sel, first, inv, same))
+            todo.append(sel[first])
+            todo.append(sel[~same])
+        found = {j: lookup(j) for j in np.sort(np.concatenate(todo)).tolist()}
+        for sel, first, inv, same in groups:
+            ids = np.asarray([found[j] for j in sel[first].tolist()], dtype=np.int64)
+            got[sel[same]] = ids[inv[same]]
+            for j in sel[~same].tolist():
+                got[j] = found[j]
+        return got
+
     def _global_metadata(self, buf: bytes, where: str) -> tuple[str, int]:
         try:
             size = buf[0]
@@ -255,12 +299,15 @@ class TraceReader:
         t_attr = wire.TAGS.attr
         cache = self.attrs.single
         while pos < n:
-            if blk[pos] != t_attr:
+            if blk[pos] != t_attr or pos + 1 >= n:   # a bare tag at the end: let the schema judge it
                 return -1
             ln = blk[pos + 1]
             pos += 2
             if ln >= 0x80:
-                ln, pos = _varint_more(blk, pos, ln)
+                try:
+                    ln, pos = _varint_more(blk, pos, ln)
+                except (IndexError, ValueError):
+                    return -1
             end = pos + ln
             if end > n:
                 return -1

@@ -1,0 +1,92 @@
+"""``libra-astra doctor``: check a Chakra trace set against every way ASTRA-sim is known to crash
+or silently misbehave, and write a copy it runs.
+
+- :mod:`.load`: the rank files, group file and network, read raw (as the simulator reads them);
+- :mod:`.checks`: the checks, each with what ASTRA-sim does and the fix;
+- :mod:`.fix`: the fixed copy (``--fix --out NEWPREFIX``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..traces.files import default_groups_path
+from .checks import CHECKS, FAILS, NOTE, SEVERITIES, WRONG, Finding, check_set, fails
+from .fix import fix_set
+from .load import load_groups, load_target, read_set
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The findings on one trace set."""
+
+    prefix: str
+    num_ranks: int
+    num_nodes: int
+    network: str | None
+    groups_file: str | None
+    splits: int
+    findings: tuple[Finding, ...]
+
+    @property
+    def fails(self) -> bool:
+        """ASTRA-sim would abort, exit non-zero or leave a rank unfinished."""
+        return fails(self.findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prefix": self.prefix, "ranks": self.num_ranks, "nodes": self.num_nodes, "network": self.network,
+                "comm_groups": self.groups_file, "splits": self.splits, "fails_in_astra_sim": self.fails,
+                "counts": {s: sum(f.severity == s for f in self.findings) for s in SEVERITIES},
+                "findings": [f.to_dict() for f in self.findings]}
+
+
+@dataclass(frozen=True)
+class FixResult:
+    """What ``--fix`` wrote and did, and the diagnosis of the copy (what it could not fix)."""
+
+    out_prefix: str
+    files: tuple[str, ...]
+    groups_file: str | None
+    actions: tuple[tuple[str, int], ...]
+    after: Diagnosis
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"out_prefix": self.out_prefix, "files": list(self.files), "comm_groups": self.groups_file,
+                "actions": [{"action": a, "count": n} for a, n in self.actions], "after": self.after.to_dict()}
+
+
+def _inputs(prefix, network, groups, on_progress=None):
+    ranks = read_set(prefix, on_progress)
+    target = load_target(network) if network else None
+    gpath = groups if groups else default_groups_path(prefix)
+    gfile = load_groups(gpath) if gpath else None
+    return ranks, target, gfile
+
+
+def diagnose(prefix: str | Path, *, network: str | Path | None = None, groups: str | Path | None = None,
+             splits: int = 1, on_progress: Callable[[int, int], None] | None = None) -> Diagnosis:
+    """Check the set ``PREFIX.RANK.et[.gz]``; ``network`` (libra_astra or ASTRA-sim network YAML)
+    enables the checks that need the dimensions; ``groups`` is the communicator-group JSON
+    (default PREFIX.groups.json when it exists); ``splits`` the preferred-dataset-splits;
+    ``on_progress(files read, files)``."""
+    ranks, target, gfile = _inputs(prefix, network, groups, on_progress)
+    findings = check_set(ranks, target=target, groups=gfile, splits=splits)
+    return Diagnosis(str(prefix), len(ranks), sum(len(rf.nodes or ()) for rf in ranks),
+                     str(network) if network else None, gfile.path if gfile else None, splits, tuple(findings))
+
+
+def fix(prefix: str | Path, out_prefix: str | Path, *, network: str | Path | None = None,
+        groups: str | Path | None = None, splits: int = 1, overwrite: bool = False,
+        on_progress: Callable[[int, int], None] | None = None) -> FixResult:
+    """Write a fixed copy of the set at ``out_prefix`` (the input is only read) and diagnose it."""
+    ranks, target, gfile = _inputs(prefix, network, groups, on_progress)
+    files, gout, actions = fix_set(prefix, ranks, out_prefix, target=target, groups=gfile, splits=splits,
+                                   overwrite=overwrite)
+    # the copy is checked against the groups written with it (PREFIX.groups.json is the default)
+    after = diagnose(out_prefix, network=network, groups=gout, splits=splits)
+    return FixResult(str(out_prefix), tuple(map(str, files)), str(gout) if gout else None, tuple(actions), after)
+
+
+__all__ = ["CHECKS", "Diagnosis", "FAILS", "Finding", "FixResult", "NOTE", "WRONG", "diagnose", "fix"]
