@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .model.numbers import ratio
 from .astra.emit import emit
 from .astra.run import resolve_binary, simulate
 from .model.cost import CostModel
@@ -72,7 +73,7 @@ class LoopResult:
                                   for n, w, p, s in r.workloads]}
         base = {r.name: r for r in self.rows if r.iteration == 0}
         opt0 = base.get("optimized")
-        speedups = {name: r.simulated_ns / self.best.simulated_ns for name, r in base.items() if name != "optimized"}
+        speedups = {name: ratio(r.simulated_ns, self.best.simulated_ns) for name, r in base.items() if name != "optimized"}
         return {
             "format": "libra_astra.loop", "version": 1,
             "dimensions": list(net.dim_names), "splits": self.splits, "binary": self.binary,
@@ -175,8 +176,9 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
                 best = row
             stop = f"simulated time improved by less than {min_gain:.1%} at iteration {it}"
             break
-    notes = ("prediction: pipelined time model replayed over each rank's dependency graph (one compute and one "
-             "collective at a time per rank; a receive waits for its send, a shared collective for every rank in it)",)
+    notes = ("prediction: pipelined time model replayed over each rank's dependency graph (one GPU compute "
+             "node, one CPU op and one collective or send at a time per rank, as ASTRA-sim runs them; a receive "
+             "waits for its send, a shared collective for every rank in it)",)
     return LoopResult(tuple(rows), tuple(efficiencies), best, stop, splits, bin_path, notes,
                       model_settings(simulator_model(splits, local_mem_bw_gbps, overlap=overlap)), objective)
 

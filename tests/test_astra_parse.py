@@ -65,3 +65,11 @@ def test_rank_reported_twice_is_an_error():
     line = "sys[2] finished, 10 cycles, exposed communication 0 cycles.\n"
     with pytest.raises(LibraError, match=r"reports sys\[2\] finished twice"):
         parse_output(line + line)
+
+
+def test_ranks_with_cpu_ops_have_only_the_finished_line():
+    # ASTRA-sim drops the statistics lines of every rank that ran a CPU op (real DLRM run)
+    out = parse_output(fixture("real_param_dlrm8_cpu_ops.stdout"))
+    assert [r.rank for r in out.ranks] == list(range(8))
+    assert out.ranks[0].finished_ns == 22_174_891 and out.ranks[0].exposed_comm_ns == 21_121_891
+    assert all(r.wall_time_ns is None and r.gpu_time_ns is None for r in out.ranks)

@@ -562,9 +562,9 @@ def test_hand_made_sets_fail_in_astra_sim_as_told_and_run_once_fixed(tmp_path, n
 
 def test_command_module_severities_are_the_library_s():
     from libra_astra.cli import doctor as cli_doctor
-    from libra_astra.doctor import checks
+    from libra_astra.doctor import catalog
 
-    assert (cli_doctor.FAILS, cli_doctor.WRONG, cli_doctor.NOTE) == checks.SEVERITIES
+    assert (cli_doctor.FAILS, cli_doctor.WRONG, cli_doctor.NOTE) == catalog.SEVERITIES
 
 
 def test_progress_is_reported_per_rank_file(tmp_path):

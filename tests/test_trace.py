@@ -237,10 +237,12 @@ def test_corrupt_gzip(tmp_path):
     assert str(e.value).endswith("); re-create or re-copy the file")
 
 
-def test_dangling_dependency():
-    data = cio.encode_et([cio.comp_node(10, "c", 5), cio.comp_node(11, "d", 5, data_deps=[10, 99])])
-    raises(data, "bad.0.et: node 11 depends on node 99, which is not in the file; remove the dependency or add "
-                 "the node")
+def test_dangling_dependency_is_dropped_and_kept_for_the_report():
+    data = cio.encode_et([cio.comp_node(10, "c", 5, ctrl_deps=[0]), cio.comp_node(11, "d", 5, data_deps=[10, 99]),
+                          cio.comp_node(12, "e", 5, data_deps=[11])])
+    prog = TraceReader().parse(data, "ok.0.et")
+    assert prog.dangling == ((10, 0), (11, 99))
+    assert prog.dep_ptr.tolist() == [0, 0, 1, 2] and prog.dep_index.tolist() == [0, 1]
 
 
 def test_duplicate_node_id():

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from libra_astra.traces import chakra_io as cio
 from libra_astra.cli.demand import demand_command
+from libra_astra.demand.summary import summary_to_dict
 from libra_astra.demand.types import Dag, demand_from_dict, demand_to_dict, load_demand
 from libra_astra.errors import LibraError
 from libra_astra.model.network import Dimension, Network, dump_network
@@ -69,8 +70,8 @@ def test_hand_worked_demand(tmp_path):
     # the all-gather over dim 1 pairs each sender with a receiver: it starts when both classes are ready
     assert senders.dag == Dag((("comp", 10000.0), ("coll", 0.0), ("coll", 1.0), ("coll", 2.0), ("comp", 20000.0)),
                               ((0, 1), (1, 2), (2, 3), (3, 4)), links=(), syncs=((2, 1, 2),))
-    # the receive stays in the graph with 0 ns, waiting for the senders' send
-    assert receivers.dag.nodes[3] == ("comp", 0.0)
+    # the receive stays in the graph with 0 ns on no slot, waiting for the senders' send
+    assert receivers.dag.nodes[3] == ("free", 0.0)
     assert (receivers.dag.links, receivers.dag.syncs) == (((3, 0, 3),), ((2, 0, 2),))
     # summary: mean bytes per NPU
     assert s.bytes_by_type == {"ALL_GATHER": (0.0, 256.0), "ALL_REDUCE": (1536.0, 0.0), "P2P": (0.0, 2048.0)}
@@ -253,12 +254,15 @@ def test_unsupported_collective(tmp_path, kind):
         "ALL_REDUCE, ALL_GATHER, ALL_TO_ALL, REDUCE_SCATTER; rewrite it as one of these")
 
 
-def test_dangling_dependency(tmp_path):
-    per_rank = [rank_nodes(r) for r in range(8)]
-    per_rank[3] = per_rank[3][:1] + per_rank[3][2:]  # drop node 2; node 3 still depends on it
-    prefix = write_set(tmp_path, "t", per_rank)
-    assert err(prefix, comm_groups=GROUPS) == (
-        f"{prefix}.3.et: node 3 depends on node 2, which is not in the file; remove the dependency or add the node")
+def test_dangling_dependency_is_satisfied_and_reported(tmp_path):
+    # as PyTorch's Chakra converter writes every file: node 1 depends on node 0, which is not there
+    nodes = [cio.comp_node(1, "root", 0, ctrl_deps=[0]), cio.comp_node(2, "c", 3, data_deps=[1, 7])]
+    d, s = demand_from_traces(write_set(tmp_path, "t", [nodes] * 8), NET)
+    rc = d.rank_classes[0]
+    assert rc.dag.nodes == (("comp", 1.0), ("comp", 3000.0)) and rc.dag.deps == ((0, 1),)
+    assert (s.missing_deps, s.missing_dep_examples[:3]) == (16, ((0, 1, 0), (0, 2, 7), (1, 1, 0)))
+    assert s.notes[0].startswith("16 dependencies on nodes not in their file (rank 0 node 1 -> 0, rank 0 node 2 -> 7, ")
+    assert summary_to_dict(s)["missing_deps"]["count"] == 16
 
 
 def test_dependency_cycle(tmp_path):
@@ -399,16 +403,17 @@ def test_committed_gpt3_sample(tmp_path):
     assert s.skipped == {}
 
 
-def test_cpu_ops_stay_in_the_graph_with_zero_time(tmp_path):
-    cpu = cio.comp_node(1, "launch", 50)
-    cpu.attr[0].bool_val = True  # is_cpu_op
+def test_cpu_ops_are_timed_on_their_own_slot(tmp_path):
+    cpu = cio.comp_node(1, "launch", 50, is_cpu_op=True)
     nodes = [cpu, cio.comp_node(2, "kernel", 7, data_deps=[1])]
     d, s = demand_from_traces(write_set(tmp_path, "c", [nodes] * 8), NET)
     rc = d.rank_classes[0]
-    assert rc.compute_time_ns == 7000.0 and rc.dag.nodes == (("comp", 0.0), ("comp", 7000.0))
-    assert s.skipped == {"COMP on CPU (is_cpu_op; not in compute time)": 8}
-    assert s.notes == ("8 CPU op(s) (0.400 ms over all ranks) kept as dependencies with 0 ns; ASTRA-sim runs them "
-                       "on a separate CPU resource",)
+    assert rc.compute_time_ns == 7000.0 and rc.dag.nodes == (("cpu", 50000.0), ("comp", 7000.0))
+    assert s.skipped == {}
+    assert s.cpu_time_ns == (50000.0, 50000.0)
+    assert s.notes == ("8 CPU op(s) (0.400 ms over all ranks) timed from duration_micros on each rank's CPU-op "
+                       "slot, as ASTRA-sim runs them: they count in the overlap model (--overlap), not in the "
+                       "compute time",)
 
 
 def test_identical_programs_are_analysed_once(tmp_path):
@@ -467,6 +472,14 @@ def test_chakra_pytorch_converter_process_groups(tmp_path):
     (c,) = rc.collectives
     assert (c.type, c.size_bytes, c.participants, c.traffic_bytes, c.group) == \
         ("ALL_REDUCE", 1048576.0, (2, 1), (1048576.0, 0.0), "1,2")
-    assert rc.compute_time_ns == 100000.0  # the GPU kernel; CPU ops are kept with 0 ns
+    assert rc.compute_time_ns == 100000.0  # the GPU kernel; CPU ops run on their own slot
     assert [(g.key, g.source, g.size) for g in s.groups] == [("1", "trace METADATA", 2), ("2", "trace METADATA", 2)]
-    assert s.skipped == {"METADATA": 4, "COMP on CPU (is_cpu_op; not in compute time)": 12}
+    assert s.skipped == {"METADATA": 4}
+
+
+def test_single_rank_trace_gets_a_message_without_contradiction(tmp_path):
+    prefix = write_set(tmp_path, "one", [[cio.comp_node(1, "c", 3)]])
+    assert err(prefix) == (
+        f"{prefix}: found 1 rank file but network {NET.name!r} has 8 NPUs; a single-rank trace has no network "
+        "traffic to size (every network dimension has at least 2 NPUs): record the job on as many ranks as the "
+        "network has NPUs (8)")

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Predicted versus simulated time: the shipped samples through the closed loop, and single
-collectives over 2 to 4 dimensions, against a real ASTRA-sim binary.
+collectives over 2 to 4 dimensions, and the real PyTorch traces of tests/fixtures/real through the
+closed loop, against a real ASTRA-sim binary.
 
 Usage: ASTRA_SIM_BIN=/path/to/AstraSim_Analytical_Congestion_Unaware python tools/validate_sim.py [--out DIR]
 """
@@ -31,6 +32,15 @@ SAMPLES = [
     ("resnet50_dp16", "traces/resnet50_dp16/resnet50", "network_configs/sample_4x4.yml"),
     ("gpt_tp2_pp2_dp4", "traces/gpt_tp2_pp2_dp4/gpt", "network_configs/sample_4x4.yml"),
 ]
+# Unmodified PyTorch -> Chakra converter output (tests/fixtures/real); the gloo sets with their
+# collectives typed from the c10d:: CPU ops (--type-cpu-collectives).
+REAL = [
+    ("param_dlrm8", "tests/fixtures/real/param_dlrm8/param_dlrm8", "tests/fixtures/real/ring2x4.yml", False),
+    ("ddp4", "tests/fixtures/real/ddp4/ddp4", "tests/fixtures/real/ring2x2.yml", True),
+    ("tpdp4", "tests/fixtures/real/tpdp4/tpdp4", "tests/fixtures/real/ring2x2.yml", True),
+    ("tpdp8", "tests/fixtures/real/tpdp8/tpdp8", "tests/fixtures/real/ring2x4.yml", True),
+    ("pipeline4", "tests/fixtures/real/pipeline4/pipeline4", "tests/fixtures/real/ring2x2.yml", True),
+]
 COLLECTIVES = [
     ([("Ring", 4, 500), ("Switch", 4, 700)], "ALL_REDUCE", (4, 4)),
     ([("Ring", 4, 200), ("FullyConnected", 2, 300), ("Switch", 4, 900)], "ALL_REDUCE", (4, 2, 4)),
@@ -45,6 +55,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="Keep the runs here (default: a temporary directory).")
     ap.add_argument("--total-bw", type=float, default=400.0, help="GB/s per NPU for the sample loops.")
+    ap.add_argument("--only", choices=("samples", "real", "collectives"), action="append",
+                    help="Run only these parts (repeatable; default: all).")
+    ap.add_argument("--real-total-bw", type=float, default=100.0, help="GB/s per NPU for the real-trace loops.")
     args = ap.parse_args()
     binary = os.environ.get("ASTRA_SIM_BIN")
     if not binary:
@@ -55,7 +68,8 @@ def main() -> int:
     cost = load_cost(ROOT / "network_configs/cost.yml")
     errors = []
     print(f"{'sample':<15} {'k':>2} {'design':<20} {'predicted ns':>14} {'simulated ns':>14} {'error':>8}")
-    for name, prefix, network in SAMPLES:
+    parts = set(args.only or ("samples", "real", "collectives"))
+    for name, prefix, network in (SAMPLES if "samples" in parts else []):
         net = load_network(ROOT / network)
         workloads = load_workloads((str(ROOT / prefix),), (), (), net, None)
         for k in (1, 4):
@@ -66,12 +80,24 @@ def main() -> int:
                 errors.append(abs(r.error))
                 print(f"{name:<15} {k:>2} {r.name:<20} {r.predicted_ns:>14,.0f} {r.simulated_ns:>14,.0f} {r.error:>+8.3%}")
     print()
+    print(f"{'real trace set':<15} {'k':>2} {'design':<20} {'predicted ns':>14} {'simulated ns':>14} {'error':>8}")
+    for name, prefix, network, typed in (REAL if "real" in parts else []):
+        net = load_network(ROOT / network)
+        workloads = load_workloads((str(ROOT / prefix),), (), (), net, None, type_cpu_collectives=typed)
+        for k in (1, 4):
+            res = run_loop(workloads, net, cost, out_dir=base / f"real-{name}-k{k}",
+                           constraints=Constraints(total_bw_gbps=args.real_total_bw), binary=binary, splits=k,
+                           overwrite=True)
+            for r in res.rows:
+                errors.append(abs(r.error))
+                print(f"{name:<15} {k:>2} {r.name:<20} {r.predicted_ns:>14,.0f} {r.simulated_ns:>14,.0f} {r.error:>+8.3%}")
+    print()
     print(f"{'collective':<15} {'dims':<42} {'k':>2} {'predicted ns':>14} {'simulated ns':>14} {'error':>8}")
-    for i, (dims, kind, parts) in enumerate(COLLECTIVES):
+    for i, (dims, kind, shape) in enumerate(COLLECTIVES if "collectives" in parts else []):
         net = network_from_dict({"name": "n", "dimensions": [
             {"name": f"d{j}", "topology": t, "npus": n, "latency_ns": lat} for j, (t, n, lat) in enumerate(dims)]})
         bw = tuple([150.0, 60.0, 90.0, 25.0][: net.num_dims])
-        c = make_collective(kind, 2**26, parts, net=net)
+        c = make_collective(kind, 2**26, shape, net=net)
         for k in (1, 4, 16):
             run = base / f"coll{i}-k{k}"
             p = base / f"coll{i}.json"

@@ -224,14 +224,21 @@ def _load_workload(design: Design, wl: WorkloadRef, demand: Demand | None) -> _I
         source = "traces"
         if wl.comm_groups:
             groups = {int(k): v for k, v in load_comm_groups(wl.comm_groups).items()}
+        try:
+            got, summary = demand_from_traces(wl.traces, net, comm_groups=wl.comm_groups,
+                                              type_cpu_collectives=wl.type_cpu_collectives)
+        except LibraError as err:
+            # The rewrite tolerates some of what the demand reader refuses; emit anyway and say
+            # why there is no prediction.
+            prediction_unavailable = str(err)
+        else:
+            demand = demand if demand is not None else got
+            # Process groups recorded in the traces' METADATA are the groups the collectives
+            # name: the simulator needs them in its comm-group file.
+            for key, members in summary.metadata_groups.items():
+                if key.isdigit() and int(key) > 0 and int(key) not in groups:
+                    groups[int(key)] = tuple(members)
         lnet, masks = plan_for_groups(net, bw, groups)
-        if demand is None:
-            try:
-                demand, _ = demand_from_traces(wl.traces, net, comm_groups=wl.comm_groups)
-            except LibraError as err:
-                # The rewrite tolerates what the demand reader refuses (dangling dependencies);
-                # emit anyway and say why there is no prediction.
-                prediction_unavailable = str(err)
     elif wl.demand:
         source = "demand"
         demand = load_demand(wl.demand)
@@ -328,7 +335,8 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None
     try:
         (tmp / "workload").mkdir()
         if source == "traces":
-            stats = rewrite_traces(wl.traces, tmp / "workload" / name, lnet, groups, masks, splits, on_progress)
+            stats = rewrite_traces(wl.traces, tmp / "workload" / name, lnet, groups, masks, splits, on_progress,
+                                   type_cpu_collectives=wl.type_cpu_collectives)
         else:
             stats = synthesize(demand, tmp / "workload" / name, lnet, wl.demand, max_repeats=max_repeats,
                                splits=splits, on_progress=on_progress)

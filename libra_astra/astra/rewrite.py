@@ -28,6 +28,7 @@ from typing import Callable, Mapping, Sequence
 from ..demand.groups import ALL_RANKS, normalize_key
 from ..errors import LibraError
 from ..traces import chakra_io as cio
+from ..traces.cpu_collectives import infer_peers, rank_groups, typed_rank
 from ..traces.files import find_rank_files
 from ..traces.graph import cycle_error, file_first_order
 from ..traces.schema import COMM_TYPE_NAMES, pb
@@ -209,9 +210,11 @@ def rewrite_rank(meta: pb.GlobalMetadata, nodes: list[pb.Node], rank: int, lnet:
 
 def rewrite_traces(prefix: str | Path, out_prefix: Path, lnet: LogicalNetwork,
                    groups: Mapping[int, Sequence[int]], group_masks: Mapping[int, tuple[bool, ...] | None],
-                   splits: int = 1, on_progress: Callable[[int, int], None] | None = None) -> WorkloadStats:
+                   splits: int = 1, on_progress: Callable[[int, int], None] | None = None,
+                   type_cpu_collectives: bool = False) -> WorkloadStats:
     """Rewrite ``PREFIX.r.et`` for every rank r of the network into ``out_prefix.r.et``
-    (``on_progress(ranks_done, ranks)`` after each)."""
+    (``on_progress(ranks_done, ranks)`` after each); with ``type_cpu_collectives`` the gloo
+    collectives are typed first (traces/cpu_collectives.py)."""
     stats = WorkloadStats()
     n = lnet.npus_count
     found = find_rank_files(prefix)
@@ -221,6 +224,9 @@ def rewrite_traces(prefix: str | Path, out_prefix: Path, lnet: LogicalNetwork,
             raise LibraError(f"{prefix}.{r}.et: trace file for rank {r} not found; the network has {n} NPUs "
                              f"and ASTRA-sim needs one file per NPU")
         meta, nodes = cio.read_et(src)
+        if type_cpu_collectives:
+            typed_rank(nodes, r, n, str(src))
+        infer_peers(nodes, r, rank_groups(nodes, str(src)))
         data = rewrite_rank(meta, nodes, r, lnet, groups, group_masks, str(src), stats, splits)
         Path(f"{out_prefix}.{r}.et").write_bytes(data)
         if on_progress is not None:

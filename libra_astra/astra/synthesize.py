@@ -104,12 +104,14 @@ class _RankBuilder:
     def _id(self) -> int:
         return len(self.nodes)
 
-    def comp(self, time_ns: float, name: str, deps: Sequence[int], stats: WorkloadStats | None) -> tuple[list[int], list[int]]:
+    def comp(self, time_ns: float, name: str, deps: Sequence[int], stats: WorkloadStats | None,
+             cpu: bool = False) -> tuple[list[int], list[int]]:
         micros = max(0, round(time_ns / 1000.0))
         if stats is not None:
-            stats.compute_rounding_ns += abs(micros * 1000.0 - time_ns)
+            # ASTRA-sim runs a 0 us node for 1 ns
+            stats.compute_rounding_ns += abs(max(micros * 1000.0, 1.0) - time_ns)
         i = self._id()
-        self.nodes.append(cio.comp_node(i, name, micros, ctrl_deps=deps))
+        self.nodes.append(cio.comp_node(i, name, micros, ctrl_deps=deps, is_cpu_op=cpu))
         return [i], [i]
 
     def part(self, p: _Part, size: float, name: str, deps: Sequence[int]) -> tuple[list[int], list[int]]:
@@ -170,8 +172,12 @@ def _class_nodes(rc: RankClass, rank: int, lnet: LogicalNetwork, parts: list[lis
     last_comm: list[int] = []
     for k, (kind, value) in enumerate(rc.dag.nodes):
         deps = [x for u in preds[k] for x in segs[u][1]]
-        if kind == "comp":
-            segs.append(b.comp(value, f"comp{k}", deps, stats))
+        if kind in ("comp", "cpu"):
+            segs.append(b.comp(value, f"{kind}{k}", deps, stats, cpu=kind == "cpu"))
+            continue
+        if kind == "free":
+            # No slot in ASTRA-sim either: its dependents wait directly on its dependencies.
+            segs.append(([], list(dict.fromkeys(deps))))
             continue
         idx = int(value)
         seg = b.collective(rc.collectives[idx], idx, parts[idx], list(dict.fromkeys(deps + last_comm)),

@@ -107,13 +107,18 @@ def simulate_command(run_dir: str, binary: str | None, timeout_s: float, force: 
     exposed = max(r.exposed_comm_ns for r in res.ranks)
     click.echo(f"simulated time: {fmt_ms(res.simulated_time_ns)} (rank {slowest.rank}; fastest rank {fastest.rank} "
                f"{fmt_ms(fastest.finished_ns)}), {res.npus_count} NPUs")
-    click.echo(f"exposed communication: up to {fmt_ms(exposed)}; host time {res.wall_seconds:.2f} s; "
-               f"results in {res.sim_dir}")
-    if res.prediction_error is not None:
+    click.echo(f"exposed communication: up to {fmt_ms(exposed)} (ASTRA-sim's figure: a rank's finish time minus "
+               "its summed GPU compute, so CPU-op time and idle time are in it); host time "
+               f"{res.wall_seconds:.2f} s; results in {res.sim_dir}")
+    if any(r.wall_time_ns is None for r in res.ranks):
+        click.echo("(ranks that ran a CPU op print only their finished line: ASTRA-sim's statistics report "
+                   "supports GPU and communication nodes only)")
+    if res.predicted_time_ns is not None:
         from ..astra import load_manifest
 
+        err = res.prediction_error
         click.echo(f"predicted by libra_astra at emit: {fmt_ms(res.predicted_time_ns)} "
-                   f"(error {res.prediction_error:+.3%} against the simulator)")
+                   + (f"(error {err:+.3%} against the simulator)" if err is not None else "(simulated time 0)"))
         label = (load_manifest(run_dir).prediction or {}).get("model")
         if label:
             click.echo(f"  with {label}")

@@ -66,6 +66,11 @@ def format_summary(s: TraceSummary, net: Network) -> str:
 
     lo, hi = s.compute_time_ns
     lines += ["", f"Compute per rank: {fmt_time(hi, 3)}" + ("" if lo == hi else f" (slowest; fastest {fmt_time(lo, 3)})")]
+    clo, chi = s.cpu_time_ns
+    if chi > 0:
+        lines += [f"CPU ops per rank: {fmt_time(chi, 3)}" + ("" if clo == chi else f" (most; least {fmt_time(clo, 3)})")]
+    if s.missing_deps:
+        lines += [f"Dependencies on nodes not in the file: {s.missing_deps:,} (treated as done; see the notes)"]
     lines += [f"Rank classes (ranks with identical demand, computed once): {len(s.rank_classes)}"]
     rows = [["ranks", "count", "compute", "collectives"] + [f"bytes {d.name}" for d in net.dims]]
     shown = s.rank_classes[:12]
@@ -90,13 +95,16 @@ def format_summary(s: TraceSummary, net: Network) -> str:
                    "[default: PREFIX.groups.json when it exists].")
 @click.option("--peak-tflops", type=FiniteFloat(), help="Time COMP nodes with the roofline model: peak compute, TFLOPS.")
 @click.option("--mem-bw-gbps", type=FiniteFloat(), help="Roofline memory bandwidth, GB/s (give with --peak-tflops).")
+@click.option("--type-cpu-collectives", is_flag=True,
+              help="Count the gloo collectives, sends and receives that PyTorch's Chakra converter leaves as "
+                   "CPU ops (c10d::*, gloo:*) as communication.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the demand JSON here.")
 @click.option("--force", is_flag=True, help="Overwrite the --output file if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of a table.")
 @plot_option("the bytes per NPU per dimension by collective type")
 def demand_command(prefix: str, network_path: str, comm_groups: str | None, peak_tflops: float | None,
-                   mem_bw_gbps: float | None, output: str | None, force: bool, as_json: bool,
-                   plot_out: str | None) -> None:
+                   mem_bw_gbps: float | None, type_cpu_collectives: bool, output: str | None, force: bool,
+                   as_json: bool, plot_out: str | None) -> None:
     """Read Chakra ET traces PREFIX.0.et .. PREFIX.N-1.et (plain or gzipped) and compute the
     communication demand per network dimension.
 
@@ -122,7 +130,8 @@ def demand_command(prefix: str, network_path: str, comm_groups: str | None, peak
     net = load_network(network_path)
     with Progress(f"reading {prefix}") as p:
         demand, summary = demand_from_traces(prefix, net, comm_groups=comm_groups or default_groups_path(prefix),
-                                             peak_tflops=peak_tflops, mem_bw_gbps=mem_bw_gbps, on_progress=p)
+                                             peak_tflops=peak_tflops, mem_bw_gbps=mem_bw_gbps, on_progress=p,
+                                             type_cpu_collectives=type_cpu_collectives)
     if out is not None:
         write_json_atomic(out, demand_to_dict(demand), overwrite=force)
     if as_json:

@@ -14,7 +14,7 @@ from .progress import Progress
 if TYPE_CHECKING:
     from ..doctor import Diagnosis
 
-# severities as in doctor/checks.py (not imported here: the library loads inside the command)
+# severities as in doctor/catalog.py (not imported here: the library loads inside the command)
 FAILS, WRONG, NOTE = "fails", "wrong", "note"
 _LABEL = {FAILS: "FAILS", WRONG: "WRONG", NOTE: "note"}
 

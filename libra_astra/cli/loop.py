@@ -60,12 +60,16 @@ def loop_command(shared: SharedOptions, objective, budget, time_target, binary, 
     binary = resolve_binary(binary)        # before the traces are read: a missing simulator fails at once
     net, cost, workloads, cons = shared.load(budget, time_target)
     cost.check_priced(net, objective)
+    from ..demand.workload import uncounted_traffic
+    warnings = uncounted_traffic(workloads)
     with Progress("loop") as p:
         def echo(line: str) -> None:
             if not as_json:
                 p.clear()
                 click.echo(line)
 
+        for line in warnings:
+            echo(f"warning: {line}")
         res = run_loop(workloads, net, cost, out_dir=out_dir, objective=objective, constraints=cons,
                        binary=binary, splits=splits, calibrate=calibrate, timeout_s=timeout, overwrite=force,
                        local_mem_bw_gbps=local_mem_bw, overlap=overlap, on_event=echo, on_progress=p.note)

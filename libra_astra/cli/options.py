@@ -44,6 +44,7 @@ class SharedOptions:
     demands: tuple[str, ...] = ()
     weights: tuple[float, ...] = ()
     comm_groups: str | None = None
+    type_cpu_collectives: bool = False
     total_bw: float | None = None
     total_bw_max: float | None = None
     exprs: tuple[str, ...] = ()
@@ -77,7 +78,8 @@ class SharedOptions:
         cost = load_cost(self.cost_path)
         with Progress("reading") as p:
             workloads = load_workloads(self.traces, self.demands, self.weights, net, self.comm_groups,
-                                       on_progress=lambda prefix, done, total: p(done, total, prefix))
+                                       on_progress=lambda prefix, done, total: p(done, total, prefix),
+                                       type_cpu_collectives=self.type_cpu_collectives)
         return Inputs(net, cost, workloads, self.constraints(net, budget, time_target))
 
     def time_model(self) -> TimeModel:
@@ -116,6 +118,9 @@ workload_options = _apply([
     _shared("--comm-groups", type=click.Path(exists=True, dir_okay=False),
             help="ASTRA-sim communicator-group JSON for the trace prefixes [default: PREFIX.groups.json "
                  "when it exists]."),
+    _shared("--type-cpu-collectives", is_flag=True,
+            help="Count the gloo collectives, sends and receives that PyTorch's Chakra converter leaves as "
+                 "CPU ops (c10d::*, gloo:*) as communication, in the model and in emitted runs."),
     _shared("--total-bw", type=FiniteFloat(), help="Total bandwidth per NPU over all dimensions, GB/s (equality)."),
     _shared("--total-bw-max", type=FiniteFloat(), help="Upper bound on total bandwidth per NPU, GB/s."),
     _shared("--constraint", "exprs", multiple=True, metavar="EXPR",

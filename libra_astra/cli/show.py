@@ -12,6 +12,11 @@ KINDS = {"libra_astra.demand": "demand", "libra_astra.design": "design", "libra_
          "libra_astra.loop": "loop"}
 
 
+def _x(v, why: str = "time 0") -> str:
+    """A speedup or gain; None when the times (or costs) were 0 (ratio() in model/numbers.py)."""
+    return f"n/a ({why})" if not isinstance(v, (int, float)) else f"x{v:.4f}"
+
+
 def _t(ns: float) -> str:
     for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
         if ns >= scale:
@@ -119,10 +124,8 @@ def format_design(data: dict) -> str:
             lines.append(f"  {w['name']:<18} weight {w['weight']:g}: {_t(w['time_ns'])} = compute "
                          f"{_t(w['compute_ns'])} + communication {_t(w['communication_ns'])}")
     for name, e in (r.get("baselines") or {}).items():
-        g = e.get("perf_per_cost_gain_of_optimum")
-        gain = f"x{g:.4f}" if isinstance(g, (int, float)) else "n/a (cost 0)"
-        lines.append(f"vs {name:<20} time {_t(e['time_ns']):>12}  speedup x{e['speedup_of_optimum']:.4f}  "
-                     f"perf/cost gain {gain}")
+        lines.append(f"vs {name:<20} time {_t(e['time_ns']):>12}  speedup {_x(e.get('speedup_of_optimum'))}  "
+                     f"perf/cost gain {_x(e.get('perf_per_cost_gain_of_optimum'), 'cost 0')}")
     if r.get("message"):
         gap = r.get("relative_gap")
         lines.append(f"solver    {r['message']}; relative duality gap "
@@ -158,7 +161,7 @@ def format_loop(data: dict) -> str:
                 lines.append(f"{'':>4}   {w['name'] + ' (weight ' + format(w['weight'], 'g') + ')':<18} "
                              f"{_t(w['predicted_ns']):>14} {_t(w['simulated_ns']):>14} {err:>+9.3%}")
     for name, sp in (data.get("simulated_speedup_of_best_over") or {}).items():
-        lines.append(f"simulated speedup of the best design over {name}: x{sp:.4f}")
+        lines.append(f"simulated speedup of the best design over {name}: {_x(sp)}")
     best = data.get("best")
     if best:
         lines.append(f"best: iteration {best['iteration']} ({_t(best['simulated_ns'])} simulated); "

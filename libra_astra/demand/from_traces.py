@@ -11,14 +11,18 @@ Modelling choices (they follow ASTRA-sim's workload layer and analytical network
 
 - COMP: ``duration_micros`` x 1000 ns; with ``peak_tflops`` and ``mem_bw_gbps`` the roofline
   time ``num_ops / min(peak, mem_bw * num_ops / tensor_size)``; a node without num_ops or
-  tensor_size then takes 0 ns, as in ASTRA-sim. CPU ops (``is_cpu_op``) run on a separate
-  resource in ASTRA-sim; they stay in the dependency graph with 0 ns and are reported, not added.
+  tensor_size then takes 0 ns, as in ASTRA-sim. A zero ``duration_micros`` costs 1 ns, as ASTRA-sim
+  charges it. CPU ops (``is_cpu_op``) are timed the same way on the rank's CPU-op slot (DAG kind
+  ``cpu``): they count in the dependency-aware (overlap) model, not in ``compute_time_ns``.
 - COMM_COLL on a group: hierarchical traffic on a sub-grid, one flat ring on any other member
   set; on all ranks, over the dimensions ``involved_dim`` marks.
 - COMM_SEND: a P2P transfer charged on the lowest dimension where source and destination
-  differ. COMM_RECV is the other side of a send: kept in the graph with 0 ns, not charged.
+  differ. COMM_RECV is the other side of a send: kept in the graph with 0 ns on no resource
+  (ASTRA-sim gives receives no slot), not charged.
 - METADATA, MEM_LOAD, MEM_STORE and INVALID nodes carry no demand: counted, reported, kept in
-  the graph (0 ns) so dependencies through them hold.
+  the graph (0 ns, no resource) so dependencies through them hold.
+- A dependency on a node that is not in the file is satisfied (PyTorch's converter removes its
+  root node 0 but keeps the dependencies on it) and reported.
 """
 
 from __future__ import annotations
@@ -33,13 +37,16 @@ from . import groups as grp
 from ..errors import LibraError
 from ..interning import Interner
 from ..model.network import Network
+from ..traces import chakra_io as cio
+from ..traces import cpu_collectives as cpu
 from ..traces import completion
-from ..traces.files import rank_files
+from ..traces.files import rank_files, read_file_bytes
+from ..traces.schema import COMM_COLL_NODE, COMM_RECV_NODE, COMM_SEND_NODE
 from ..traces.reader import RankProgram, TraceReader
 from .context import Context
 from .group_check import check_group_sequences, merge_metadata
 from .links import split_by_peers, with_links
-from .program import Program, analyze, send_pids
+from .program import KIND_NAMES, Program, analyze, send_pids
 from .summary import ClassSummary, TraceSummary, summarize, summary_to_dict
 from .types import Collective, Dag, Demand, RankClass
 
@@ -67,10 +74,32 @@ def _labels(ctx: Context, infos: Sequence[Program], names: Interner[str]) -> np.
     return out
 
 
+def _with_inferred_peers(reader: TraceReader, read: list[RankProgram], paths: Sequence[Path], n_npus: int,
+                         counts: list[int]) -> list[RankProgram]:
+    """Programs with sends without comm_dst or receives without comm_src re-read with the peers
+    the trace shows (traces/cpu_collectives.infer_peers); ``counts`` gets (inferred, unknown)."""
+    cols = reader.attrs.columns()
+    out = list(read)
+    for r, prog in enumerate(read):
+        a = prog.attr
+        lacks = (((prog.types == COMM_SEND_NODE) & (cols["comm_dst"][a] < 0))
+                 | ((prog.types == COMM_RECV_NODE) & (cols["comm_src"][a] < 0)))
+        if not lacks.any():
+            continue
+        meta, nodes = cio.read_et(paths[r])
+        done, left = cpu.infer_peers(nodes, r, cpu.rank_groups(nodes, str(paths[r])))
+        counts[0] += done
+        counts[1] += left
+        if done:
+            out[r] = reader.parse(cio.encode_et(nodes, meta), str(paths[r]))
+    return out
+
+
 def demand_from_traces(prefix: str | Path, network: Network,
                        comm_groups: str | Path | Mapping[str, Sequence[int]] | None = None,
                        peak_tflops: float | None = None, mem_bw_gbps: float | None = None,
-                       on_progress: Callable[[int, int], None] | None = None) -> tuple[Demand, TraceSummary]:
+                       on_progress: Callable[[int, int], None] | None = None,
+                       type_cpu_collectives: bool = False) -> tuple[Demand, TraceSummary]:
     """Per-dimension communication demand of a Chakra ET trace set on ``network``.
 
     Parameters
@@ -87,6 +116,9 @@ def demand_from_traces(prefix: str | Path, network: Network,
         instead of duration_micros.
     on_progress
         Called as ``on_progress(ranks_read, ranks)`` while the rank files are read.
+    type_cpu_collectives
+        Type the gloo collectives, sends and receives that PyTorch's converter leaves as CPU
+        ops (``c10d::*`` / ``gloo:*``; see :mod:`libra_astra.traces.cpu_collectives`).
 
     Returns
     -------
@@ -126,7 +158,19 @@ def demand_from_traces(prefix: str | Path, network: Network,
     ranks_of: list[list[int]] = []
     by_digest: dict[bytes, int] = {}
     rank_prog = np.zeros(n_npus, dtype=np.int64)
-    for r, prog in enumerate(reader.read_many(paths, expect)):
+    if type_cpu_collectives:
+        bufs, typed = [], 0
+        for r, p in enumerate(paths):
+            meta, nodes = cio.read_et(p)
+            typed += cpu.typed_rank(nodes, r, n_npus, str(p))
+            bufs.append(cio.encode_et(nodes, meta))
+        read = reader.parse_many(bufs, [str(p) for p in paths])
+        reader.files_decoded += len(paths)
+    else:
+        read = reader.read_many(paths, expect)
+    read = _with_inferred_peers(reader, read, paths, n_npus, inferred := [0, 0])
+    untyped = (0, 0)
+    for r, prog in enumerate(read):
         pi = by_digest.get(prog.digest)
         if pi is None:
             pi = by_digest[prog.digest] = len(progs)
@@ -134,6 +178,9 @@ def demand_from_traces(prefix: str | Path, network: Network,
             ranks_of.append([])
         ranks_of[pi].append(r)
         rank_prog[r] = pi
+        if not type_cpu_collectives and not prog.type_counts()[[COMM_COLL_NODE, COMM_SEND_NODE, COMM_RECV_NODE]].any():
+            got = cpu.count_in_bytes(read_file_bytes(paths[r]))
+            untyped = (untyped[0] + got[0], untyped[1] + got[1])
         if on_progress is not None:
             on_progress(r + 1, n_npus)
 
@@ -186,7 +233,7 @@ def demand_from_traces(prefix: str | Path, network: Network,
                 obj = coll_obj[(pid, lab)] = replace(ctx.physics[pid], group=label_names[lab])
             objs[j] = obj
         colls = tuple(objs[inverse.reshape(-1)].tolist())
-        kinds = np.where(rep.kinds_coll, "coll", "comp").astype(object).tolist()
+        kinds = np.asarray(KIND_NAMES, dtype=object)[rep.kinds].tolist()
         values = rep.comp_ns.tolist()
         for i, pos in enumerate(rep.comm_pos.tolist()):  # a collective node holds its index (an int)
             values[pos] = i
@@ -202,6 +249,21 @@ def demand_from_traces(prefix: str | Path, network: Network,
     rank_classes = with_links(ctx, programs, rank_prog, rank_classes)
 
     summary, notes = summarize(ctx, str(prefix), programs, rank_classes, class_summaries, reader)
+    if inferred[0]:
+        notes.append(f"{inferred[0]} send/receive peer(s) the trace does not name (PyTorch's converter writes NCCL "
+                     "sends and receives without comm_src/comm_dst) taken from the c10d::send/recv_ op that "
+                     "launched them or from a two-rank process group")
+    if type_cpu_collectives and typed:
+        notes.append(f"{typed} gloo collective(s), send(s) and receive(s) typed from their c10d:: CPU ops "
+                     "(--type-cpu-collectives): kind and size from the op, its gloo: op left out; the trace does "
+                     "not record which process group a c10d op used: a group size fixed by the tensor sizes picks "
+                     "the first METADATA group of that size, else the rank's only group besides the world, "
+                     "else the world group")
+    elif untyped[0]:
+        notes.append(f"{untyped[0]} c10d:: and {untyped[1]} gloo: CPU op(s) are collectives, sends and receives "
+                     "that PyTorch's Chakra converter leaves untyped (gloo runs): they are timed as CPU ops and "
+                     "carry no network demand; pass --type-cpu-collectives to count them as communication")
+    summary = replace(summary, notes=tuple(notes), untyped_cpu_collectives=untyped[0])
     name = Path(str(prefix)).name
     demand = Demand(name, network.npus_per_dim, tuple(rank_classes), tuple(notes))
     return demand, summary

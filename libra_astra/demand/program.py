@@ -39,6 +39,7 @@ class Program:
     coll_comm: tuple                    # (group key idx, involved idx or -1) arrays per comm node
     comp_ns: np.ndarray                 # per topo node
     kinds_coll: np.ndarray              # bool per topo node: is a comm node
+    kinds: np.ndarray                   # int8 per topo node: which slot it takes (KIND_*)
     edges_u: np.ndarray
     edges_v: np.ndarray
     topo_of: np.ndarray                 # topo index of each file position
@@ -64,20 +65,32 @@ def digest(*arrays: np.ndarray) -> bytes:
     return h.digest()
 
 
+# What each node occupies while it runs, as ASTRA-sim's HardwareResource allots it per rank: one
+# GPU compute slot, one CPU-op slot, one communication slot (collectives and sends); receives and
+# the nodes the emitted trace leaves out (METADATA, INVALID, ...) take none.
+KIND_GPU, KIND_CPU, KIND_COMM, KIND_FREE = 0, 1, 2, 3
+KIND_NAMES = ("comp", "cpu", "coll", "free")
+
+
 def _compute_ns(ctx: Context, prog: RankProgram, cols: dict[str, np.ndarray], comp: np.ndarray,
-                counts: dict) -> np.ndarray:
-    """Time of every node in ns (0 for all but GPU compute)."""
+                counts: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(time in ns, is a CPU op) of every node; time 0 for all but COMP nodes.
+
+    A COMP node runs ``duration_micros`` x 1000 ns, and 1 ns when that is 0, as ASTRA-sim
+    replays it; CPU ops (``is_cpu_op``) the same, on the rank's CPU-op slot."""
     n = prog.num_nodes
     out = np.zeros(n, dtype=np.float64)
     a = prog.attr
     cpu = comp & cols["is_cpu_op"][a]
     gpu = comp & ~cpu
-    dur_ns = prog.duration_micros.astype(np.float64) * 1000.0
+    dur_ns = np.maximum(prog.duration_micros.astype(np.float64) * 1000.0, 1.0)
     counts["cpu_ops"] = int(cpu.sum())
     counts["cpu_ns"] = float(dur_ns[cpu].sum())
+    counts["zero_duration"] = int((comp & (prog.duration_micros == 0)).sum())
+    out[cpu] = dur_ns[cpu]
     if ctx.peak is None:
         out[gpu] = dur_ns[gpu]
-        return out
+        return out, cpu
     ops = np.maximum(cols["num_ops"][a], 0).astype(np.float64)
     tsize = np.maximum(cols["tensor_size"][a], 0).astype(np.float64)
     peak = ctx.peak * 1e3            # TFLOPS -> ops per ns
@@ -86,7 +99,7 @@ def _compute_ns(ctx: Context, prog: RankProgram, cols: dict[str, np.ndarray], co
     perf = np.minimum(peak, membw * ops[has] / tsize[has])
     out[has] = ops[has] / perf
     counts["roofline_zero"] = int((gpu & ~has).sum())
-    return out
+    return out, cpu
 
 
 @dataclass(frozen=True)
@@ -98,6 +111,7 @@ class _Shape:
     comm_node: np.ndarray    # its file position
     comp_ns: np.ndarray      # per topo node
     kinds_coll: np.ndarray   # bool per topo node
+    kinds: np.ndarray        # int8 per topo node: KIND_GPU, KIND_CPU, KIND_COMM or KIND_FREE
     edges_u: np.ndarray
     edges_v: np.ndarray
     struct: bytes
@@ -122,7 +136,7 @@ def _shape(ctx: Context, prog: RankProgram, cols: dict[str, np.ndarray]) -> _Sha
         return sh
     counts: dict[str, Any] = {"types": np.bincount(types.astype(np.int64), minlength=8)}
     order = topological_order(prog)
-    comp_ns_file = _compute_ns(ctx, prog, cols, comp, counts)
+    comp_ns_file, cpu_file = _compute_ns(ctx, prog, cols, comp, counts)
     counts["send_no_dst"] = int(is_send.sum() - send_ok.sum())
     if order is None:
         comm_pos = np.nonzero(comm_mask)[0]
@@ -146,11 +160,16 @@ def _shape(ctx: Context, prog: RankProgram, cols: dict[str, np.ndarray]) -> _Sha
         u, v = k % n, k // n
     kinds_coll = np.zeros(n, dtype=bool)
     kinds_coll[comm_pos] = True
+    kinds_file = np.full(n, KIND_FREE, dtype=np.int8)
+    kinds_file[comp & ~cpu_file] = KIND_GPU
+    kinds_file[cpu_file] = KIND_CPU
+    kinds = kinds_file if order is None else kinds_file[order]
+    kinds[comm_pos] = KIND_COMM
     comp_ns = comp_ns_file if order is None else comp_ns_file[order]
     cpu_ns = counts.pop("cpu_ns")
-    struct = digest(kinds_coll, np.where(kinds_coll, 0.0, comp_ns), u, v)
-    sh = _Shape(comm_pos, comm_node, comp_ns, kinds_coll, u, v, struct, float(comp_ns_file.sum()), cpu_ns, counts,
-                pos_of)
+    struct = digest(kinds, np.where(kinds_coll, 0.0, comp_ns), u, v)
+    gpu_ns = float(comp_ns_file[comp & ~cpu_file].sum())
+    sh = _Shape(comm_pos, comm_node, comp_ns, kinds_coll, kinds, u, v, struct, gpu_ns, cpu_ns, counts, pos_of)
     ctx.shapes_by_key[key] = sh
     return sh
 
@@ -240,7 +259,7 @@ def analyze(ctx: Context, prog: RankProgram, ranks: Sequence[int]) -> Program:
     key_node = {kidx: first_node(ckey == kidx, comm_node) for kidx in used_keys}
     seq_hash = {k: digest(coll_sem[(ckey == k[0]) & (cinv == k[1])]) for k in sorted(comms)}
     return Program(prog, tuple(ranks), sh.struct, comm_pos, c_send, ca, comm_node, ckey, coll_pid, coll_sem,
-                   (ckey, cinv), sh.comp_ns, sh.kinds_coll, sh.edges_u, sh.edges_v, sh.topo_of, seq_hash, used_keys,
+                   (ckey, cinv), sh.comp_ns, sh.kinds_coll, sh.kinds, sh.edges_u, sh.edges_v, sh.topo_of, seq_hash, used_keys,
                    key_node, group_use, counts, sh.compute_ns, sh.cpu_ns)
 
 

@@ -3,7 +3,7 @@ dimension by collective type, the communicator groups, the rank classes and note
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -56,6 +56,14 @@ class TraceSummary:
     rank_classes: tuple[ClassSummary, ...]
     compute_time_ns: tuple[float, float]  # (min, max) over ranks
     notes: tuple[str, ...] = ()
+    # dependencies on nodes absent from their file, summed over ranks, and some of them as
+    # (rank, node id, missing id): satisfied (treated as done), dropped from emitted traces
+    missing_deps: int = 0
+    missing_dep_examples: tuple[tuple[int, int, int], ...] = ()
+    cpu_time_ns: tuple[float, float] = (0.0, 0.0)  # summed CPU-op time per rank, (min, max)
+    # process groups read from METADATA nodes (not overridden by a comm-groups file): name -> ranks
+    metadata_groups: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    untyped_cpu_collectives: int = 0   # c10d:: CPU ops left as CPU ops (gloo runs), summed over ranks
 
 
 def summarize(ctx: Context, prefix: str, programs: list[Program], rank_classes: list[RankClass],
@@ -63,11 +71,16 @@ def summarize(ctx: Context, prefix: str, programs: list[Program], rank_classes: 
     net = ctx.net
     n_npus = net.npus_count
     type_counts = np.zeros(8, dtype=np.int64)
-    agg = {"zero_size": 0, "send_no_dst": 0, "cpu_ops": 0, "roofline_zero": 0}
+    agg = {"zero_size": 0, "send_no_dst": 0, "cpu_ops": 0, "roofline_zero": 0, "zero_duration": 0}
     cpu_ns = 0.0
     use: dict[tuple[int, int], int] = {}
+    missing = 0
+    examples: list[tuple[int, int, int]] = []
     for info in programs:
         m = len(info.ranks)
+        missing += len(info.prog.dangling) * m
+        for r in info.ranks[:8]:
+            examples.extend((r, node, dep) for node, dep in info.prog.dangling[:8])
         type_counts += info.counts["types"] * m
         for k in agg:
             agg[k] += info.counts.get(k, 0) * m
@@ -84,8 +97,6 @@ def summarize(ctx: Context, prefix: str, programs: list[Program], rank_classes: 
         skipped["COMM_RECV (charged on the send side)"] = int(type_counts[COMM_RECV_NODE])
     if agg["send_no_dst"]:
         skipped["COMM_SEND without comm_dst (not charged)"] = agg["send_no_dst"]
-    if agg["cpu_ops"]:
-        skipped["COMP on CPU (is_cpu_op; not in compute time)"] = agg["cpu_ops"]
     if agg["roofline_zero"]:
         skipped["COMP without num_ops or tensor_size (0 ns under roofline, as in ASTRA-sim)"] = agg["roofline_zero"]
 
@@ -114,6 +125,7 @@ def summarize(ctx: Context, prefix: str, programs: list[Program], rank_classes: 
         group_summaries.append(GroupSummary(key, s.source, size, s.participants or s.box, s.algorithm,
                                             s.ring_dims, involved, count))
 
+    examples = sorted(examples)[:8]
     notes: list[str] = []
     for g in group_summaries:
         if g.algorithm == "flat_ring":
@@ -130,22 +142,37 @@ def summarize(ctx: Context, prefix: str, programs: list[Program], rank_classes: 
         )
     if type_counts[COMM_RECV_NODE]:
         notes.append("receives are the other side of sends: each transfer is charged once, on the sender")
+    if missing:
+        shown = ", ".join(f"rank {r} node {v} -> {d}" for r, v, d in examples)
+        notes.append(
+            f"{missing} dependenc{'y' if missing == 1 else 'ies'} on nodes not in their file ({shown}"
+            f"{', ...' if missing > len(examples) else ''}): treated as already done (PyTorch's Chakra converter "
+            "removes its root node 0 and keeps the dependencies on it); emitted traces leave them out"
+        )
     if agg["cpu_ops"]:
         notes.append(
-            f"{agg['cpu_ops']} CPU op(s) ({cpu_ns / 1e6:.3f} ms over all ranks) kept as dependencies with 0 ns; "
-            "ASTRA-sim runs them on a separate CPU resource"
+            f"{agg['cpu_ops']} CPU op(s) ({cpu_ns / 1e6:.3f} ms over all ranks) timed from duration_micros on each "
+            "rank's CPU-op slot, as ASTRA-sim runs them: they count in the overlap model (--overlap), not in "
+            "the compute time"
         )
+    if agg.get("zero_duration"):
+        notes.append(f"{agg['zero_duration']} COMP node(s) with duration 0 cost 1 ns each, as in ASTRA-sim")
     if agg["send_no_dst"]:
         notes.append(f"{agg['send_no_dst']} send(s) without comm_dst are not charged (their dimension is unknown)")
     if ctx.peak is not None:
         notes.append(f"compute timed with the roofline model: peak {ctx.peak:g} TFLOPS, memory {ctx.membw:g} GB/s")
 
     computes = [c.compute_time_ns for c in class_summaries]
+    cpus = [info.cpu_ns for info in programs]
     summary = TraceSummary(
         prefix=prefix, num_ranks=n_npus, files_decoded=reader.files_decoded, programs=len(programs),
         nodes_total=int(type_counts.sum()), node_counts=node_counts, skipped=skipped,
         bytes_by_type=bytes_by_type, groups=tuple(group_summaries), rank_classes=tuple(class_summaries),
         compute_time_ns=(min(computes), max(computes)) if computes else (0.0, 0.0), notes=tuple(notes),
+        missing_deps=missing, missing_dep_examples=tuple(examples),
+        metadata_groups={k: (ctx.members(k) or ()) for k in sorted(ctx.meta_groups, key=lambda x: (len(x), x))
+                         if k not in ctx.file_groups},
+        cpu_time_ns=(min(cpus), max(cpus)) if cpus else (0.0, 0.0),
     )
     return summary, notes
 
@@ -169,5 +196,9 @@ def summary_to_dict(s: TraceSummary) -> dict[str, Any]:
                           "num_collectives": c.num_collectives, "traffic_bytes": list(c.traffic_bytes)}
                          for c in s.rank_classes],
         "compute_time_ns": list(s.compute_time_ns),
+        "cpu_time_ns": list(s.cpu_time_ns),
+        "untyped_cpu_collectives": s.untyped_cpu_collectives,
+        "missing_deps": {"count": s.missing_deps,
+                         "examples": [{"rank": r, "node": v, "missing": d} for r, v, d in s.missing_dep_examples]},
         "notes": list(s.notes),
     }

@@ -30,8 +30,9 @@ A file with a single class may put ``compute_time_ns`` and ``collectives`` at th
 instead of ``rank_classes``. The job time is the time of the slowest rank class.
 
 ``dag`` (optional, kept for the overlap model): ``{"nodes": [[kind, value], ...], "deps":
-[[u, v], ...]}`` with kind ``"comp"`` (value = time in ns) or ``"coll"`` (value = index into
-``collectives``); ``deps`` lists edges u -> v (v waits for u), node indices in topological order; optional
+[[u, v], ...]}`` with kind ``"comp"`` (GPU compute, value = time in ns), ``"cpu"`` (a CPU op, time
+in ns), ``"free"`` (a node on no resource, such as a receive: time in ns, normally 0) or ``"coll"``
+(value = index into ``collectives``); ``deps`` lists edges u -> v (v waits for u), node indices in topological order; optional
 ``links`` [[node, source class, source node], ...] make a receive wait for the matching send of
 another rank class (pipeline parallelism); optional ``syncs`` [[node, class, node], ...] make a
 collective start only when the same collective of another class is ready too.
@@ -52,6 +53,7 @@ from ..model.numbers import check_number
 FORMAT = "libra_astra.demand"
 VERSION = 1
 ALGORITHMS = ("hierarchical", "flat_ring", "p2p")
+DAG_KINDS = ("comp", "cpu", "free", "coll")
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,9 @@ class Collective:
 
 @dataclass(frozen=True)
 class Dag:
-    """Per-rank dependency graph: nodes are ("comp", time_ns: float) or ("coll", collective index: int).
+    """Per-rank dependency graph: nodes are ("comp" | "cpu" | "free", time_ns: float) or ("coll",
+    collective index: int). Per rank one "comp" (GPU compute), one "cpu" and one "coll" node run at
+    a time, as ASTRA-sim's per-rank resources allow; "free" nodes (receives) take no slot.
 
     ``links`` are the waits on other ranks: (node, source class, source node) means ``node`` (a
     receive) cannot finish before ``source node`` of a rank of ``source class`` (the matching
@@ -196,11 +200,12 @@ def _dag_from_dict(raw: Any, where: str, num_coll: int) -> Dag:
         raise LibraError(f"{where}: dag must be an object with lists 'nodes' and 'deps'")
     nodes = []
     for i, n in enumerate(raw["nodes"]):
-        if not (isinstance(n, list) and len(n) == 2 and n[0] in ("comp", "coll")):
-            raise LibraError(f"{where}: dag.nodes[{i}] must be [\"comp\", time_ns] or [\"coll\", index], got {n!r}")
+        if not (isinstance(n, list) and len(n) == 2 and n[0] in DAG_KINDS):
+            raise LibraError(f"{where}: dag.nodes[{i}] must be [\"comp\"|\"cpu\"|\"free\", time_ns] or "
+                             f"[\"coll\", index], got {n!r}")
         if n[0] == "coll" and not (isinstance(n[1], int) and 0 <= n[1] < num_coll):
             raise LibraError(f"{where}: dag.nodes[{i}] names collective {n[1]!r}, but there are {num_coll}")
-        nodes.append(("coll", n[1]) if n[0] == "coll" else ("comp", _num(n[1], where, f"dag.nodes[{i}] value")))
+        nodes.append(("coll", n[1]) if n[0] == "coll" else (n[0], _num(n[1], where, f"dag.nodes[{i}] value")))
     deps = []
     for e in raw.get("deps", []):
         if not (isinstance(e, list) and len(e) == 2 and all(isinstance(x, int) for x in e)

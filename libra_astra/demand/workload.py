@@ -24,6 +24,7 @@ class WorkloadSource:
     demand: str | None = None        # demand JSON
     traces: str | None = None        # Chakra ET prefix (PREFIX.RANK.et)
     comm_groups: str | None = None   # communicator-group JSON used with the traces
+    type_cpu_collectives: bool = False  # gloo collectives typed from their c10d:: CPU ops
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,8 @@ class Workload:
 
 def load_workloads(traces: Sequence[str], demands: Sequence[str], weights: Sequence[float], net: Network,
                    comm_groups: str | None = None,
-                   on_progress: Callable[[str, int, int], None] | None = None) -> list[Workload]:
+                   on_progress: Callable[[str, int, int], None] | None = None,
+                   type_cpu_collectives: bool = False) -> list[Workload]:
     """Workloads from trace prefixes (first) and demand files (then), with weights in that order.
 
     ``comm_groups`` applies to every trace prefix; without it each prefix uses its
@@ -56,11 +58,22 @@ def load_workloads(traces: Sequence[str], demands: Sequence[str], weights: Seque
             raise LibraError(f"{prefix}: no trace files {prefix}.0.et (or .et.gz); give the prefix of PREFIX.N.et files")
         groups = comm_groups or default_groups_path(prefix)
         step = None if on_progress is None else (lambda done, total, p=prefix: on_progress(p, done, total))
-        d, _ = demand_from_traces(prefix, net, comm_groups=groups, on_progress=step)
-        source = WorkloadSource(None, str(Path(prefix).resolve()), str(Path(groups).resolve()) if groups else None)
+        d, _ = demand_from_traces(prefix, net, comm_groups=groups, on_progress=step,
+                                  type_cpu_collectives=type_cpu_collectives)
+        source = WorkloadSource(None, str(Path(prefix).resolve()), str(Path(groups).resolve()) if groups else None,
+                                type_cpu_collectives)
         out.append(Workload(d, ws[i], Path(prefix).name, source))
     for j, path in enumerate(demands):
         d = load_demand(path)
         d.check_network(net, path)
         out.append(Workload(d, ws[len(traces) + j], d.name, WorkloadSource(str(Path(path).resolve()))))
     return out
+
+
+# Demand notes that change what the optimizer sees: traffic the trace holds but the demand lacks.
+_UNCOUNTED = ("without comm_dst", "CPU op(s) are collectives")
+
+
+def uncounted_traffic(workloads: Sequence[Workload]) -> list[str]:
+    """Why some of the workloads' communication is not in their demand, one line each."""
+    return [f"{w.name}: {n}" for w in workloads for n in w.demand.notes if any(k in n for k in _UNCOUNTED)]

@@ -2,7 +2,9 @@
 or silently misbehave, and write a copy it runs.
 
 - :mod:`.load`: the rank files, group file and network, read raw (as the simulator reads them);
-- :mod:`.checks`: the checks, each with what ASTRA-sim does and the fix;
+- :mod:`.catalog`: the checks' table, each with its severity, what ASTRA-sim does and the fix;
+- :mod:`.attrs`, :mod:`.groups`: attribute values and communicator groups as ASTRA-sim reads them;
+- :mod:`.checks`: the checks run on a set, collected as :mod:`.findings`;
 - :mod:`.fix`: the fixed copy (``--fix --out NEWPREFIX``).
 """
 
@@ -13,7 +15,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..traces.files import default_groups_path
-from .checks import CHECKS, FAILS, NOTE, SEVERITIES, WRONG, Finding, check_set, fails
+from .catalog import CHECKS, FAILS, NOTE, SEVERITIES, WRONG
+from .checks import check_set
+from .findings import Finding, fails
 from .fix import fix_set
 from .load import load_groups, load_target, read_set
 

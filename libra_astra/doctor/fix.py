@@ -20,13 +20,12 @@ from ..errors import LibraError
 from ..files import write_json_atomic, write_text_atomic
 from ..traces import chakra_io as cio
 from ..traces.files import find_rank_files
-from ..traces.schema import pb
-from .checks import (attr_kind, convertible_int, file_groups, first_attrs, int_attr, is_cpu_op,
-                     metadata_group_table, stoi)
+from ..traces.schema import COMM_NODE_TYPES, INVALID_NODE, MEM_NODE_TYPES, METADATA_NODE, pb
+from .attrs import attr_kind, convertible_int, first_attrs, int_attr, is_cpu_op, stoi
+from .groups import file_groups, metadata_group_table
 from .load import GroupFile, RankFile, Target
 
-_REMOVED_TYPES = (pb.INVALID_NODE, pb.METADATA_NODE, pb.MEM_LOAD_NODE, pb.MEM_STORE_NODE) if pb is not None else ()
-_COMM = (pb.COMM_COLL_NODE, pb.COMM_SEND_NODE, pb.COMM_RECV_NODE) if pb is not None else ()
+_REMOVED_TYPES = (INVALID_NODE, METADATA_NODE) + MEM_NODE_TYPES
 _INT_ATTRS = ("comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag")
 
 
@@ -40,7 +39,7 @@ def _fix_node(n, rank: int, target: Target | None, groups: dict[int, tuple[int, 
               act: _Actions) -> None:
     a = first_attrs(n)
     cpu = a.get("is_cpu_op")
-    if n.type in _COMM and (is_cpu_op(cpu) is not False):
+    if n.type in COMM_NODE_TYPES and (is_cpu_op(cpu) is not False):
         act.note("is_cpu_op set false on communication nodes")
         set_attrs(n, ["is_cpu_op"], [cio.make_attr("is_cpu_op", "bool_val", False)])
     elif is_cpu_op(cpu) is None:

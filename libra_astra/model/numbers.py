@@ -56,3 +56,11 @@ def check_str(value: Any, where: str, what: str, *, optional: bool = False) -> s
     if not isinstance(value, str):
         raise LibraError(f"{where}: {what} must be a string, got {type(value).__name__}")
     return value
+
+
+def ratio(a: float, b: float) -> float | None:
+    """a / b for reports (speedups, gains): 1 when both are 0, None when only b is 0 (a trace
+    whose time is 0 everywhere has no speedup to report, and must not stop the report)."""
+    if b:
+        return a / b
+    return 1.0 if not a else None

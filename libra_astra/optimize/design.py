@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from ..model.numbers import ratio
 from ..demand.workload import Workload
 from ..errors import LibraError
 from ..files import read_json
@@ -54,11 +55,13 @@ class WorkloadRef:
     demand: str | None = None
     traces: str | None = None
     comm_groups: str | None = None
+    type_cpu_collectives: bool = False
 
     @classmethod
     def of(cls, w: Workload) -> "WorkloadRef":
         """The design file's record of a loaded workload."""
-        return cls(w.name, w.weight, w.source.demand, w.source.traces, w.source.comm_groups)
+        return cls(w.name, w.weight, w.source.demand, w.source.traces, w.source.comm_groups,
+                   w.source.type_cpu_collectives)
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,8 @@ def design_to_dict(d: Design) -> dict[str, Any]:
         "predicted_time_ns": d.predicted_time_ns,
         "cost_usd": d.cost_usd,
         "workloads": [
-            {"name": w.name, "weight": w.weight, "demand": w.demand, "traces": w.traces, "comm_groups": w.comm_groups}
+            {"name": w.name, "weight": w.weight, "demand": w.demand, "traces": w.traces, "comm_groups": w.comm_groups,
+             **({"type_cpu_collectives": True} if w.type_cpu_collectives else {})}
             for w in d.workloads
         ],
         "result": dict(d.result),
@@ -115,8 +119,12 @@ def design_from_dict(data: Any, source: str = "<design>") -> Design:
         if not isinstance(w, Mapping):
             raise LibraError(f"{where} must be an object")
         paths = [check_str(w.get(k), where, k, optional=True) for k in ("demand", "traces", "comm_groups")]
+        typed = w.get("type_cpu_collectives", False)
+        if not isinstance(typed, bool):
+            raise LibraError(f"{where}: type_cpu_collectives must be true or false, got {typed!r}")
         workloads.append(WorkloadRef(str(w.get("name", f"w{i}")),
-                                     check_number(w.get("weight", 1.0), where, "weight", minimum=0, finite=True), *paths))
+                                     check_number(w.get("weight", 1.0), where, "weight", minimum=0, finite=True), *paths,
+                                     typed))
     result = data.get("result", {})
     if not isinstance(result, Mapping):
         raise LibraError(f"{source}: result must be an object, got {type(result).__name__}")
@@ -175,9 +183,9 @@ def result_to_dict(r: "OptimizeResult", net: Network, model: "TimeModel | None" 
         "baselines": {},
     }
     for name, e in r.baselines.items():
-        out["baselines"][name] = {**_evaluation_to_dict(e), "speedup_of_optimum": e.time_ns / r.best.time_ns,
-                                  "perf_per_cost_gain_of_optimum": (e.time_cost_ns_usd / r.best.time_cost_ns_usd
-                                                                   if r.best.time_cost_ns_usd else None)}
+        out["baselines"][name] = {**_evaluation_to_dict(e), "speedup_of_optimum": ratio(e.time_ns, r.best.time_ns),
+                                  "perf_per_cost_gain_of_optimum": (ratio(e.time_cost_ns_usd, r.best.time_cost_ns_usd)
+                                                                   if r.best.cost_usd else None)}
     if model is not None:
         from ..timing.settings import model_settings
         from .report import time_breakdown, workload_times

@@ -186,7 +186,8 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
     else:
         fun, unit = best.cost_usd, b.c0
     dual = res.dual_bound * unit
-    rel = (fun - dual) / max(abs(fun), 1e-300) if math.isfinite(dual) else math.inf
+    # relative to the problem's own scale when the optimum is 0 (a trace with no time at all)
+    rel = (fun - dual) / max(abs(fun), 1e-9 * abs(unit), 1e-300) if math.isfinite(dual) else math.inf
     msg = res.message
     if res.success and msg.startswith("optimal to round-off"):
         msg = f"optimal to round-off: relative duality gap {rel:.1e} (asked {rel_gap:.0e})"

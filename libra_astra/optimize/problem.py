@@ -80,7 +80,7 @@ def path_terms(demand: Demand, path: Sequence[tuple[int, int]], net: Network, mo
             colls.extend((c, c.count) for c in rc.collectives)
             continue
         kind, value = rc.dag.nodes[v]
-        if kind == "comp":
+        if kind != "coll":   # GPU compute, CPU ops and free nodes are constants
             comp += value
         else:
             colls.append((rc.collectives[int(value)], 1.0))

@@ -47,12 +47,13 @@ def _slowest(w: Workload, net: Network, bw_gbps: Sequence[float], model: TimeMod
 
 def time_breakdown(workloads: Sequence[Workload], net: Network, bw_gbps: Sequence[float],
                    model: TimeModel) -> dict[str, Any]:
-    """Weighted over workloads: compute_ns and exposed_communication_ns per dimension (sums to the time)."""
+    """Weighted over workloads: compute_ns, exposed_communication_ns per dimension and cpu_and_idle_ns
+    (time exposed beyond the collectives, e.g. CPU ops); they sum to the time."""
     bw = np.asarray(bw_gbps, dtype=float)
     eff = np.ones(net.num_dims) if model.efficiency is None else np.asarray(model.efficiency, dtype=float)
     with np.errstate(divide="ignore"):
         inv = np.where(bw > 0, 1.0 / (bw * eff), 0.0)
-    compute = 0.0
+    compute = other = 0.0
     by_dim = np.zeros(net.num_dims)
     for w in workloads:
         total, ci = _slowest(w, net, bw_gbps, model)
@@ -66,10 +67,14 @@ def time_breakdown(workloads: Sequence[Workload], net: Network, bw_gbps: Sequenc
                 stage = np.asarray(c.traffic_bytes, dtype=float) * inv
                 if stage.sum() > 0 and np.isfinite(t):
                     share += c.count * t * stage / stage.sum()
-        if share.sum() > 0 and exposed > 0:
-            by_dim += w.weight * exposed * share / share.sum()
+        # What is exposed beyond the collectives' own time is CPU-op time or waiting (the real
+        # PyTorch traces' CPU ops): not the network's, so not shared out to the dimensions.
+        comm = min(exposed, float(share.sum())) if exposed > 0 else 0.0
+        if share.sum() > 0 and comm > 0:
+            by_dim += w.weight * comm * share / share.sum()
+        other += w.weight * max(exposed - comm, 0.0)
     return {"compute_ns": compute, "exposed_communication_ns": [float(x) for x in by_dim],
-            "time_ns": compute + float(by_dim.sum())}
+            "cpu_and_idle_ns": other, "time_ns": compute + float(by_dim.sum()) + other}
 
 
 def traffic_by_type(demand) -> dict[str, list[float]]:

@@ -1,8 +1,10 @@
 """Dependency-aware time prediction: the ranks' DAGs replayed the way ASTRA-sim runs them.
 
-Per rank at most one compute node and one collective run at a time; compute overlaps
-communication when the dependencies allow it. Nodes are issued in the DAG's (topological) order
-on their resource, so a node starts at max(its dependencies' finish, its resource's free time).
+Per rank at most one GPU compute node, one CPU op and one collective (or send) run at a time,
+as in ASTRA-sim's HardwareResource; receives take no slot. Compute, CPU ops and communication
+overlap when the dependencies allow it. When a slot frees, the ready node of its kind that comes
+first in the DAG gets it (ASTRA-sim issues ready nodes in ascending node id); collectives keep
+their DAG order, so a node starts at max(its dependencies' finish, its slot's free time).
 A receive also waits for the matching send of another rank class (the DAG's ``links``, from
 pipeline parallelism) and a collective shared with ranks of other classes starts when they are
 ready for it too (``syncs``), so the classes are replayed together until those waits settle.
@@ -14,6 +16,7 @@ A class without a DAG falls back to the no-overlap sum. The job time is the slow
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -29,7 +32,9 @@ JobNode = tuple[int, int]
 class Prediction:
     time_ns: float                   # slowest class
     class_times_ns: tuple[float, ...]
-    exposed_comm_ns: float           # of the slowest class: time not hidden behind compute
+    # Of the slowest class: its time minus its summed GPU compute, what ASTRA-sim prints as
+    # "exposed communication" (CPU-op time and idle time are in it).
+    exposed_comm_ns: float
     overlap_aware: bool
 
 
@@ -49,37 +54,103 @@ class _ClassState:
     busy: float
 
 
+_SLOTS = ("comp", "cpu")
+
+
 def _replay_class(rc: RankClass, ci: int, coll_ns: list[float], preds: list[list[int]],
                   waits: dict[int, JobNode], syncs: dict[int, list[JobNode]],
                   prev: Sequence[_ClassState | None]) -> _ClassState:
-    n = len(rc.dag.nodes)
+    """One rank of a class, event by event, the way ASTRA-sim's workload layer runs it.
+
+    Per rank one GPU compute node ("comp"), one CPU op ("cpu") and one collective or send
+    ("coll") run at a time; receives and other "free" nodes take no slot. When a slot frees, the
+    ready node of that kind that comes first in the DAG (ASTRA-sim: the lowest node id) gets it.
+    Collectives and sends keep their DAG order (the emitted traces chain them). Every start is
+    the finish of some node (its last dependency or the slot's previous node), recorded as its
+    cause, so a node's finish is the length of the path of causes that ends in it."""
+    nodes = rc.dag.nodes
+    n = len(nodes)
     finish, ready = [0.0] * n, [0.0] * n
     cause: list[JobNode | None] = [None] * n
     ready_cause: list[JobNode | None] = [None] * n
-    last = {"comp": -1, "coll": -1}
+    children: list[list[int]] = [[] for _ in range(n)]
+    left = [0] * n
+    for v in range(n):
+        for u in preds[v]:
+            children[u].append(v)
+        left[v] = len(preds[v])
+    last_comm = -1
+    for v, (kind, _) in enumerate(nodes):
+        if kind == "coll":
+            if last_comm >= 0:
+                children[last_comm].append(v)
+                left[v] += 1
+            last_comm = v
+    events: list[tuple[float, int]] = []
+    queue: dict[str, list[int]] = {k: [] for k in _SLOTS}
+    running = {k: False for k in _SLOTS}
+    last_on = {k: -1 for k in _SLOTS}
     busy = 0.0
-    for v, (kind, value) in enumerate(rc.dag.nodes):
-        # Waiting on the resource is an edge from the previous node of the same kind.
-        start, why = 0.0, None
-        for u in preds[v] + ([last[kind]] if last[kind] >= 0 else []):
-            if finish[u] > start:
-                start, why = finish[u], (ci, u)
-        ready[v], ready_cause[v] = start, why
-        # A collective shared with other classes starts when their ranks are ready for it too.
-        for cj, u in syncs.get(v, ()):
-            other = prev[cj]
-            if other is not None and other.ready[u] > start:
-                start, why = other.ready[u], other.ready_cause[u]
-        dur = float(value) if kind == "comp" else coll_ns[int(value)]
+
+    def launch(v: int, start: float, why: JobNode | None) -> None:
+        kind, value = nodes[v]
+        if kind == "coll":
+            # A collective shared with other classes starts when their ranks are ready for it too.
+            for cj, u in syncs.get(v, ()):
+                other = prev[cj]
+                if other is not None and other.ready[u] > start:
+                    start, why = other.ready[u], other.ready_cause[u]
+            dur = coll_ns[int(value)]
+        else:
+            dur = float(value)
         end = start + dur
         src = waits.get(v)
         if src is not None and prev[src[0]] is not None and prev[src[0]].finish[src[1]] > end:
             end, why = prev[src[0]].finish[src[1]], src
-        finish[v] = end
-        cause[v] = why
-        last[kind] = v
-        if kind == "comp":
-            busy += dur
+        finish[v], cause[v] = end, why
+        heapq.heappush(events, (end, v))
+
+    def dispatch(kind: str, now: float) -> None:
+        q = queue[kind]
+        if running[kind] or not q:
+            return
+        v = heapq.heappop(q)
+        why = ready_cause[v]
+        last = last_on[kind]
+        if last >= 0 and finish[last] > ready[v]:
+            why = (ci, last)   # it waited for the slot
+        running[kind], last_on[kind] = True, v
+        launch(v, max(now, ready[v]), why)
+
+    def make_ready(v: int, t: float, why: JobNode | None) -> None:
+        ready[v], ready_cause[v] = t, why
+        kind = nodes[v][0]
+        if kind in queue:
+            heapq.heappush(queue[kind], v)
+            dispatch(kind, t)
+        else:
+            launch(v, t, why)
+
+    for v in range(n):
+        if left[v] == 0:
+            make_ready(v, 0.0, None)
+    got = [0.0] * n
+    got_cause: list[JobNode | None] = [None] * n
+    while events:
+        t, u = heapq.heappop(events)
+        kind = nodes[u][0]
+        if kind in running:
+            running[kind] = False
+            if kind == "comp":
+                busy += float(nodes[u][1])
+        for v in children[u]:
+            left[v] -= 1
+            if t >= got[v]:
+                got[v], got_cause[v] = t, (ci, u)
+            if left[v] == 0:
+                make_ready(v, got[v], got_cause[v])
+        if kind in running:
+            dispatch(kind, t)
     return _ClassState(finish, cause, ready, ready_cause, busy)
 
 

@@ -104,9 +104,12 @@ def _node(node_id: int, name: str, node_type: int, data_deps: Iterable[int], ctr
 
 def comp_node(node_id: int, name: str, duration_micros: int, *, num_ops: int | None = None,
               tensor_size: int | None = None, data_deps: Iterable[int] = (),
-              ctrl_deps: Iterable[int] = ()) -> pb.Node:
-    """A GPU compute node; ASTRA-sim (roofline off) runs it for ``duration_micros`` * 1000 ns."""
+              ctrl_deps: Iterable[int] = (), is_cpu_op: bool = False) -> pb.Node:
+    """A GPU compute node (a CPU op with ``is_cpu_op``); ASTRA-sim (roofline off) runs it for
+    ``duration_micros`` * 1000 ns, 1 ns when that is 0."""
     n = _node(node_id, name, COMP, data_deps, ctrl_deps)
+    if is_cpu_op:
+        n.attr[0].bool_val = True
     n.duration_micros = _int(duration_micros, f"node {name!r}: duration_micros", 0, _UINT64_MAX)
     if num_ops is not None:
         n.attr.append(make_attr("num_ops", "int64_val", _int(num_ops, f"node {name!r}: num_ops", 0, _INT64_MAX)))

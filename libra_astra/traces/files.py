@@ -50,6 +50,12 @@ def rank_files(prefix: str | Path, num_ranks: int, network_name: str = "network"
         )
     top = max(found) + 1
     contiguous = len(found) == top
+    if contiguous and top == 1 and num_ranks > 1:
+        raise LibraError(
+            f"{prefix}: found 1 rank file but {network_name} has {num_ranks} NPUs; a single-rank trace has no "
+            "network traffic to size (every network dimension has at least 2 NPUs): record the job on as many "
+            f"ranks as the network has NPUs ({num_ranks})"
+        )
     if top > num_ranks or (contiguous and top != num_ranks):
         raise LibraError(
             f"{prefix}: found {len(found)} rank files (ranks up to {top - 1}) but {network_name} has "

@@ -14,8 +14,15 @@ import numpy as np
 from ..errors import LibraError
 
 
-def resolve_deps(node_ids: np.ndarray, dep_ids: np.ndarray, dep_ptr: np.ndarray, where: str) -> np.ndarray:
-    """Dependency ids -> node positions; LibraError for duplicate ids or dangling dependencies."""
+def resolve_deps(node_ids: np.ndarray, dep_ids: np.ndarray, dep_ptr: np.ndarray, where: str
+                 ) -> tuple[np.ndarray, np.ndarray, tuple[tuple[int, int], ...]]:
+    """Dependency ids -> node positions: (dep_index, dep_ptr, dangling).
+
+    A dependency on an id that is not in the file is satisfied (treated as already done) and
+    left out: PyTorch's Chakra converter removes its root node 0 but keeps the dependencies on
+    it. ``dangling`` lists those as (node id, missing id) pairs, for the report, and ``dep_ptr``
+    is the CSR pointer without them. Duplicate node ids stay an error.
+    """
     n = node_ids.shape[0]
     if n > 1 and bool(np.all(node_ids[1:] > node_ids[:-1])):
         order = None
@@ -29,7 +36,7 @@ def resolve_deps(node_ids: np.ndarray, dep_ids: np.ndarray, dep_ptr: np.ndarray,
                 f"{where}: node id {int(sorted_ids[dup[0]])} appears twice; node ids must be unique within a file"
             )
     if dep_ids.size == 0:
-        return np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), dep_ptr, ()
     if n == 0:
         pos = np.zeros(dep_ids.shape, np.int64)
         found = np.zeros(dep_ids.shape, bool)
@@ -38,15 +45,16 @@ def resolve_deps(node_ids: np.ndarray, dep_ids: np.ndarray, dep_ptr: np.ndarray,
         pos_c = np.minimum(pos, n - 1)
         found = (pos < n) & (sorted_ids[pos_c] == dep_ids)
         pos = pos_c
+    dangling: tuple[tuple[int, int], ...] = ()
     if not bool(found.all()):
-        k = int(np.argmin(found))
-        owner = int(np.searchsorted(dep_ptr, k, side="right")) - 1
-        raise LibraError(
-            f"{where}: node {int(node_ids[owner])} depends on node {int(dep_ids[k])}, which is not in the file; "
-            "remove the dependency or add the node"
-        )
+        miss = np.nonzero(~found)[0]
+        owners = np.searchsorted(dep_ptr, miss, side="right") - 1
+        dangling = tuple(zip(node_ids[owners].astype(np.int64).tolist(), dep_ids[miss].astype(np.int64).tolist()))
+        kept_before = np.concatenate(([0], np.cumsum(found)))
+        dep_ptr = kept_before[dep_ptr].astype(np.int64)
+        pos = pos[found]
     pos = pos.astype(np.int64)
-    return pos if order is None else order[pos].astype(np.int64)
+    return (pos if order is None else order[pos].astype(np.int64)), dep_ptr, dangling
 
 
 def file_first_order(n: int, edges) -> tuple[list[int], list[int]]:

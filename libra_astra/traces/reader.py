@@ -66,6 +66,8 @@ class RankProgram:
     dep_ptr: np.ndarray         # int64, len n + 1
     dep_index: np.ndarray       # int64 node positions
     pg_info: tuple[tuple[str, tuple[int, ...]], ...] = ()  # METADATA process groups; () ranks = all
+    # dependencies on ids absent from the file, (node id, missing id): satisfied, left out of dep_*
+    dangling: tuple[tuple[int, int], ...] = ()
     digest: bytes = b""        # identifies the compact program (equal digest = same program)
     version: str = ""
 
@@ -347,7 +349,7 @@ class TraceReader:
             raise LibraError(
                 f"{where}: node {int(node_ids[i])} has unknown node type {int(types[i])}; the schema defines 0..7"
             )
-        dep_index = resolve_deps(node_ids, dep_ids, dep_ptr, where)
+        dep_index, dep_ptr, dangling = resolve_deps(node_ids, dep_ids, dep_ptr, where)
         prog_types = types.astype(np.int8)
         attr = aid.astype(np.int32)
         h = hashlib.blake2b(digest_size=20)
@@ -355,5 +357,6 @@ class TraceReader:
             h.update(np.ascontiguousarray(a).tobytes())
             h.update(b"|")
         h.update(repr(pg_info).encode())
-        return RankProgram(where, node_ids, prog_types, durations, attr, dep_ptr, dep_index, pg_info, h.digest(),
-                           version)
+        h.update(repr(dangling).encode())
+        return RankProgram(where, node_ids, prog_types, durations, attr, dep_ptr, dep_index, pg_info, dangling,
+                           h.digest(), version)

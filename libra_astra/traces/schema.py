@@ -21,6 +21,8 @@ else:
 INVALID_NODE, METADATA_NODE, MEM_LOAD_NODE, MEM_STORE_NODE = 0, 1, 2, 3
 COMP_NODE, COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE = 4, 5, 6, 7
 NODE_TYPE_NAMES = ("INVALID", "METADATA", "MEM_LOAD", "MEM_STORE", "COMP", "COMM_SEND", "COMM_RECV", "COMM_COLL")
+MEM_NODE_TYPES = (MEM_LOAD_NODE, MEM_STORE_NODE)
+COMM_NODE_TYPES = (COMM_COLL_NODE, COMM_SEND_NODE, COMM_RECV_NODE)
 
 # CollectiveCommType value -> collective kind, for the kinds the demand model knows (model/collectives.py),
 # which are also the schema's names; in schema value order.
