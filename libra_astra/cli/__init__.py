@@ -15,6 +15,7 @@ from .generate import generate_command
 from .loop import loop_command
 from .optimize import optimize_command, pareto_command
 from .show import plot_command, show_command
+from .search import search_command, sweep_command
 
 main.add_command(generate_command)
 main.add_command(demand_command)
@@ -26,5 +27,7 @@ main.add_command(loop_command)
 main.add_command(show_command)
 main.add_command(plot_command)
 main.add_command(doctor_command)
+main.add_command(search_command)
+main.add_command(sweep_command)
 
 __all__ = ["main"]

@@ -1,0 +1,345 @@
+"""Branch and bound over the co-design space, with candidate evaluation as Dask tasks.
+
+1. Enumerate networks (shapes x blocks within the catalog's limits), parallelizations (the
+   generator's rules, then the memory model) and placements; drop blocks another block of the
+   same dimension provably beats or ties (``space.undominated_blocks``).
+2. Per parallelization (one task each): the generator's programs and the long paths the lower
+   bounds use (``bounds``); then a proven lower bound for every candidate.
+3. Evaluate candidates exactly (``evaluate``: demand from the spec, optimize()) in increasing
+   order of their bound, a chunk per task, a few chunks in flight. A candidate whose bound is at
+   least the current K-th best objective cannot enter the top K and is skipped (pruned by
+   bound). The search ends when every candidate is evaluated or pruned, when the candidate or
+   time limit is reached (then the proven optimality gap over the whole space is reported), or on
+   interruption (finished results are kept).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from . import bounds as bnd
+from .catalog import Catalog
+from .evaluate import Candidate, Outcome, Problem, evaluate_chunk, programs_for
+from .memory import transformer_memory
+from .space import (Parallelization, blocks_for, factorizations, p2p_far_dims, parallelizations, placements,
+                    undominated_blocks)
+from .upstream import LibraError, TransformerModel, hierarchical_traffic_bytes
+
+
+@dataclass(frozen=True)
+class Settings:
+    npus: int
+    max_dims: int = 4
+    blocks: tuple[str, ...] = ("Ring", "FullyConnected", "Switch")
+    sp: str = "both"
+    micro_batches: tuple[int, ...] = ()
+    top: int = 10
+    hbm_bytes: float = 80e9
+    hbm_reserve: float = 0.1
+    optimizer_bytes_per_param: float = 12.0
+    max_evaluations: int | None = None
+    time_limit_s: float | None = None
+    chunk: int = 4
+    in_flight: int = 4
+    shapes: tuple[tuple[int, ...], ...] | None = None   # restrict the shapes (tests, sweeps)
+
+
+@dataclass
+class Counts:
+    networks_total: int = 0               # shapes x blocks before the catalog's limits
+    networks_valid: int = 0
+    shapes_too_large: int = 0
+    parallelizations_total: int = 0
+    parallelizations_valid: int = 0
+    rejected_rules: dict = field(default_factory=dict)
+    memory_pruned_parallelizations: int = 0
+    candidates_total: int = 0             # networks x parallelizations x placements, within block limits
+    pruned_block_limit: int = 0           # candidates on networks whose blocks exceed the catalog's sizes
+    pruned_memory: int = 0
+    pruned_dominated: int = 0
+    pruned_bound: Counter = field(default_factory=Counter)
+    evaluated: int = 0
+    infeasible: int = 0
+    not_reached: int = 0                  # left when a limit or an interruption stopped the search
+
+    def to_dict(self) -> dict:
+        return {"networks_total": self.networks_total, "networks_within_block_limits": self.networks_valid,
+                "shapes_beyond_catalog": self.shapes_too_large,
+                "parallelizations_total": self.parallelizations_total,
+                "parallelizations_valid": self.parallelizations_valid,
+                "rejected_by_generator_rules": dict(self.rejected_rules),
+                "parallelizations_over_memory": self.memory_pruned_parallelizations,
+                "candidates_total": self.candidates_total, "pruned_block_limit": self.pruned_block_limit,
+                "pruned_memory": self.pruned_memory, "pruned_dominated_block": self.pruned_dominated,
+                "pruned_by_bound": dict(self.pruned_bound), "evaluated": self.evaluated,
+                "infeasible": self.infeasible, "not_reached": self.not_reached}
+
+
+@dataclass(frozen=True)
+class Space:
+    candidates: tuple[Candidate, ...]      # sorted by bound
+    counts: Counts
+    memory: dict                           # parallelization label -> bytes per NPU
+
+
+@dataclass
+class SearchResult:
+    outcomes: list[Outcome]
+    counts: Counts
+    space_size: int
+    stop_reason: str
+    lower_bound_rest: float               # smallest bound among candidates neither evaluated nor pruned
+    elapsed_s: float
+    memory: dict
+
+    def ranked(self) -> list[Outcome]:
+        return sorted((o for o in self.outcomes if o.status == "ok"), key=lambda o: o.objective_value)
+
+    @property
+    def proven_gap(self) -> float:
+        """(best - lower bound of everything not evaluated) / best; 0 when the space was closed."""
+        r = self.ranked()
+        if not r or not math.isfinite(self.lower_bound_rest):
+            return 0.0
+        return max(0.0, (r[0].objective_value - self.lower_bound_rest) / r[0].objective_value)
+
+
+def axis_participants(shape: Sequence[int], placement: Sequence[tuple[str, Sequence[int]]],
+                      degrees: dict) -> dict[str, tuple[int, ...]]:
+    """Per axis, its size in each dimension (the generator's placement rules)."""
+    cap = list(shape)
+    out = {}
+    for name, dims in placement:
+        left = degrees[name]
+        p = [1] * len(shape)
+        for d in sorted(dims):
+            take = cap[d] if left % cap[d] == 0 else left
+            p[d] = take
+            cap[d] //= take
+            left //= take
+        out[name] = tuple(p)
+    return out
+
+
+def _collective_bytes(kind: str, size: int, degree: int) -> float:
+    """Least bytes per NPU, summed over dimensions, of a hierarchical collective over ``degree`` NPUs."""
+    if degree <= 1:
+        return 0.0
+    if kind == "ALL_REDUCE":
+        return 2.0 * size * (degree - 1) / degree
+    if kind in ("REDUCE_SCATTER", "ALL_TO_ALL"):
+        return size * (degree - 1) / degree
+    if kind == "ALL_GATHER":
+        return float(size) * (degree - 1)
+    return float(size)
+
+
+@dataclass(frozen=True)
+class ParInfo:
+    par: Parallelization
+    paths: tuple                       # PathSummary: compute path, bytes path, chains
+
+
+def par_info(problem: Problem, par: Parallelization) -> ParInfo:
+    """The long paths of a parallelization (a task: it builds the generator's programs)."""
+    progs = programs_for(problem.spec, par)
+    deg = par.degrees()
+    total = problem.constraints.total_bw_gbps
+    paths = bnd.longest_paths(progs.programs, lambda k, s, a: _collective_bytes(k, s, deg.get(a, 1)), total)
+    return ParInfo(par, tuple(paths) + tuple(bnd.collective_chains(progs.programs)))
+
+
+def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
+    """All candidates with their bounds, and the counts of what was pruned before evaluation.
+
+    ``mapper(fn, items)`` runs ``fn(problem, item)`` for each item (on the cluster)."""
+    spec, cat = problem.spec, problem.catalog
+    counts = Counts()
+    shapes = list(st.shapes) if st.shapes else factorizations(st.npus, st.max_dims)
+    pc = parallelizations(spec, st.npus, sp=st.sp, micro_batches=st.micro_batches or None)
+    counts.parallelizations_valid = len(pc.valid)
+    counts.rejected_rules = dict(pc.rejected)
+    counts.parallelizations_total = len(pc.valid) + sum(pc.rejected.values())
+    memory, fits = {}, []
+    for p in pc.valid:
+        if isinstance(spec.model, TransformerModel):
+            m = transformer_memory(spec.model, p.tp, p.pp, p.dp, p.sp, p.micro_batch, st.optimizer_bytes_per_param)
+            memory[p.label] = m.total_bytes
+            if m.total_bytes > st.hbm_bytes * (1 - st.hbm_reserve):
+                counts.memory_pruned_parallelizations += 1
+                continue
+        fits.append(p)
+    infos = {i.par: i for i in mapper(par_info, fits)} if fits else {}
+    prices_cache: dict = {}
+    traffic_cache: dict = {}
+    cands: list[Candidate] = []
+    transformer = isinstance(spec.model, TransformerModel)
+    priced = bnd.needs_prices(problem.objective, problem.constraints)
+    with_lat = problem.model.kind == "pipelined" and problem.model.latency and problem.model.efficiency is None
+    placement_cache: dict = {}
+    for shape in shapes:
+        nb_all = len(st.blocks) ** len(shape)
+        counts.networks_total += nb_all
+        levels = cat.levels_of(shape)
+        if levels is None:
+            counts.shapes_too_large += 1
+            opts = [[] for _ in shape]
+        else:
+            opts = blocks_for(shape, levels, cat, st.blocks)
+        nb = math.prod(len(o) for o in opts)
+        counts.networks_valid += nb
+        for p in pc.valid:
+            if transformer:
+                pkey = (shape, p.tp, p.pp, p.dp)
+                pls = placement_cache.get(pkey)
+                if pls is None:
+                    pls = placement_cache[pkey] = placements(shape, p)
+            else:
+                pls = [{"dp": list(range(len(shape)))}]
+            n_pl = len(pls)
+            counts.candidates_total += nb_all * n_pl
+            counts.pruned_block_limit += (nb_all - nb) * n_pl
+            if nb == 0:
+                continue
+            if p not in infos:
+                counts.pruned_memory += nb * n_pl
+                continue
+            info = infos[p]
+            for pl in pls:
+                order = tuple((a, tuple(d)) for a, d in pl.items())
+                keep = undominated_blocks(opts, p2p_far_dims(shape, pl, p) if transformer else [False] * len(shape))
+                nk = math.prod(len(o) for o in keep)
+                counts.pruned_dominated += nb - nk
+                parts = axis_participants(shape, order, p.degrees())
+
+                def traffic(kind, size, axis, parts=parts):
+                    key = (kind, size, parts[axis])
+                    t = traffic_cache.get(key)
+                    if t is None:
+                        t = traffic_cache[key] = hierarchical_traffic_bytes(kind, float(size), parts[axis])
+                    return t
+
+                D = len(shape)
+                path_s = [(ps.name, ps.compute_ns, bnd.path_traffic(ps, traffic, D),
+                           bnd.path_ring_steps(ps, parts.__getitem__, D) if with_lat else [0.0] * D)
+                          for ps in info.paths]
+                for blocks in _product(keep):
+                    pkey = (shape, blocks)
+                    prices = prices_cache.get(pkey)
+                    if prices is None:
+                        net = cat.network(shape, blocks, levels)
+                        prices = prices_cache[pkey] = (problem.cost.price_usd_per_gbps(net) if priced else (),
+                                                       [(2.0 if dm.topology == "Switch" else 1.0) * dm.latency_ns
+                                                        for dm in net.dims])
+                    price, hop_ns = prices
+                    paths_b = [(nm, comp, S, bnd.path_latency_ns(steps, hop_ns)) for nm, comp, S, steps in path_s]
+                    lb, name = bnd.bound(problem.objective, paths_b, price, problem.constraints,
+                                         problem.model.splits, bnd.min_cost_usd(price, problem.constraints)
+                                         if priced else 0.0)
+                    cands.append(Candidate(shape, blocks, levels, p, order, lb, name))
+    cands.sort(key=lambda c: c.bound)
+    return Space(tuple(cands), counts, memory)
+
+
+def _product(options: Sequence[Sequence[str]]):
+    yield from itertools.product(*options)
+
+
+def run_search(problem: Problem, space: Space, st: Settings, submit: Callable, wait_any: Callable,
+               on_progress: Callable[[int, int, float], None] = lambda *_: None,
+               on_outcome: Callable[[Outcome], None] = lambda _o: None) -> SearchResult:
+    """Evaluate ``space`` in bound order; see the module docstring.
+
+    ``submit(chunk, threshold)`` starts a task and returns a future; ``wait_any(futures)`` returns
+    (done futures, results of each). KeyboardInterrupt ends the search with what has finished.
+    """
+    t0 = time.perf_counter()
+    cands = space.candidates
+    counts = space.counts
+    top: list[float] = []          # max-heap (negated) of the K best objective values
+    outcomes: list[Outcome] = []
+    i = 0
+    pending: dict = {}
+    stop = "every candidate evaluated or pruned by a proven bound"
+    budget_hit = False
+
+    def threshold() -> float:
+        return -top[0] if len(top) >= st.top else math.inf
+
+    def record(res: Sequence[Outcome]) -> None:
+        for o in res:
+            if o.status == "pruned":
+                counts.pruned_bound[o.reason] += 1
+                continue
+            outcomes.append(o)
+            if o.status == "ok":
+                counts.evaluated += 1
+                if len(top) < st.top:
+                    heapq.heappush(top, -o.objective_value)
+                elif o.objective_value < -top[0]:
+                    heapq.heapreplace(top, -o.objective_value)
+            else:
+                counts.infeasible += 1
+                counts.evaluated += 1
+            on_outcome(o)
+
+    lowest_open = math.inf
+    try:
+        while i < len(cands) or pending:
+            while i < len(cands) and len(pending) < st.in_flight and not budget_hit:
+                thr = threshold()
+                if cands[i].bound >= thr:
+                    # sorted by bound: every remaining candidate is pruned too
+                    for c in cands[i:]:
+                        counts.pruned_bound[c.bound_name] += 1
+                    i = len(cands)
+                    break
+                if st.max_evaluations is not None and counts.evaluated + _in_flight(pending) >= st.max_evaluations:
+                    budget_hit, stop = True, f"candidate limit reached ({st.max_evaluations} evaluations)"
+                    break
+                if st.time_limit_s is not None and time.perf_counter() - t0 > st.time_limit_s:
+                    budget_hit, stop = True, f"time limit reached ({st.time_limit_s:g} s)"
+                    break
+                chunk = cands[i:i + st.chunk]
+                i += len(chunk)
+                pending[submit(chunk, thr)] = (len(chunk), chunk[0].bound)
+            if not pending:
+                break
+            done, results = wait_any(list(pending))
+            for f, res in zip(done, results):
+                pending.pop(f, None)
+                record(res)
+            on_progress(counts.evaluated + sum(counts.pruned_bound.values()), len(cands), threshold())
+        if budget_hit and i < len(cands):
+            counts.not_reached = len(cands) - i
+            lowest_open = cands[i].bound
+    except KeyboardInterrupt:
+        stop = "interrupted; results of finished evaluations kept"
+        counts.not_reached = len(cands) - i + _in_flight(pending)
+        open_bounds = [c.bound for c in cands[i:i + 1]] + [b for _, b in pending.values()]
+        lowest_open = min(open_bounds) if open_bounds else math.inf
+        for f in pending:
+            try:
+                f.cancel()
+            except Exception:  # noqa: BLE001 - a future that already finished cannot be cancelled
+                pass
+    return SearchResult(outcomes, counts, len(cands), stop, lowest_open, time.perf_counter() - t0, space.memory)
+
+
+def _in_flight(pending: dict) -> int:
+    return sum(n for n, _ in pending.values())
+
+
+def check_problem(problem: Problem) -> None:
+    c = problem.constraints
+    if problem.objective == "perf" and not (c.total_bw_gbps or c.budget_usd):
+        raise LibraError("search --objective perf needs --total-bw, --total-bw-max or --budget (otherwise more "
+                         "bandwidth is always faster)")
+    if problem.objective == "min-cost" and not c.time_target_ns:
+        raise LibraError("search --objective min-cost needs --time-target NS")

@@ -1,0 +1,214 @@
+"""The co-design space: network shapes, building blocks, parallelizations and placements.
+
+- Shapes: every ordered factorization of N into 1..max_dims sizes >= 2.
+- Blocks: one building block per dimension, allowed by the catalog at the dimension's level.
+- Parallelizations (transformer): TP, PP, DP degrees with tp x pp x dp = N that the generator
+  accepts (tp divides heads and the FFN size, pp the layers, micro_batch x dp the global batch),
+  sequence parallelism on or off (tp > 1, tp dividing the sequence), and micro-batch sizes.
+  DLRM and ResNet-50 run data parallel over all NPUs: one parallelization.
+- Placements: every layout the generator's ``placement`` can express: axes nested in some order
+  (the first innermost inside a shared dimension); an axis takes whole (remaining) dimensions and
+  a factor of its last one. Layouts that give the same groups are counted once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from .upstream import LibraError, Parallel, TraceSpec, TransformerModel
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def factorizations(n: int, max_dims: int, min_size: int = 2) -> list[tuple[int, ...]]:
+    """Ordered factorizations of ``n`` into 1..max_dims factors, each >= min_size."""
+    out: list[tuple[int, ...]] = []
+
+    def rec(left: int, prefix: tuple[int, ...]) -> None:
+        if left == 1:
+            if prefix:
+                out.append(prefix)
+            return
+        if len(prefix) == max_dims:
+            return
+        for d in divisors(left):
+            if d >= min_size:
+                rec(left // d, prefix + (d,))
+
+    rec(n, ())
+    return sorted(out, key=lambda s: (len(s), s))
+
+
+@dataclass(frozen=True)
+class Parallelization:
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    sp: bool = False
+    micro_batch: int = 1
+    micro_batches: int = 1     # per replica per step
+
+    @property
+    def label(self) -> str:
+        return f"tp{self.tp}-pp{self.pp}-dp{self.dp}{'-sp' if self.sp else ''}-mb{self.micro_batch}"
+
+    def degrees(self) -> dict[str, int]:
+        return {"tp": self.tp, "pp": self.pp, "dp": self.dp}
+
+
+@dataclass(frozen=True)
+class ParallelCount:
+    """Parallelizations considered, and why the others were rejected (by the generator's rules)."""
+
+    valid: tuple[Parallelization, ...]
+    rejected: dict
+
+
+def parallelizations(spec: TraceSpec, n: int, *, sp: str = "both",
+                     micro_batches: Sequence[int] | None = None) -> ParallelCount:
+    """Every parallelization of ``spec``'s model over ``n`` NPUs (see the module docstring).
+
+    ``sp``: "both", "on", "off" or "spec" (keep the spec's setting). ``micro_batches``: the
+    micro-batch sizes to try (default: the spec's).
+    """
+    m = spec.model
+    if not isinstance(m, TransformerModel):
+        return ParallelCount((Parallelization(dp=n, micro_batch=0, micro_batches=1),), {})
+    rejected: dict = {}
+
+    def reject(why: str) -> None:
+        rejected[why] = rejected.get(why, 0) + 1
+
+    mbs = tuple(micro_batches) if micro_batches else (m.micro_batch,)
+    out = []
+    for tp in divisors(n):
+        for pp in divisors(n // tp):
+            dp = n // (tp * pp)
+            if m.heads % tp or m.ffn_hidden_size % tp:
+                reject("tp does not divide heads or ffn_hidden_size")
+                continue
+            if m.layers % pp:
+                reject("pp does not divide layers")
+                continue
+            if sp == "spec":
+                sps = [spec.parallel.sequence_parallel and tp > 1]
+            elif sp == "on":
+                sps = [tp > 1]
+            elif sp == "off":
+                sps = [False]
+            else:
+                sps = [False, True] if tp > 1 else [False]
+            for b in mbs:
+                if m.global_batch % (b * dp):
+                    reject("micro_batch x dp does not divide global_batch")
+                    continue
+                for s in sps:
+                    if s and m.seq_length % tp:
+                        reject("sequence parallel needs tp to divide seq_length")
+                        continue
+                    out.append(Parallelization(tp, pp, dp, s, b, m.global_batch // (b * dp)))
+    return ParallelCount(tuple(out), rejected)
+
+
+def placements(shape: Sequence[int], par: Parallelization) -> list[dict[str, list[int]]]:
+    """Distinct layouts of ``par``'s axes on ``shape`` as generator ``placement`` mappings."""
+    axes = [(a, g) for a, g in (("tp", par.tp), ("pp", par.pp), ("dp", par.dp)) if g > 1]
+    D = len(shape)
+    seen: dict = {}
+    for order in itertools.permutations(axes):
+        def rec(i: int, cap: tuple[int, ...], stride: tuple[int, ...], chosen: tuple) -> Iterator[tuple]:
+            if i == len(order):
+                if all(c == 1 for c in cap):
+                    yield chosen
+                return
+            name, g = order[i]
+            # an axis takes the whole remainder of each of its dimensions but the last, a factor of the last
+            def take(d0: int, left: int, cap_l: list[int], stride_l: list[int], dims: tuple, parts: tuple):
+                for d in range(d0, D):
+                    c = cap_l[d]
+                    if c == 1:
+                        continue
+                    if left % c == 0 and left > c:
+                        cap2, st2 = list(cap_l), list(stride_l)
+                        cap2[d], st2[d] = 1, st2[d] * c
+                        yield from take(d + 1, left // c, cap2, st2, dims + (d,), parts + ((d, c, stride_l[d]),))
+                    if c % left == 0:
+                        cap2, st2 = list(cap_l), list(stride_l)
+                        cap2[d], st2[d] = c // left, st2[d] * left
+                        yield dims + (d,), parts + ((d, left, stride_l[d]),), tuple(cap2), tuple(st2)
+            for dims, parts, cap2, st2 in take(0, g, list(cap), list(stride), (), ()):
+                yield from rec(i + 1, cap2, st2, chosen + ((name, dims, parts),))
+        for chosen in rec(0, tuple(shape), (1,) * D, ()):
+            key = frozenset((name, parts) for name, _, parts in chosen)
+            if key not in seen:
+                seen[key] = {name: list(dims) for name, dims, _ in chosen}
+    if not axes:
+        return [{}]
+    return list(seen.values())
+
+
+def blocks_for(shape: Sequence[int], levels: Sequence[int], catalog, allowed: Sequence[str]) -> list[list[str]]:
+    """Per dimension, the building blocks the catalog allows at its level and size."""
+    return [[b for b in allowed if catalog.allows(lv, b, n)] for n, lv in zip(shape, levels)]
+
+
+def undominated_blocks(options: Sequence[Sequence[str]], p2p_far: Sequence[bool]) -> list[list[str]]:
+    """Drop blocks another allowed block of the same dimension provably beats or ties.
+
+    In the time and cost models a block acts only through hop counts and the switch price: a
+    collective's ring step takes 1 hop on Ring and FullyConnected and 2 on a Switch; a send takes
+    the ring distance on a Ring, 1 hop on FullyConnected and 2 on a Switch; only a Switch pays switch
+    ports. Time is non-decreasing in hops and cost in price, so FullyConnected is never worse than
+    Ring or Switch, and Ring never worse than Switch unless a send crosses the dimension over more
+    than 2 ring hops (``p2p_far``)."""
+    out = []
+    for opts, far in zip(options, p2p_far):
+        keep = list(opts)
+        if "FullyConnected" in keep:
+            keep = ["FullyConnected"]
+        elif "Ring" in keep and "Switch" in keep and not far:
+            keep = ["Ring"]
+        out.append(keep)
+    return out
+
+
+def p2p_far_dims(shape: Sequence[int], placement: dict, par: Parallelization) -> list[bool]:
+    """Dimensions a pipeline send may cross over more than 2 hops of a ring."""
+    far = [False] * len(shape)
+    if par.pp <= 1 or "pp" not in placement:
+        return far
+    # the pp axis' part in a dimension moves a coordinate by its stride (or wraps by stride*(size-1))
+    cap = list(shape)
+    stride = [1] * len(shape)
+    order = list(placement)
+    for name in order:
+        left = par.degrees()[name]
+        for d in sorted(placement[name]):
+            take = cap[d] if left % cap[d] == 0 else left
+            if name == "pp":
+                n = shape[d]
+                for step in (stride[d], stride[d] * (take - 1)):
+                    if min(step, n - step) > 2:
+                        far[d] = True
+            stride[d] *= take
+            cap[d] //= take
+            left //= take
+    return far
+
+
+def check_space(max_dims: int, n: int) -> None:
+    if max_dims < 1:
+        raise LibraError(f"--max-dims must be >= 1, got {max_dims}")
+    if n < 2:
+        raise LibraError(f"--npus must be >= 2, got {n}")
+
+
+def spec_parallel(par: Parallelization, spec: TraceSpec) -> Parallel:
+    return Parallel(tp=par.tp, pp=par.pp, dp=par.dp, sequence_parallel=par.sp,
+                    grad_bucket_bytes=spec.parallel.grad_bucket_bytes)

@@ -1,0 +1,64 @@
+"""The demand built from a spec equals the demand read back from the traces generated for it."""
+
+from dataclasses import replace
+
+import pytest
+
+from libra_astra.model.network import Dimension, Network
+from libra_astra.search.spec_demand import demand_from_spec, prepare
+from libra_astra.demand.from_traces import demand_from_traces
+from libra_astra.traces.files import default_groups_path
+from libra_astra.tracegen import generate, load_spec, spec_from_dict
+
+
+@pytest.mark.parametrize("folder,prefix", [("gpt3_tp8_dp8", "gpt3"), ("gpt_tp2_pp2_dp4", "gpt"),
+                                           ("dlrm_16", "dlrm"), ("resnet50_dp16", "resnet50")])
+def test_samples_equal_their_traces(folder, prefix):
+    spec = load_spec(f"traces/{folder}/spec.yml")
+    p = f"traces/{folder}/{prefix}"
+    want, _ = demand_from_traces(p, spec.net, comm_groups=default_groups_path(p))
+    got = demand_from_spec(spec, name=want.name)
+    assert got == want
+
+
+def _gpt(parallel, placement, shape):
+    return {"name": "t", "model": {"type": "transformer", "layers": 4, "hidden_size": 256, "heads": 8,
+                                   "seq_length": 64, "vocab_size": 1000, "micro_batch": 1, "global_batch": 8,
+                                   "bytes_per_element": 2},
+            "parallel": parallel, "placement": placement, "network": {"npus_per_dim": shape},
+            "compute": {"tflops": 100}}
+
+
+CASES = [
+    # pp over two dimensions, tp sharing dim 0 with pp, sequence parallel
+    ({"tp": 2, "pp": 4, "dp": 2, "sequence_parallel": True}, {"tp": [0], "pp": [0, 1], "dp": [2]}, [4, 2, 2]),
+    # dp innermost inside dim 0 (strided tp group), pp outermost
+    ({"tp": 2, "pp": 2, "dp": 4}, {"dp": [0], "tp": [0], "pp": [1]}, [8, 2]),
+    # everything on one dimension
+    ({"tp": 2, "pp": 2, "dp": 2}, {"tp": [0], "pp": [0], "dp": [0]}, [8]),
+    # pp first (innermost), two iterations
+    ({"tp": 2, "pp": 2, "dp": 2, "sequence_parallel": True}, {"pp": [0], "tp": [1], "dp": [1]}, [2, 4]),
+]
+
+
+@pytest.mark.parametrize("topologies", [None, ("Switch", "FullyConnected", "Ring")])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_generated_equal_traces(tmp_path, case, topologies):
+    par, place, shape = CASES[case]
+    raw = _gpt(par, place, shape)
+    if case == 3:
+        raw["iterations"] = 2
+    spec = spec_from_dict(raw, "t.yml")
+    net = spec.net
+    if topologies:
+        net = Network("n", tuple(Dimension(f"d{i}", topologies[i % 3], n, 10.0 * (i + 1), "c")
+                                 for i, n in enumerate(shape)))
+    res = generate(raw, tmp_path / "t")
+    want, _ = demand_from_traces(tmp_path / "t", net, comm_groups=res.groups_path)
+    got = demand_from_spec(spec, net, name=want.name)
+    assert got == want
+    # programs prepared for one placement serve another placement of the same degrees
+    other = demand_from_spec(spec, net, programs=prepare(spec), labels=False)
+    assert [rc.dag for rc in other.rank_classes] == [rc.dag for rc in want.rank_classes]
+    assert [[replace(c, group="") for c in rc.collectives] for rc in want.rank_classes] == \
+        [list(rc.collectives) for rc in other.rank_classes]
