@@ -38,7 +38,7 @@ class _ProgramInfo:
     """Rank-independent facts of one program."""
 
     struct: tuple            # graph shape + compute times (what the reader digests)
-    nodes_kind: tuple        # "coll" | "comp" per op
+    nodes_kind: tuple        # "coll" | "comp" | "free" per op
     comp_ns: np.ndarray      # per op
     edges: tuple             # sorted unique (u, v)
     comm_ops: tuple          # op indices of collectives and sends, in order
@@ -54,7 +54,8 @@ def _program_info(ops) -> _ProgramInfo:
     rp, rn, sn, spv = [], [], [], []
     for i, op in enumerate(ops):
         is_comm = op.kind in (COLL, SEND)
-        kinds.append("coll" if is_comm else "comp")
+        # receives take no resource slot in the replay, as in the demand read from traces
+        kinds.append("coll" if is_comm else "free" if op.kind == RECV else "comp")
         comp.append(op.duration_micros * 1000.0 if op.kind == COMP else 0.0)
         for u in op.data_deps + op.ctrl_deps:
             edges.add((u, i))
