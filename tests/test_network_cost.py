@@ -154,3 +154,13 @@ def test_cost_class_missing_for_a_dimension(tmp_path):
     with pytest.raises(LibraError) as e:
         load_cost(tmp_path / "missing.yml")
     assert str(e.value) == f"{tmp_path / 'missing.yml'}: cost file not found"
+
+
+def test_ids_array_inverts_coords_array():
+    import numpy as np
+    from libra_astra.model.network import Dimension, Network
+    net = Network("g", (Dimension("a", "Ring", 3), Dimension("b", "Switch", 4), Dimension("c", "FullyConnected", 2)))
+    ids = np.arange(net.npus_count)
+    coords = net.coords_array(ids)
+    assert [tuple(r) for r in coords] == [net.coords(int(i)) for i in ids]
+    assert net.ids_array(coords).tolist() == ids.tolist()

@@ -65,6 +65,16 @@ class Grid:
             rest //= n
         return out
 
+    def ids_array(self, coords: np.ndarray) -> np.ndarray:
+        """NPU ids of many coordinate rows at once (inverse of :meth:`coords_array`)."""
+        coords = np.asarray(coords, dtype=np.int64)
+        out = np.zeros(coords.shape[:-1], dtype=np.int64)
+        stride = 1
+        for d, n in enumerate(self.npus_per_dim):
+            out += coords[..., d] * stride
+            stride *= n
+        return out
+
     def lowest_differing_dim(self, a: int, b: int) -> int:
         """The dimension a transfer from NPU a to NPU b crosses (ASTRA-sim routes lowest first)."""
         for d, (x, y) in enumerate(zip(self.coords(a), self.coords(b))):

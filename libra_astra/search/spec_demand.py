@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import numpy as np
 
@@ -72,24 +71,6 @@ def _program_info(ops) -> _ProgramInfo:
                         tuple(spv), float(comp_arr.sum()))
 
 
-def _coords(net: Network) -> np.ndarray:
-    ids = np.arange(net.npus_count, dtype=np.int64)
-    out = np.empty((net.npus_count, net.num_dims), dtype=np.int64)
-    for d, n in enumerate(net.npus_per_dim):
-        out[:, d] = ids % n
-        ids //= n
-    return out
-
-
-def _ids(coords: np.ndarray, shape: Sequence[int]) -> np.ndarray:
-    out = np.zeros(coords.shape[0], dtype=np.int64)
-    stride = 1
-    for d, n in enumerate(shape):
-        out += coords[:, d] * stride
-        stride *= n
-    return out
-
-
 def axis_peers(spec: TraceSpec, coords: np.ndarray, name: str, offset: int) -> np.ndarray:
     """Per rank, the rank ``offset`` away along axis ``name`` (-1 where there is none); the
     vectorized form of ``Layout.peer``."""
@@ -112,7 +93,7 @@ def axis_peers(spec: TraceSpec, coords: np.ndarray, name: str, offset: int) -> n
         rest = rest // p.size
         c = new[:, p.dim]
         new[:, p.dim] = c - ((c // p.stride) % p.size) * p.stride + digit * p.stride
-    out = _ids(new, layout.net.npus_per_dim)
+    out = layout.net.ids_array(new)
     out[~ok] = -1
     return out
 
@@ -208,7 +189,7 @@ def demand_from_spec(spec: TraceSpec, net: Network | None = None, *, programs: P
     N = net.npus_count
     infos = prep.infos
     rank_prog = np.asarray(plan.rank_program, dtype=np.int64)
-    coords = _coords(net)
+    coords = net.coords_array(np.arange(net.npus_count))
 
     # collectives per axis (participants = the axis' part sizes)
     used_axes = [a.name for a in layout.axes if any(op.kind == COLL and op.axis == a.name
