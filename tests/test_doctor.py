@@ -576,3 +576,31 @@ def test_progress_is_reported_per_rank_file(tmp_path):
     calls = []
     diagnose(prefix, on_progress=lambda done, total: calls.append((done, total)))
     assert calls == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_strict_fails_on_wrong_results(tmp_path):
+    prefix = write_set(tmp_path / "t", [[comp(1), comp(2, ctrl=[2])], [comp(1)]])
+    assert CliRunner().invoke(main, ["doctor", str(prefix)]).exit_code == 0
+    r = CliRunner().invoke(main, ["doctor", str(prefix), "--strict"])
+    assert r.exit_code == 1 and "WRONG self-dep (rank 0): 1 node depends on itself (node 2)" in r.output
+
+
+@pytest.mark.parametrize("prefix", ["dlrm_16/dlrm", "gpt3_tp8_dp8/gpt3", "gpt_tp2_pp2_dp4/gpt", "resnet50_dp16/resnet50"])
+def test_shipped_sample_traces_have_no_finding(prefix):
+    d = diagnose(Path(__file__).resolve().parents[1] / "traces" / prefix, splits=4)
+    assert d.findings == ()
+
+
+def test_readme_doctor_examples_run(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    lines = [ln.split("#")[0].split() for ln in readme.splitlines() if ln.startswith("libra-astra doctor ")]
+    assert len(lines) == 3
+    codes = []
+    for args in lines:
+        args = [str(tmp_path / "tpdp4") if a == "/tmp/tpdp4" else str(root / a) if a.startswith("tests/") else a
+                for a in args[1:]]
+        r = CliRunner().invoke(main, args)
+        codes.append(r.exit_code)
+    assert codes == [1, 1, 0]
+    assert (tmp_path / "tpdp4.3.et").is_file()
