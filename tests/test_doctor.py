@@ -604,3 +604,20 @@ def test_readme_doctor_examples_run(tmp_path):
         codes.append(r.exit_code)
     assert codes == [1, 1, 0]
     assert (tmp_path / "tpdp4.3.et").is_file()
+
+
+@pytest.mark.parametrize("name", ["gpt_tp2_pp2_dp4/gpt", "dlrm_16/dlrm"])
+def test_emitted_workloads_pass_the_doctor(tmp_path, name):
+    root = Path(__file__).resolve().parents[1]
+    design = tmp_path / "design.json"
+    args = ["optimize", str(root / "traces" / name), "--network", str(root / "network_configs/sample_4x4.yml"),
+            "--cost", str(root / "network_configs/cost.yml"), "--total-bw", "300", "-o", str(design)]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    r = CliRunner().invoke(main, ["emit", str(design), "--out", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    run = tmp_path / "run"
+    prefix = str(next((run / "workload").glob("*.0.et"))).removesuffix(".0.et")
+    groups = run / "comm_groups.json"
+    splits = json.loads((run / "system.json").read_text())["preferred-dataset-splits"]
+    d = diagnose(prefix, network=run / "network.yml", groups=groups if groups.exists() else None, splits=splits)
+    assert [f.code for f in d.findings] == []
