@@ -1,18 +1,17 @@
 """Reading and writing files: readers whose errors name the file, atomic writers.
 
-A written file appears whole or not at all, and an existing one is kept unless asked.
+A written file appears whole or not at all, and an existing one is kept unless asked. Input is
+read strictly and within limits (strictload.py); output is published without replacing what
+appeared meanwhile (publish.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from . import publish, strictload
 from .errors import LibraError
 
 
@@ -30,54 +29,34 @@ def read_bytes(path: str | Path, what: str, missing_hint: str = "") -> bytes:
 
 
 def read_text(path: str | Path, what: str, missing_hint: str = "") -> str:
-    return read_bytes(path, what, missing_hint).decode()
+    """A UTF-8 text file (size-limited); anything else is a one-line LibraError."""
+    return strictload.read_text(path, what, missing_hint)
 
 
 def read_json(path: str | Path, what: str, missing_hint: str = "") -> Any:
-    """Parse a JSON file; a missing file or bad JSON is a one-line LibraError naming the file."""
-    p = Path(path)
-    text = read_text(p, what, missing_hint)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise LibraError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}; fix the {what} file") from None
+    """Parse a JSON file strictly; any problem is a one-line LibraError naming the file."""
+    return strictload.load_json(path, what, missing_hint)
 
 
 def load_yaml(path: str | Path, what: str) -> Any:
-    """Parse a YAML file (safe loader) with the same one-line errors."""
-    p = Path(path)
-    text = read_text(p, what)
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise LibraError(f"{p}: not valid YAML{at}; fix the syntax of the {what} file") from None
+    """Parse a YAML file strictly (safe loader, no duplicate keys, bounded aliases and depth)."""
+    return strictload.load_yaml(path, what)
 
 
 def check_writable(path: str | Path, overwrite: bool) -> Path:
-    p = Path(path)
-    if p.exists() and not overwrite:
-        raise LibraError(f"{p}: already exists; choose another path or pass --force to overwrite it")
-    if not p.parent.exists():
-        raise LibraError(f"{p}: directory {p.parent} does not exist; create it first")
-    return p
+    return publish.check_new(path, overwrite)
 
 
 def write_text_atomic(path: str | Path, text: str | bytes, overwrite: bool = False) -> Path:
-    """Write via a temporary file in the same directory, then rename over the target."""
-    p = check_writable(path, overwrite)
-    data = text.encode() if isinstance(text, str) else text
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
+    """Write via a temporary file in the same directory, then publish it (no-replace unless ``overwrite``)."""
+    return publish.write_bytes(path, text.encode() if isinstance(text, str) else text, overwrite)
 
 
 def write_json_atomic(path: str | Path, data: Any, overwrite: bool = False) -> Path:
-    return write_text_atomic(path, json.dumps(data, indent=1) + "\n", overwrite)
+    # allow_nan=False: a NaN or infinity here is a bug upstream, never something to write for a reader.
+    try:
+        text = json.dumps(data, indent=1, allow_nan=False)
+    except ValueError:
+        raise LibraError(f"{path}: refusing to write a non-finite number (NaN or infinity); "
+                         "check the inputs for values that overflow") from None
+    return write_text_atomic(path, text + "\n", overwrite)

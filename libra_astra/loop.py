@@ -16,6 +16,7 @@ Every run directory is kept under ``out_dir``: ``iter0/optimized/<workload>``, `
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -103,9 +104,14 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
             raise LibraError(f"workload {ref.name!r} has neither traces nor a demand file to emit")
     bin_path = resolve_binary(binary)
     out = Path(out_dir)
-    if out.exists() and not overwrite:
+    if os.path.lexists(out) and not overwrite:   # a dangling link counts as existing
         raise LibraError(f"{out}: already exists; choose a new --out directory or pass --force to replace runs in it")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        # without --force the directory must be new when it is made, not only when checked
+        out.mkdir(parents=True, exist_ok=overwrite)
+    except FileExistsError:
+        raise LibraError(f"{out}: appeared while starting (another loop?); it is kept: choose a new --out "
+                         "directory or pass --force") from None
     rows: list[LoopRow] = []
 
     def run_design(iteration: int, name: str, bw: Sequence[float], model: TimeModel) -> LoopRow:

@@ -98,7 +98,7 @@ def test_command_line_and_run_sh(tmp_path):
     text = sh.read_text()
     assert '"${ASTRA_SIM_BIN:-AstraSim_Analytical_Congestion_Unaware}"' in text
     assert "--workload-configuration=workload/w" in text and "--logging-folder=log" in text
-    assert sorted(p.name for p in (tmp_path / "run" / "workload").iterdir()) == sorted(f"w.{r}.et" for r in range(16))
+    assert sorted(p.name for p in (tmp_path / "run" / "workload").iterdir()) == sorted([f"w.{r}.et" for r in range(16)] + ["w.set.json"])
 
 
 def test_existing_directory_refused_then_replaced_with_force(tmp_path):
@@ -106,9 +106,9 @@ def test_existing_directory_refused_then_replaced_with_force(tmp_path):
     emit(design, tmp_path / "run")
     with pytest.raises(LibraError, match="already exists; choose another directory or pass --force"):
         emit(design, tmp_path / "run")
-    (tmp_path / "run" / "stale").write_text("x")
+    (tmp_path / "run" / "notes.txt").write_text("x")   # not emit's: --force keeps it
     emit(design, tmp_path / "run", splits=2, overwrite=True)
-    assert not (tmp_path / "run" / "stale").exists()
+    assert (tmp_path / "run" / "notes.txt").read_text() == "x"
     assert json.loads((tmp_path / "run" / "system.json").read_text())["preferred-dataset-splits"] == 2
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 

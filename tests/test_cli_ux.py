@@ -211,3 +211,35 @@ def test_loop_reports_settings_workloads_and_draws(files, tmp_path):
     svg = (tmp_path / "loop.svg").read_text()
     assert all(f'id="series:{k}:0:{n}"' in svg for k in ("predicted", "simulated")
                for n in ("optimized", "EqualBW", "TrafficProportional"))
+
+
+def test_overlap_without_a_dependency_graph_is_said(tmp_path):
+    # The README's by-hand demand has no "dag": with the default overlap its time is the sum, and the output says so.
+    import re as _re
+
+    block = _re.search(r"```json\n(.*?)```", (ROOT / "README.md").read_text(), _re.S).group(1)
+    (tmp_path / "d.json").write_text(block)
+    r = run("optimize", "--demand", tmp_path / "d.json", "--network", ROOT / "network_configs/paper_3d.yml",
+            "--cost", COST, "--total-bw", "500")
+    assert r.output.splitlines()[1] == ('note: by-hand: no dependency graph (a demand file without "dag"), so its '
+                                        "time is the no-overlap sum")
+    assert "note:" not in run("optimize", DLRM, *COMMON).output
+
+
+def test_progress_on_a_terminal_and_quiet_with_q(monkeypatch, tmp_path):
+    import io
+
+    from libra_astra.cli import progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    real = progress.enabled
+    monkeypatch.setattr(progress, "enabled", lambda stream=None, quiet=None: real(Tty(), quiet))
+    r = run("demand", DLRM, "--network", NET)
+    assert "reading " + DLRM + ": 16/16 (100%)" in r.stderr and "Bytes sent per NPU" in r.stdout
+    assert "16/16" not in r.stdout
+    r = run("generate", ROOT / "traces/resnet50_dp16/spec.yml", "--out", tmp_path / "g")
+    assert "16/16 (100%)" in r.stderr
+    assert run("-q", "demand", DLRM, "--network", NET).stderr == ""

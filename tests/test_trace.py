@@ -60,7 +60,7 @@ def random_node(rng, i, ids):
         elif k == "is_cpu_op":
             a.bool_val = rng.random() < 0.5
         elif k == "tensor_size":
-            a.uint64_val = rng.randint(0, 2**64 - 1)
+            a.uint64_val = rng.randint(0, 2**63 - 1)
         elif k in ("comm_src", "comm_dst"):
             a.int32_val = rng.randint(0, 100)
         else:

@@ -47,7 +47,10 @@ def main() -> None:
     for label, t in rows:
         print(f"{label:<30} {t * 1e3:>7.1f} ms {t / base:>23.2f}x")
     help_t = rows[2][1]
-    print(f"libra-astra --help: {help_t * 1e3:.0f} ms ({'under' if help_t < 0.3 else 'OVER'} the 0.3 s target)")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"libra-astra --help: {help_t * 1e3:.0f} ms ({'under' if help_t < 0.3 else 'over'} the 0.3 s target); "
+          f"{help_t / rows[1][1]:.2f}x the time of importing click alone; load average {load:.1f} "
+          f"(the target is for an idle machine, where python -c pass takes ~20 ms)")
 
 
 if __name__ == "__main__":

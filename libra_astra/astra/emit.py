@@ -36,16 +36,17 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import stat
-import tempfile
 from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .. import __version__
+from .. import limits, publish
 from ..traces import chakra_io as cio
+from ..traces import completion
+from ..traces.files import rank_files
 from ..demand.types import Demand, load_demand
 from ..optimize.design import Design, WorkloadRef, design_to_dict, load_design
 from ..errors import LibraError
@@ -54,6 +55,7 @@ from ..timing.predict import predict
 from ..timing.model import simulator_model
 from ..timing.settings import describe_model, emit_settings, model_settings
 from ..demand.from_traces import demand_from_traces
+from . import rundir
 from .logical import LogicalNetwork, plan_for_demand, plan_for_groups
 from .manifest import BINARY_ENV, DEFAULT_BINARY, Manifest, SimulatorCall, write_manifest
 from .rewrite import rewrite_traces
@@ -189,7 +191,8 @@ def _run_sh(args: Sequence[str], logging_folder: str) -> str:
         "#!/bin/sh\n"
         "# Runs ASTRA-sim on the inputs in this directory. Set ASTRA_SIM_BIN to the binary if it is not on PATH.\n"
         "# The logging folder's parent must exist; unknown flags are silently ignored by the simulator.\n"
-        'cd "$(dirname "$0")" || exit 1\n'
+        # $(...) drops trailing newlines, which a directory name may end with: keep them behind a '.'
+        'here=$(dirname -- "$0"; printf .) && here=${here%??} && cd -- "$here" || exit 1\n'
         f'exec "${{{BINARY_ENV}:-{DEFAULT_BINARY}}}" \\\n'
         + "".join(f"  {shlex.quote(a)} \\\n" for a in args)
         + f"  {shlex.quote('--logging-folder=' + logging_folder)}\n"
@@ -240,20 +243,6 @@ def _load_workload(design: Design, wl: WorkloadRef, demand: Demand | None) -> _I
     return _Inputs(source, groups, lnet, masks, demand, prediction_unavailable)
 
 
-def _install(tmp: Path, out: Path, parent: Path) -> None:
-    """Move the finished temporary directory to ``out``, replacing an earlier emit whole."""
-    if out.exists():
-        trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=parent))
-        os.replace(out, trash / out.name)
-        os.replace(tmp, out)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        try:
-            os.rename(tmp, out)
-        except OSError:
-            raise LibraError(f"{out}: appeared while emitting; choose another directory or pass --force") from None
-
-
 def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None = None,
          workload: str | None = None, overwrite: bool = False, endpoint_delay_ns: int = 1,
          local_mem_bw_gbps: float | None = None, peak_perf_tflops: float = 1000.0, scheduling_policy: str = "LIFO",
@@ -293,9 +282,9 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None
                                                               local_mem_bw_gbps)
     _check_options(splits, endpoint_delay_ns, local_mem_bw_gbps, peak_perf_tflops, scheduling_policy, max_repeats)
     out = Path(out_dir)
-    if out.exists() and not overwrite:
+    if os.path.lexists(out) and not overwrite:
         raise LibraError(f"{out}: already exists; choose another directory or pass --force to replace it")
-    if out.exists() and not (out / "manifest.json").is_file():
+    if os.path.lexists(out) and not (out / "manifest.json").is_file():
         raise LibraError(f"{out}: exists and is not an emitted directory (no manifest.json); refusing to replace it")
     parent = out.absolute().parent
     try:
@@ -313,6 +302,13 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None
     w = _load_workload(design, wl, demand)
     source, groups, lnet, masks, demand = w.source, w.groups, w.lnet, w.masks, w.demand
     prediction_unavailable = w.prediction_unavailable
+    if lnet.npus_count > limits.value(limits.MAX_RANKS):
+        raise limits.exceeded(limits.MAX_RANKS, f"design {design.name!r}", f"the network has {lnet.npus_count:,} NPUs")
+    if lnet.npus_count + 8 > limits.value(limits.MAX_EMIT_FILES):
+        raise limits.exceeded(limits.MAX_EMIT_FILES, f"{out}", f"the run needs {lnet.npus_count + 8:,} files "
+                              f"({lnet.npus_count:,} rank files)")
+    if wl.traces and completion.check_complete(wl.traces) is not None:
+        completion.expected_digests(wl.traces, rank_files(wl.traces, lnet.npus_count, f"design {design.name!r}"))
     if endpoint_delay_ns == 0 and any(d.latency_ns == 0 for d in lnet.dims):
         raise LibraError("ASTRA-sim aborts when a dimension has latency 0 and endpoint-delay is 0; "
                          "use an endpoint delay of at least 1 ns (--endpoint-delay) or give every dimension a latency")
@@ -328,7 +324,7 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None
                            local_mem_bw_gbps=float(local_mem_bw_gbps), peak_perf_tflops=float(peak_perf_tflops),
                            scheduling_policy=scheduling_policy)
 
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
+    tmp = publish.temp_dir(out)
     try:
         (tmp / "workload").mkdir()
         if source == "traces":
@@ -336,6 +332,9 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None
         else:
             stats = synthesize(demand, tmp / "workload" / name, lnet, wl.demand, max_repeats=max_repeats,
                                splits=splits, on_progress=on_progress)
+        completion.finish(tmp / "workload" / name,
+                          [completion.record(tmp / "workload" / f"{name}.{r}.et") for r in range(lnet.npus_count)],
+                          "libra-astra emit")
         if flat_groups:
             cio.write_comm_groups(tmp / "comm_groups.json", flat_groups)
         (tmp / "network.yml").write_text(network_yaml(lnet, design.name))
@@ -356,11 +355,17 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None
         run_sh = tmp / "run.sh"
         run_sh.write_text(_run_sh(args, logging_folder))
         run_sh.chmod(run_sh.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-        tmp.chmod(0o755)
-        _install(tmp, out, parent)
+    except OSError as e:
+        publish.discard(tmp)
+        raise publish.write_error(out, e) from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        publish.discard(tmp)
         raise
+    # Re-checked now, not only at the start: the destination may have appeared meanwhile.
+    if overwrite and os.path.lexists(out):
+        rundir.replace_own(tmp, out)
+    else:
+        rundir.publish_new(tmp, out)
     return result
 
 

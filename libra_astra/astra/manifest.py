@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from .. import limits
 from ..errors import LibraError
 from ..files import read_json
+from ..model.numbers import check_int, check_number
 
 FORMAT = "libra_astra.astra_run"
 VERSION = 1
@@ -78,8 +80,38 @@ class Manifest:
 def write_manifest(run_dir: str | Path, m: Manifest) -> Path:
     """Write ``run_dir/manifest.json`` (the directory is a fresh temporary one, so no overwrite check)."""
     p = Path(run_dir) / "manifest.json"
-    p.write_text(json.dumps(m.to_dict(), indent=1) + "\n")
+    try:
+        text = json.dumps(m.to_dict(), indent=1, allow_nan=False)
+    except ValueError:
+        raise LibraError(f"{run_dir}: the run's manifest would hold a non-finite number (NaN or infinity); check "
+                         "the design's values") from None
+    p.write_text(text + "\n")
     return p
+
+
+def check_manifest(data: Mapping[str, Any], path: str | Path, run_dir: str | Path) -> None:
+    """The fields simulate relies on must be there and well typed; an unfinished emit is refused."""
+    where = str(path)
+    fix = f"re-emit the directory (libra-astra emit DESIGN --out {run_dir} --force)"
+    if data.get("state", "complete") != "complete":
+        raise LibraError(f"{run_dir}: emit did not finish writing this directory (manifest state "
+                         f"{str(data.get('state'))[:40]!r}); {fix}")
+    sim = data.get("simulator")
+    if not isinstance(sim, dict) or not isinstance(sim.get("args"), list) or not all(
+            isinstance(a, str) for a in sim["args"]):
+        raise LibraError(f"{where}: 'simulator.args' must be a list of strings; {fix}")
+    net = data.get("network")
+    if not isinstance(net, dict) or "npus_count" not in net:
+        raise LibraError(f"{where}: 'network.npus_count' is missing; {fix}")
+    check_int(net["npus_count"], where, "network.npus_count", minimum=1, maximum=limits.value(limits.MAX_RANKS))
+    if "preferred_dataset_splits" in data:
+        check_int(data["preferred_dataset_splits"], where, "preferred_dataset_splits", minimum=1)
+    pred = data.get("prediction")
+    if pred is not None:
+        if not isinstance(pred, dict):
+            raise LibraError(f"{where}: 'prediction' must be an object; {fix}")
+        if pred.get("time_ns") is not None:
+            check_number(pred["time_ns"], where, "prediction.time_ns", minimum=0, finite=True)
 
 
 def load_manifest(run_dir: str | Path) -> Manifest:
@@ -90,6 +122,7 @@ def load_manifest(run_dir: str | Path) -> Manifest:
     data = read_json(p, "manifest", "re-emit the directory")
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise LibraError(f"{p}: not a libra_astra run manifest; make the directory with 'libra-astra emit'")
+    check_manifest(data, p, run_dir)
     try:
         sim = data["simulator"]
         return Manifest(

@@ -8,12 +8,14 @@ nodes ran), each behind a log prefix ``[timestamp] [logger] [info]``. Ranks fini
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ..errors import LibraError
 
+_INT64_MAX = (1 << 63) - 1
 _FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles, exposed communication (-?\d+) cycles\.")
 _STAT = re.compile(r"sys\[(\d+)\], ([A-Za-z][A-Za-z -]*?): (-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*$")
 # Statistics labels as printed -> RankStats field.
@@ -60,28 +62,61 @@ class ParsedOutput:
         return tuple(r for r in range(npus_count) if r not in done)
 
 
+class OutputParser:
+    """Parses ASTRA-sim's output one line at a time (the output can be gigabytes: never held whole).
+
+    Raises LibraError on output no real run prints: a rank finishing twice, negative or absurdly
+    large cycle counts, non-finite statistics.
+    """
+
+    def __init__(self) -> None:
+        self.finished: dict[int, tuple[int, int]] = {}
+        self.stats: dict[int, dict[str, float]] = {}
+
+    def feed(self, line: str) -> None:
+        if "sys[" not in line:
+            return
+        m = _FINISHED.search(line)
+        if m:
+            r, t, e = m.group(1), m.group(2), m.group(3)
+            if max(len(r), len(t), len(e)) > 19 or int(r) > _INT64_MAX or int(t) > _INT64_MAX or int(e) > _INT64_MAX:
+                raise LibraError(f"ASTRA-sim output has an absurd number in {line.strip()[:120]!r}; it is not the "
+                                 "output of a working simulator")
+            rank, time, exposed = int(r), int(t), int(e)
+            if exposed < 0:
+                raise LibraError(f"ASTRA-sim output reports negative exposed communication ({exposed} cycles) for "
+                                 f"sys[{rank}]; the simulator is broken or the output is not its own")
+            if exposed > time:
+                raise LibraError(f"ASTRA-sim output reports sys[{rank}] with exposed communication {exposed} above "
+                                 f"its finish time {time} cycles; the output is inconsistent")
+            if rank in self.finished:
+                raise LibraError(f"ASTRA-sim output reports sys[{rank}] finished twice; is it the output of one run?")
+            self.finished[rank] = (time, exposed)
+            return
+        m = _STAT.search(line)
+        if m and m.group(2) in _STAT_FIELDS:
+            if len(m.group(1)) > 19:
+                return
+            value = float(m.group(3))
+            if not math.isfinite(value):
+                raise LibraError(f"ASTRA-sim output has a non-finite statistic in {line.strip()[:120]!r}")
+            self.stats.setdefault(int(m.group(1)), {})[_STAT_FIELDS[m.group(2)]] = value
+
+    def result(self) -> ParsedOutput:
+        return ParsedOutput(tuple(RankStats(r, t, e, **self.stats.get(r, {}))
+                                  for r, (t, e) in sorted(self.finished.items())))
+
+
 def parse_output(text: str | Iterable[str]) -> ParsedOutput:
     """Per-rank finish times and statistics from ASTRA-sim's standard output.
 
     Raises
     ------
     LibraError
-        If one rank reports ``finished`` twice (two runs' output mixed together).
+        If one rank reports ``finished`` twice (two runs' output mixed together), or the output
+        holds numbers no real run prints (see :class:`OutputParser`).
     """
-    lines = text.splitlines() if isinstance(text, str) else text
-    finished: dict[int, tuple[int, int]] = {}
-    stats: dict[int, dict[str, float]] = {}
-    for line in lines:
-        m = _FINISHED.search(line)
-        if m:
-            r = int(m.group(1))
-            if r in finished:
-                raise LibraError(f"ASTRA-sim output reports sys[{r}] finished twice; is it the output of one run?")
-            finished[r] = (int(m.group(2)), int(m.group(3)))
-            continue
-        m = _STAT.search(line)
-        if m and m.group(2) in _STAT_FIELDS:
-            value = float(m.group(3))
-            stats.setdefault(int(m.group(1)), {})[_STAT_FIELDS[m.group(2)]] = value
-    ranks = tuple(RankStats(r, t, e, **stats.get(r, {})) for r, (t, e) in sorted(finished.items()))
-    return ParsedOutput(ranks)
+    p = OutputParser()
+    for line in (text.splitlines() if isinstance(text, str) else text):
+        p.feed(line)
+    return p.result()

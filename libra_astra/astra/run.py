@@ -8,21 +8,26 @@ ranks) exit 0 with ranks missing.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import math
 import os
 import re
 import shlex
 import shutil
 import signal
 import subprocess
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import limits, publish
 from ..errors import LibraError
 from .manifest import BINARY_ENV, DEFAULT_BINARY, load_manifest
-from .parse import RankStats, parse_output
+from .parse import OutputParser, RankStats
 
 SIM_DIR = "sim"
 _PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:.]+\] ")
@@ -46,7 +51,7 @@ class SimResult:
     @property
     def prediction_error(self) -> float | None:
         """(predicted - simulated) / simulated, or None without a prediction."""
-        if self.predicted_time_ns is None:
+        if self.predicted_time_ns is None or self.simulated_time_ns <= 0:
             return None
         return self.predicted_time_ns / self.simulated_time_ns - 1.0
 
@@ -100,8 +105,9 @@ def _tail(path: Path, n: int) -> list[str]:
     return [ln[:300] for ln in lines if ln][-n:]
 
 
-def _last_output(sim: Path) -> str:
-    lines = _tail(sim / "stderr.txt", 3) + _tail(sim / "stdout.txt", 3)
+def _last_output(sim: Path, stdout_tail: list[str] | None = None) -> str:
+    out = stdout_tail[-3:] if stdout_tail is not None else _tail(sim / "stdout.txt", 3)
+    lines = _tail(sim / "stderr.txt", 3) + out
     return "; last output: " + " | ".join(lines) if lines else "; it printed nothing"
 
 
@@ -139,49 +145,153 @@ def simulate(run_dir: str | os.PathLike, binary: str | os.PathLike | None = None
     run = Path(run_dir)
     manifest = load_manifest(run)
     exe = resolve_binary(binary)
-    if not timeout_s > 0:
-        raise LibraError(f"timeout must be > 0 seconds, got {timeout_s!r}")
+    if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
+        raise LibraError(f"timeout must be a finite number of seconds > 0, got {timeout_s!r}")
     npus = manifest.npus_count
     sim = run / SIM_DIR
-    if sim.exists():
-        if not overwrite:
-            raise LibraError(f"{sim}: already exists (an earlier run); pass --force to replace it")
-        shutil.rmtree(sim)
-    (sim / "log").mkdir(parents=True)
-    argv = [exe] + list(manifest.simulator.args) + [f"--logging-folder={SIM_DIR}/log"]
-    (sim / "command.txt").write_text(shlex.join(argv) + "\n")
-    start = time.monotonic()
-    with (sim / "stdout.txt").open("wb") as out, (sim / "stderr.txt").open("wb") as err:
-        # A session of its own, so a timeout can end the simulator and anything it started.
-        proc = subprocess.Popen(argv, cwd=run, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-        try:
-            code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise LibraError(f"{run}: ASTRA-sim did not finish within {timeout_s:g} s and was stopped; "
-                             f"raise --timeout or simulate a smaller workload{_last_output(sim)}") from None
-        except BaseException:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise
-    wall = time.monotonic() - start
-    if code != 0:
-        raise LibraError(f"{run}: ASTRA-sim {_exit_reason(code)} (exit code {code}); see {sim}/stderr.txt"
-                         f"{_last_output(sim)}")
-    parsed = parse_output((sim / "stdout.txt").read_text(errors="replace"))
-    missing = parsed.missing(npus)
-    if missing:
-        shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
-        raise LibraError(f"{run}: ASTRA-sim exited 0 but {len(missing)} of {npus} ranks never finished "
-                         f"(ranks {shown}); a dependency never resolved or collectives do not match across ranks"
-                         f"{_last_output(sim)}")
-    extra = [r.rank for r in parsed.ranks if r.rank >= npus]
-    if extra:
-        raise LibraError(f"{run}: ASTRA-sim reported rank {extra[0]} but the network has {npus} NPUs; re-emit the directory")
+    if os.path.lexists(sim) and not overwrite:
+        raise LibraError(f"{sim}: already exists (an earlier run); pass --force to replace it")
+    # The run writes into a fresh hidden directory, published as sim/ when the simulator is done:
+    # an earlier sim/ stays intact until then, and an interrupted run leaves nothing half-written.
+    tmp = publish.temp_dir(sim)
+    try:
+        argv = [exe] + list(manifest.simulator.args) + [f"--logging-folder={tmp.name}/log"]
+        shown = [exe] + list(manifest.simulator.args) + [f"--logging-folder={SIM_DIR}/log"]
+        (tmp / "log").mkdir()
+        (tmp / "command.txt").write_text(shlex.join(shown) + "\n")
+        start = time.monotonic()
+        code, timed_out, parsed, tail = _run(argv, run, tmp, timeout_s)
+        wall = time.monotonic() - start
+    except LibraError:
+        publish.discard(tmp)
+        raise
+    except OSError as e:
+        publish.discard(tmp)
+        raise publish.write_error(sim, e) from None
+    except BaseException:
+        publish.discard(tmp)
+        raise
+    failure = None
+    if timed_out:
+        failure = (f"{run}: ASTRA-sim did not finish within {timeout_s:g} s and was stopped; "
+                   f"raise --timeout or simulate a smaller workload{_last_output(tmp, tail)}")
+    elif code != 0:
+        failure = (f"{run}: ASTRA-sim {_exit_reason(code)} (exit code {code}); see {sim}/stderr.txt"
+                   f"{_last_output(tmp, tail)}")
+    elif isinstance(parsed, LibraError):
+        failure = f"{run}: {parsed}; see {sim}/stdout.txt"
+    else:
+        missing = parsed.missing(npus) if len(parsed.ranks) < npus else ()
+        extra = [r.rank for r in parsed.ranks if r.rank >= npus]
+        if extra:
+            failure = f"{run}: ASTRA-sim reported rank {extra[0]} but the network has {npus} NPUs; re-emit the directory"
+        elif missing:
+            shown_m = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
+            failure = (f"{run}: ASTRA-sim exited 0 but {len(missing)} of {npus} ranks never finished "
+                       f"(ranks {shown_m}); a dependency never resolved or collectives do not match across ranks"
+                       f"{_last_output(tmp, tail)}")
+    if failure is not None:
+        # keep the failed run's output for inspection where the message points
+        _publish_sim(tmp, sim, overwrite)
+        raise LibraError(failure)
     predicted = manifest.predicted_time_ns
     result = SimResult(str(run), str(sim), exe, code, wall, npus, manifest.preferred_dataset_splits,
-                       parsed.ranks, tuple(argv), float(predicted) if predicted is not None else None)
-    (sim / "result.json").write_text(json.dumps(result.to_dict(), indent=1) + "\n")
+                       parsed.ranks, tuple(shown), float(predicted) if predicted is not None else None)
+    try:
+        (tmp / "result.json").write_text(json.dumps(result.to_dict(), indent=1) + "\n")
+    except OSError as e:
+        publish.discard(tmp)
+        raise publish.write_error(tmp / "result.json", e) from None
+    _publish_sim(tmp, sim, overwrite)
     return result
+
+
+def _publish_sim(tmp: Path, sim: Path, overwrite: bool) -> None:
+    """Put the finished run directory at sim/; an earlier sim/ is replaced only with ``overwrite``."""
+    trash = None
+    try:
+        if os.path.lexists(sim) and overwrite:
+            trash = publish.temp_dir(sim)
+            os.rename(sim, trash / SIM_DIR)
+        publish.rename_noreplace(tmp, sim)
+    except FileExistsError:
+        publish.discard(tmp)
+        raise LibraError(f"{sim}: appeared while the simulator ran (another simulate?); it is kept; pass --force "
+                         "to replace it") from None
+    except OSError as e:
+        publish.discard(tmp)
+        raise publish.write_error(sim, e) from None
+    finally:
+        if trash is not None:
+            publish.discard(trash)
+    publish._unregister(str(tmp))
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the parent dies, however it dies (Linux prctl PR_SET_PDEATHSIG)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _run(argv: list[str], cwd: Path, tmp: Path, timeout_s: float):
+    """Run the simulator, streaming stdout to stdout.txt and to the parser line by line.
+
+    Returns (exit code, timed out?, ParsedOutput or the LibraError the parser raised, last lines).
+    Memory stays bounded: one line (at most MAX_SIM_LINE_BYTES are parsed) and a tail of lines.
+    """
+    tail: deque[str] = deque(maxlen=limits.value(limits.SIM_OUTPUT_TAIL_LINES))
+    max_line = limits.value(limits.MAX_SIM_LINE_BYTES)
+    parser = OutputParser()
+    parse_error: LibraError | None = None
+    timed_out = threading.Event()
+    with (tmp / "stdout.txt").open("wb") as out, (tmp / "stderr.txt").open("wb") as err:
+        # A session of its own, so a timeout or an interruption can end the simulator and anything it started.
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
+                                start_new_session=True, preexec_fn=_die_with_parent)
+
+        def stop() -> None:
+            timed_out.set()
+            _kill(proc)
+        timer = threading.Timer(timeout_s, stop)
+        timer.daemon = True
+        timer.start()
+        try:
+            partial = False   # inside a line longer than max_line: skip to its end
+            assert proc.stdout is not None
+            while True:
+                chunk = proc.stdout.readline(max_line)
+                if not chunk:
+                    break
+                out.write(chunk)
+                complete = chunk.endswith(b"\n")
+                if not partial:
+                    line = chunk.decode(errors="replace")
+                    tail.append(_PREFIX.sub("", line).strip()[:300])
+                    if parse_error is None:
+                        try:
+                            parser.feed(line)
+                        except LibraError as e:
+                            parse_error = e
+                partial = not complete
+            code = proc.wait()
+        except BaseException:
+            _kill(proc)
+            raise
+        finally:
+            timer.cancel()
+    result = parse_error if parse_error is not None else parser.result()
+    return code, timed_out.is_set(), result, [t for t in tail if t]
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass

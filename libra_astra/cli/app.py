@@ -8,17 +8,16 @@ from typing import Iterator
 import click
 
 from .. import __version__
-from ..errors import LibraError
 from .common import quiet_option
+from .guard import guarded
 
 
 @contextmanager
 def one_line_errors() -> Iterator[None]:
-    """A LibraError leaves as a ClickException: its one line on stderr, exit code 1, no traceback."""
-    try:
+    """A LibraError (or an OSError) leaves as a ClickException: its one line on stderr, exit code 1,
+    no traceback; a termination signal stops the command cleanly (guard.py)."""
+    with guarded():
         yield
-    except LibraError as e:
-        raise click.ClickException(str(e)) from None
 
 
 class Command(click.Command):
@@ -44,7 +43,7 @@ def main() -> None:
     """LIBRA bandwidth optimization for multi-dimensional training networks.
 
     \b
-    Chakra ET traces -> demand -> optimize -> emit ASTRA-sim inputs -> simulate -> loop.
+    Chakra ET traces -> demand -> optimize -> emit ASTRA-sim inputs -> simulate -> loop -> plot.
     Run `libra-astra COMMAND --help` for each step; `libra-astra -q COMMAND` hides the progress
     lines (shown on stderr only when it is a terminal).
     """

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 import click
 
 from .app import Command
 from .format import fmt_ms
+from .numbers import FiniteFloat
 from .progress import Progress
 
 
@@ -22,7 +24,7 @@ from .progress import Progress
                    "dimensions [default: the design's; another value than the design's is refused].")
 @click.option("--endpoint-delay", "endpoint_delay_ns", default=1, show_default=True, type=click.IntRange(min=0),
               help="endpoint-delay in ns (0 is refused when a dimension has latency 0: ASTRA-sim aborts).")
-@click.option("--local-mem-bw", "local_mem_bw_gbps", default=None, type=click.FloatRange(min=0, min_open=True),
+@click.option("--local-mem-bw", "local_mem_bw_gbps", default=None, type=FiniteFloat(0, strict_min=True),
               help="local-mem-bw in GB/s; each reducing step costs 3 * bytes / local-mem-bw [default: the "
                    "design's; another value than the design's is refused].")
 @click.option("--force", is_flag=True, help="Replace an existing emitted directory.")
@@ -69,14 +71,15 @@ def emit_command(design: str, out_dir: str, workload: str | None, splits: int | 
                    "traces themselves, optimize from the trace prefix and emit that design")
     for note in res.notes:
         click.echo(f"  note: {note}")
-    click.echo(f"run it: libra-astra simulate {res.path}   (or {res.path}/run.sh with ASTRA_SIM_BIN set)")
+    q = shlex.quote(str(res.path))
+    click.echo(f"run it: libra-astra simulate {q}   (or {shlex.quote(str(res.path / 'run.sh'))} with ASTRA_SIM_BIN set)")
 
 
 @click.command("simulate", cls=Command)
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--astra-sim", "binary", default=None, metavar="BIN",
               help="ASTRA-sim analytical binary (default: $ASTRA_SIM_BIN).")
-@click.option("--timeout", "timeout_s", default=3600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--timeout", "timeout_s", default=3600.0, show_default=True, type=FiniteFloat(0, strict_min=True),
               help="Stop the simulator after this many seconds.")
 @click.option("--force", is_flag=True, help="Replace the results of an earlier run (RUN_DIR/sim).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -106,7 +109,7 @@ def simulate_command(run_dir: str, binary: str | None, timeout_s: float, force: 
                f"{fmt_ms(fastest.finished_ns)}), {res.npus_count} NPUs")
     click.echo(f"exposed communication: up to {fmt_ms(exposed)}; host time {res.wall_seconds:.2f} s; "
                f"results in {res.sim_dir}")
-    if res.predicted_time_ns is not None:
+    if res.prediction_error is not None:
         from ..astra import load_manifest
 
         click.echo(f"predicted by libra_astra at emit: {fmt_ms(res.predicted_time_ns)} "

@@ -11,6 +11,7 @@ from ..errors import LibraError
 from .app import Command
 from .common import check_plot, draw, plot_option
 from .format import fmt_bytes, fmt_ranges, fmt_time, table
+from .numbers import FiniteFloat
 from .progress import Progress
 
 if TYPE_CHECKING:  # the library is imported by the command that runs
@@ -80,15 +81,15 @@ def format_summary(s: TraceSummary, net: Network) -> str:
     return "\n".join(lines)
 
 
-@click.command("demand", cls=Command)
+@click.command("demand", cls=Command, short_help="Chakra ET traces -> bytes per NPU per dimension (the demand file).")
 @click.argument("prefix")
 @click.option("--network", "-n", "network_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="Network YAML (dimensions, topology, NPUs); its NPU count must match the trace set.")
 @click.option("--comm-groups", type=click.Path(exists=True, dir_okay=False),
               help='ASTRA-sim communicator-group JSON {"1": [0, 1, ...], ...}; overrides METADATA process groups '
                    "[default: PREFIX.groups.json when it exists].")
-@click.option("--peak-tflops", type=float, help="Time COMP nodes with the roofline model: peak compute, TFLOPS.")
-@click.option("--mem-bw-gbps", type=float, help="Roofline memory bandwidth, GB/s (give with --peak-tflops).")
+@click.option("--peak-tflops", type=FiniteFloat(), help="Time COMP nodes with the roofline model: peak compute, TFLOPS.")
+@click.option("--mem-bw-gbps", type=FiniteFloat(), help="Roofline memory bandwidth, GB/s (give with --peak-tflops).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the demand JSON here.")
 @click.option("--force", is_flag=True, help="Overwrite the --output file if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of a table.")

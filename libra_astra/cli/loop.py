@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..timing.settings import DEFAULT_LOCAL_MEM_BW_GBPS, DEFAULT_SPLITS, OBJECTIVES
+from .numbers import FiniteFloat
 from .app import Command
 from .common import check_plot, draw, plot_option
 from .optimize import OBJECTIVE_HELP
@@ -19,8 +20,8 @@ from .show import format_loop
 @click.command("loop", cls=Command)
 @workload_options
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="perf", show_default=True, help=OBJECTIVE_HELP)
-@click.option("--budget", type=float, help="Upper bound on network cost, USD.")
-@click.option("--time-target", type=float, help="Time target in ns for --objective min-cost.")
+@click.option("--budget", type=FiniteFloat(), help="Upper bound on network cost, USD.")
+@click.option("--time-target", type=FiniteFloat(), help="Time target in ns for --objective min-cost.")
 @click.option("--astra-sim", "binary", type=click.Path(dir_okay=False),
               help="ASTRA-sim analytical congestion-unaware binary [default: $ASTRA_SIM_BIN].")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
@@ -29,12 +30,12 @@ from .show import format_loop
               help="preferred-dataset-splits of the emitted runs (chunks per collective).")
 @click.option("--calibrate", type=click.IntRange(min=0), default=0, show_default=True,
               help="Calibration iterations: fit per-dimension efficiency from the simulator, re-optimize.")
-@click.option("--local-mem-bw", "local_mem_bw", type=click.FloatRange(min=0, min_open=True),
+@click.option("--local-mem-bw", "local_mem_bw", type=FiniteFloat(0, strict_min=True),
               default=DEFAULT_LOCAL_MEM_BW_GBPS, show_default=True,
               help="ASTRA-sim local-mem-bw of the emitted runs, GB/s (also used by the model).")
 @click.option("--overlap/--no-overlap", default=True, show_default=True,
               help="Optimize the dependency-aware time (as the simulator runs the traces) or the no-overlap sum.")
-@click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds per simulator run.")
+@click.option("--timeout", type=FiniteFloat(), default=3600.0, show_default=True, help="Seconds per simulator run.")
 @click.option("--force", is_flag=True, help="Reuse an existing --out directory, replacing its runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @plot_option("predicted and simulated time of every run")
@@ -58,6 +59,7 @@ def loop_command(shared: SharedOptions, objective, budget, time_target, binary, 
     check_plot(plot_out, force)
     binary = resolve_binary(binary)        # before the traces are read: a missing simulator fails at once
     net, cost, workloads, cons = shared.load(budget, time_target)
+    cost.check_priced(net, objective)
     with Progress("loop") as p:
         def echo(line: str) -> None:
             if not as_json:
@@ -68,7 +70,7 @@ def loop_command(shared: SharedOptions, objective, budget, time_target, binary, 
                        binary=binary, splits=splits, calibrate=calibrate, timeout_s=timeout, overwrite=force,
                        local_mem_bw_gbps=local_mem_bw, overlap=overlap, on_event=echo, on_progress=p.note)
     data = res.to_dict(net)
-    write_json_atomic(Path(out_dir) / "loop.json", data, overwrite=True)
+    write_json_atomic(Path(out_dir) / "loop.json", data, overwrite=force)
     if as_json:
         click.echo(json.dumps(data, indent=1))
     else:

@@ -11,6 +11,7 @@ import click
 
 from ..errors import LibraError
 from ..timing.settings import OBJECTIVES, header, model_settings
+from .numbers import FiniteFloat
 from .app import Command
 from .common import check_plot, draw, plot_option
 from .format import fmt_time, fmt_usd
@@ -30,6 +31,8 @@ def _print_result(r: OptimizeResult, net: Network, cost: CostModel, n_workloads:
     b = r.best
     if data.get("time_model"):
         click.echo(header(r.objective, data["time_model"]))
+    for note in data.get("notes", []):
+        click.echo(f"note: {note}")
     click.echo(f"network {net.name} ({net.npus_count:,} NPUs), {n_workloads} workload{'s' if n_workloads > 1 else ''}, "
                f"{r.num_collectives:,} collectives -> {r.num_terms} distinct terms")
     prices = cost.price_usd_per_gbps(net)
@@ -48,8 +51,10 @@ def _print_result(r: OptimizeResult, net: Network, cost: CostModel, n_workloads:
     click.echo(f"cost      {fmt_usd(b.cost_usd)}   time x cost {b.time_cost_ns_usd / 1e9:,.6g} s*USD")
     for name, e in r.baselines.items():
         flag = "" if e.feasible else "  (violates the constraints)"
+        # all-zero prices (a cost model that only names classes) make every cost 0
+        gain = f"x{e.time_cost_ns_usd / b.time_cost_ns_usd:.4f}" if b.time_cost_ns_usd else "n/a (cost 0)"
         click.echo(f"vs {name:<20} time {fmt_time(e.time_ns):>12}  speedup x{e.time_ns / b.time_ns:.4f}  "
-                   f"perf/cost gain x{e.time_cost_ns_usd / b.time_cost_ns_usd:.4f}{flag}")
+                   f"perf/cost gain {gain}{flag}")
     gap = f"{r.rel_gap:.2e}" if math.isfinite(r.rel_gap) else "unknown"
     click.echo(f"solver    {r.message}; relative duality gap {gap}; {r.newton_steps} Newton steps; "
                f"{r.solve_time_s * 1e3:.2f} ms")
@@ -59,8 +64,8 @@ def _print_result(r: OptimizeResult, net: Network, cost: CostModel, n_workloads:
 @workload_options
 @time_model_options
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="perf", show_default=True, help=OBJECTIVE_HELP)
-@click.option("--budget", type=float, help="Upper bound on network cost, USD.")
-@click.option("--time-target", type=float, help="Time target in ns for --objective min-cost.")
+@click.option("--budget", type=FiniteFloat(), help="Upper bound on network cost, USD.")
+@click.option("--time-target", type=FiniteFloat(), help="Time target in ns for --objective min-cost.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the design JSON here (for 'emit').")
 @plot_option("bandwidth per dimension and the time breakdown, optimum vs baselines")
@@ -93,6 +98,7 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, as_j
     net, cost, workloads, cons = shared.load(budget, time_target)
     if objective != "min-cost" and time_target is not None:
         raise LibraError("--time-target only applies to --objective min-cost")
+    cost.check_priced(net, objective)
     with Progress("optimize") as p:
         p.note(f"solving ({objective}, {tm.kind} model)")
         r = optimize(workloads, net, cost, objective=objective, constraints=cons, model=tm)
@@ -113,8 +119,8 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, as_j
 @click.command("pareto", cls=Command)
 @workload_options
 @time_model_options
-@click.option("--min-budget", type=float, required=True, help="Lowest cost budget, USD.")
-@click.option("--max-budget", type=float, required=True, help="Highest cost budget, USD.")
+@click.option("--min-budget", type=FiniteFloat(), required=True, help="Lowest cost budget, USD.")
+@click.option("--max-budget", type=FiniteFloat(), required=True, help="Highest cost budget, USD.")
 @click.option("--points", type=click.IntRange(min=2), default=10, show_default=True, help="Budgets, spaced geometrically.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the frontier as JSON here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the frontier as JSON instead of a table.")

@@ -19,6 +19,7 @@ import click
 
 from ..errors import LibraError
 from ..timing.settings import DEFAULT_LOCAL_MEM_BW_GBPS, DEFAULT_MODEL, DEFAULT_SPLITS, MODELS, resolve_model
+from .numbers import FiniteFloat
 
 if TYPE_CHECKING:  # the library is imported by the command that runs, not to list the commands
     from ..demand.workload import Workload
@@ -110,13 +111,13 @@ workload_options = _apply([
             help="Cost model YAML with unit prices per cost class."),
     _shared("--demand", "demands", multiple=True, type=click.Path(exists=True, dir_okay=False),
             help="Demand JSON (repeatable: several workloads)."),
-    _shared("--weight", "weights", multiple=True, type=float,
+    _shared("--weight", "weights", multiple=True, type=FiniteFloat(),
             help="Weight per workload, in order: trace prefixes, then --demand files."),
     _shared("--comm-groups", type=click.Path(exists=True, dir_okay=False),
             help="ASTRA-sim communicator-group JSON for the trace prefixes [default: PREFIX.groups.json "
                  "when it exists]."),
-    _shared("--total-bw", type=float, help="Total bandwidth per NPU over all dimensions, GB/s (equality)."),
-    _shared("--total-bw-max", type=float, help="Upper bound on total bandwidth per NPU, GB/s."),
+    _shared("--total-bw", type=FiniteFloat(), help="Total bandwidth per NPU over all dimensions, GB/s (equality)."),
+    _shared("--total-bw-max", type=FiniteFloat(), help="Upper bound on total bandwidth per NPU, GB/s."),
     _shared("--constraint", "exprs", multiple=True, metavar="EXPR",
             help="Linear constraint, e.g. 'bw[0] >= bw[1]' or 'bw[pod] + bw[node] == 200' (repeatable)."),
     _shared("--constraints-file", type=click.Path(exists=True, dir_okay=False),
@@ -132,7 +133,7 @@ time_model_options = _apply([
     _shared("--splits", type=click.IntRange(min=1), default=None,
             help=f"For --model pipelined: chunks per collective (ASTRA-sim preferred-dataset-splits); the "
                  f"design keeps it for emit [default: {DEFAULT_SPLITS}]."),
-    _shared("--local-mem-bw", "local_mem_bw", type=click.FloatRange(min=0, min_open=True),
+    _shared("--local-mem-bw", "local_mem_bw", type=FiniteFloat(0, strict_min=True),
             help="For --model pipelined: local memory GB/s that each reduction step reads and writes "
                  f"(ASTRA-sim's local-mem-bw) [default: {DEFAULT_LOCAL_MEM_BW_GBPS:g}, as emit writes]."),
     _shared("--overlap/--no-overlap", default=None,

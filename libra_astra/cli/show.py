@@ -119,8 +119,10 @@ def format_design(data: dict) -> str:
             lines.append(f"  {w['name']:<18} weight {w['weight']:g}: {_t(w['time_ns'])} = compute "
                          f"{_t(w['compute_ns'])} + communication {_t(w['communication_ns'])}")
     for name, e in (r.get("baselines") or {}).items():
+        g = e.get("perf_per_cost_gain_of_optimum")
+        gain = f"x{g:.4f}" if isinstance(g, (int, float)) else "n/a (cost 0)"
         lines.append(f"vs {name:<20} time {_t(e['time_ns']):>12}  speedup x{e['speedup_of_optimum']:.4f}  "
-                     f"perf/cost gain x{e['perf_per_cost_gain_of_optimum']:.4f}")
+                     f"perf/cost gain {gain}")
     if r.get("message"):
         gap = r.get("relative_gap")
         lines.append(f"solver    {r['message']}; relative duality gap "

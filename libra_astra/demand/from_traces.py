@@ -33,6 +33,7 @@ from . import groups as grp
 from ..errors import LibraError
 from ..interning import Interner
 from ..model.network import Network
+from ..traces import completion
 from ..traces.files import rank_files
 from ..traces.reader import RankProgram, TraceReader
 from .context import Context
@@ -102,7 +103,9 @@ def demand_from_traces(prefix: str | Path, network: Network,
         if v is not None and not v > 0:
             raise LibraError(f"{what} must be > 0, got {v!r}")
     n_npus = network.npus_count
+    completion.check_complete(prefix)   # before the rank files: an interrupted write explains missing ones
     paths = rank_files(prefix, n_npus, f"network {network.name!r}")
+    expect = completion.expected_digests(prefix, paths)
 
     if comm_groups is None:
         file_groups: dict[str, tuple[int, ...]] = {}
@@ -123,7 +126,7 @@ def demand_from_traces(prefix: str | Path, network: Network,
     ranks_of: list[list[int]] = []
     by_digest: dict[bytes, int] = {}
     rank_prog = np.zeros(n_npus, dtype=np.int64)
-    for r, prog in enumerate(reader.read_many(paths)):
+    for r, prog in enumerate(reader.read_many(paths, expect)):
         pi = by_digest.get(prog.digest)
         if pi is None:
             pi = by_digest[prog.digest] = len(progs)

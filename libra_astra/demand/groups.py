@@ -15,6 +15,7 @@ sorted members, each hop charged on the lowest dimension where the two NPUs diff
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -58,8 +59,10 @@ def comm_groups_from_dict(data: Any, source: str) -> dict[str, tuple[int, ...]]:
                 or not all(isinstance(m, int) and not isinstance(m, bool) for m in members)):
             raise LibraError(f"{source}: group {k} must be a non-empty list of NPU ids (integers), got {members!r}")
         if len(set(members)) != len(members):
-            dup = sorted({m for m in members if members.count(m) > 1})
-            raise LibraError(f"{source}: group {k} lists NPU(s) {dup} more than once; list each member once")
+            dup = sorted(m for m, c in Counter(members).items() if c > 1)   # linear: groups can be huge
+            raise LibraError(f"{source}: group {k} lists NPU(s) {dup[:10]} more than once; list each member once")
+        if str(int(k)) in out:
+            raise LibraError(f"{source}: group id {k!r} is group {int(k)} again; give each group one id")
         out[str(int(k))] = tuple(sorted(members))
     return out
 

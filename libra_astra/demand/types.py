@@ -141,8 +141,13 @@ def single_class(name: str, npus_per_dim: Sequence[int], compute_time_ns: float,
 # ---------------------------------------------------------------- JSON
 
 
+# Far above any real job (a zettabyte, ten million years) and far below float overflow: products
+# of such numbers (count x size x ranks, summed over collectives) must stay finite.
+MAX_VALUE = 1e21
+
+
 def _num(v: Any, where: str, what: str, minimum: float = 0.0) -> float:
-    return check_number(v, where, what, minimum=minimum, finite=True)
+    return check_number(v, where, what, minimum=minimum, maximum=MAX_VALUE, finite=True)
 
 
 def _collective_from_dict(raw: Any, where: str, shape: tuple[int, ...]) -> Collective:
@@ -162,6 +167,9 @@ def _collective_from_dict(raw: Any, where: str, shape: tuple[int, ...]) -> Colle
     if algorithm not in ALGORITHMS:
         raise LibraError(f"{where}: algorithm must be one of {list(ALGORITHMS)}, got {algorithm!r}")
     count = _num(raw.get("count", 1), where, "count")
+    if count * size > MAX_VALUE:
+        raise LibraError(f"{where}: count x size_bytes = {count * size:.3g} bytes is beyond {MAX_VALUE:g}; "
+                         "fix the count or the size")
     traffic = raw.get("traffic_bytes")
     if traffic is None:
         if algorithm != "hierarchical":

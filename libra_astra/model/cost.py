@@ -58,6 +58,12 @@ class CostModel:
             out.append(net.npus_count * per_npu)
         return tuple(out)
 
+    def check_priced(self, net: Network, objective: str) -> None:
+        """Cost-driven objectives need some price above 0; with none, every design costs 0."""
+        if objective in ("perf-per-cost", "min-cost") and not any(p > 0 for p in self.price_usd_per_gbps(net)):
+            raise LibraError(f"cost model {self.name!r}: every unit price of the network's cost classes is 0, so every "
+                             f"design costs $0 and {objective} has no meaning; give prices, or use --objective perf")
+
     def network_cost_usd(self, net: Network, bw_gbps: Sequence[float]) -> float:
         return float(sum(p * b for p, b in zip(self.price_usd_per_gbps(net), bw_gbps)))
 

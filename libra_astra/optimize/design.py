@@ -35,6 +35,7 @@ from ..demand.workload import Workload
 from ..errors import LibraError
 from ..files import read_json
 from ..model.network import Network, network_from_dict
+from ..model.numbers import check_int, check_number, check_str
 
 if TYPE_CHECKING:
     from ..timing.model import TimeModel
@@ -105,27 +106,40 @@ def design_from_dict(data: Any, source: str = "<design>") -> Design:
     if (not isinstance(bw, list) or len(bw) != net.num_dims
             or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and b >= 0 for b in bw)):
         raise LibraError(f"{source}: bandwidth_gbps must list {net.num_dims} numbers >= 0 (one per dimension), got {bw!r}")
+    raw_wl = data.get("workloads", [])
+    if not isinstance(raw_wl, list):
+        raise LibraError(f"{source}: workloads must be a list of objects, got {type(raw_wl).__name__}")
     workloads = []
-    for i, w in enumerate(data.get("workloads", [])):
+    for i, w in enumerate(raw_wl):
+        where = f"{source}: workloads[{i}]"
         if not isinstance(w, Mapping):
-            raise LibraError(f"{source}: workloads[{i}] must be an object")
-        workloads.append(WorkloadRef(str(w.get("name", f"w{i}")), float(w.get("weight", 1.0)), w.get("demand"),
-                                     w.get("traces"), w.get("comm_groups")))
+            raise LibraError(f"{where} must be an object")
+        paths = [check_str(w.get(k), where, k, optional=True) for k in ("demand", "traces", "comm_groups")]
+        workloads.append(WorkloadRef(str(w.get("name", f"w{i}")),
+                                     check_number(w.get("weight", 1.0), where, "weight", minimum=0, finite=True), *paths))
     result = data.get("result", {})
+    if not isinstance(result, Mapping):
+        raise LibraError(f"{source}: result must be an object, got {type(result).__name__}")
+    for b in bw:   # a petabyte per second per NPU is far beyond any link, and stays finite in GiB/s
+        check_number(b, source, "bandwidth_gbps", minimum=0, maximum=1e15, finite=True)
     kind = str(data.get("time_model", "libra"))
     settings = data.get("time_model_settings")
     if settings is None:
         # Files written before the settings were stored kept them in the result.
-        r = result if isinstance(result, Mapping) else {}
-        settings = {"kind": kind, "overlap": bool(r.get("overlap", False))}
+        settings = {"kind": kind, "overlap": bool(result.get("overlap", False))}
         if kind == "pipelined":
-            settings.update(splits=int(r.get("splits", 1)), latency=True, local_mem_bw_gbps=r.get("local_mem_bw_gbps"))
+            mem = result.get("local_mem_bw_gbps")
+            settings.update(splits=check_int(result.get("splits", 1), source, "result.splits", minimum=1),
+                            latency=True,
+                            local_mem_bw_gbps=None if mem is None else check_number(
+                                mem, source, "result.local_mem_bw_gbps", minimum=0, strict=True, finite=True))
     elif not isinstance(settings, Mapping) or settings.get("kind") != kind:
         raise LibraError(f"{source}: time_model_settings must be an object whose kind is the time_model {kind!r}, "
-                         f"got {settings!r}")
+                         f"got {str(settings)[:80]!r}")
     return Design(str(data.get("name", Path(source).stem)), net, tuple(float(b) for b in bw),
                   str(data.get("objective", "perf")), kind,
-                  float(data.get("predicted_time_ns", 0.0)), float(data.get("cost_usd", 0.0)),
+                  check_number(data.get("predicted_time_ns", 0.0), source, "predicted_time_ns", minimum=0, finite=True),
+                  check_number(data.get("cost_usd", 0.0), source, "cost_usd", minimum=0, finite=True),
                   tuple(workloads), result, dict(settings))
 
 
@@ -162,12 +176,17 @@ def result_to_dict(r: "OptimizeResult", net: Network, model: "TimeModel | None" 
     }
     for name, e in r.baselines.items():
         out["baselines"][name] = {**_evaluation_to_dict(e), "speedup_of_optimum": e.time_ns / r.best.time_ns,
-                                  "perf_per_cost_gain_of_optimum": e.time_cost_ns_usd / r.best.time_cost_ns_usd}
+                                  "perf_per_cost_gain_of_optimum": (e.time_cost_ns_usd / r.best.time_cost_ns_usd
+                                                                   if r.best.time_cost_ns_usd else None)}
     if model is not None:
         from ..timing.settings import model_settings
         from .report import time_breakdown, workload_times
 
         out["time_model"] = model_settings(model)
+        flat = [w.name for w in workloads if any(rc.dag is None for rc in w.demand.rank_classes)]
+        if model.overlap and flat:
+            out["notes"] = [f"{', '.join(flat)}: no dependency graph (a demand file without \"dag\"), so its time "
+                            "is the no-overlap sum"]
         if workloads:
             out["workloads"] = workload_times(workloads, net, r.bw_gbps, model)
             out["breakdown"] = {name: time_breakdown(workloads, net, e.bw_gbps, model)

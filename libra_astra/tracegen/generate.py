@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..traces import chakra_io as cio
+from ..traces import completion
 from ..errors import LibraError
 from ..files import check_writable, write_text_atomic
 from .dlrm import dlrm_plan
@@ -166,7 +167,7 @@ def generate(spec: str | Path | Mapping[str, Any], out_prefix: str | Path, overw
     groups_path = Path(f"{prefix}.groups.json") if groups else None
 
     paths = [Path(f"{prefix}.{r}.et") for r in range(n)]
-    for p in paths + ([groups_path] if groups_path else []):
+    for p in paths + ([groups_path] if groups_path else []) + [completion.marker_path(prefix)]:
         check_writable(p, overwrite)
     stale = [Path(f"{prefix}.{n}.et")] + ([] if groups_path else [Path(f"{prefix}.groups.json")])
     for p in stale:
@@ -177,6 +178,10 @@ def generate(spec: str | Path | Mapping[str, Any], out_prefix: str | Path, overw
     encoders = {key: _ProgramEncoder(ops, layout, group_ids) for key, ops in plan.programs.items()}
     shared: dict[Any, bytes] = {}
     total = 0
+    # Marked "writing" before the first rank file changes, "complete" after the last.
+    completion.begin(prefix, n, "libra-astra generate", overwrite)
+    records: list[dict[str, Any]] = []
+    shared_records: dict[Any, dict[str, Any]] = {}
     for r, path in enumerate(paths):
         enc = encoders[plan.rank_program[r]]
         if enc.rank_independent:
@@ -184,11 +189,20 @@ def generate(spec: str | Path | Mapping[str, Any], out_prefix: str | Path, overw
         else:
             data = enc.encode(r)
         write_text_atomic(path, data, overwrite)
+        if enc.rank_independent:   # same bytes for every rank of this program: digest once
+            rec = shared_records.get(plan.rank_program[r])
+            if rec is None:
+                rec = shared_records[plan.rank_program[r]] = completion.record(path, data)
+            records.append({**rec, "file": path.name})
+        else:
+            records.append(completion.record(path, data))
         total += len(data)
         if on_progress is not None:
             on_progress(r + 1, n)
     if groups_path is not None:
         cio.write_comm_groups(groups_path, groups, overwrite)
+    completion.finish(prefix, records, "libra-astra generate",
+                    {"groups": groups_path.name if groups_path is not None else None})
 
     counts: dict[str, int] = {}
     for key, ranks in Counter(plan.rank_program).items():

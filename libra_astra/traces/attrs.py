@@ -27,6 +27,7 @@ class NodeAttrs(NamedTuple):
 _EMPTY_ATTRS = NodeAttrs()
 _WANTED = frozenset(NodeAttrs._fields)
 _WANTED_BYTES = frozenset(f.encode() for f in NodeAttrs._fields)
+_INT64_MAX = (1 << 63) - 1
 _INT_FIELDS = ("num_ops", "tensor_size", "comm_type", "comm_size", "comm_src", "comm_dst")
 
 
@@ -88,6 +89,10 @@ def _normalize(name: str, v: Any, where: str | Callable[[], str]) -> Any:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
             w = where() if callable(where) else where
             raise LibraError(f"{w}: attribute {name} must be an integer, got {v!r}; fix the trace generator")
+        if not 0 <= v <= _INT64_MAX:
+            # -1 means "absent" inside the reader: a negative size or type must not read as missing
+            w = where() if callable(where) else where
+            raise LibraError(f"{w}: attribute {name} = {int(v)} is outside 0..2^63-1; fix the trace generator")
         return int(v)
     if name == "is_cpu_op":
         return bool(v)

@@ -209,20 +209,32 @@ def write_et(path: str | Path, nodes: Iterable[pb.Node], overwrite: bool = False
 
 
 def read_et(path: str | Path) -> tuple[pb.GlobalMetadata, list[pb.Node]]:
-    """Metadata and nodes of one ET file (plain or gzipped), decoded with protolib."""
+    """Metadata and nodes of one ET file (plain or gzipped), decoded with protolib.
+
+    Bounded like the trace reader (gunzipped size) and, like it, raises only LibraError.
+    """
+    from .files import read_file_bytes   # the bounded gunzip of the reader
     p = Path(path)
     if not p.is_file():
         raise LibraError(f"{p}: ET file not found")
+    f = io.BytesIO(read_file_bytes(p))
     meta = pb.GlobalMetadata()
     nodes = []
-    with protolib.openFileRd(str(p)) as f:
+    at = 0
+    try:
         if not protolib.decodeMessage(f, meta):
             raise LibraError(f"{p}: empty ET file; expected a GlobalMetadata message first")
         while True:
+            at = f.tell()
             node = pb.Node()
             if not protolib.decodeMessage(f, node):
                 break
             nodes.append(node)
+    except LibraError:
+        raise
+    except Exception:   # protobuf and the varint decoder raise assorted errors on damaged bytes
+        raise LibraError(f"{p}: corrupt message at byte offset {at}; the file is damaged "
+                         "or not a Chakra ET file") from None
     return meta, nodes
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import gzip
 import re
 import zlib
 from pathlib import Path
 
+from .. import limits
 from ..errors import LibraError
 from ..files import read_bytes
 
@@ -40,6 +40,8 @@ def is_trace_prefix(path: str | Path) -> bool:
 
 def rank_files(prefix: str | Path, num_ranks: int, network_name: str = "network") -> list[Path]:
     """The ``num_ranks`` rank files of a trace set, in rank order; LibraError if any is missing."""
+    if num_ranks > limits.value(limits.MAX_RANKS):
+        raise limits.exceeded(limits.MAX_RANKS, str(prefix), f"{network_name} has {num_ranks:,} NPUs")
     found = find_rank_files(prefix)
     if not found:
         raise LibraError(
@@ -53,11 +55,13 @@ def rank_files(prefix: str | Path, num_ranks: int, network_name: str = "network"
             f"{prefix}: found {len(found)} rank files (ranks up to {top - 1}) but {network_name} has "
             f"{num_ranks} NPUs; use a network with {top} NPUs or traces for {num_ranks} ranks"
         )
-    missing = [r for r in range(num_ranks) if r not in found]
-    if missing:
-        shown = ", ".join(f"{prefix}.{r}.et" for r in missing[:3]) + (" ..." if len(missing) > 3 else "")
+    n_missing = num_ranks - len(found)
+    if n_missing:
+        # never list every rank: a network can have 2^64 of them
+        first = [r for r in range(min(num_ranks, top + 3)) if r not in found][:3]
+        shown = ", ".join(f"{prefix}.{r}.et" for r in first) + (" ..." if n_missing > 3 else "")
         raise LibraError(
-            f"{prefix}: {len(missing)} rank file(s) missing: {shown}; every rank 0..{num_ranks - 1} needs a file"
+            f"{prefix}: {n_missing} rank file(s) missing: {shown}; every rank 0..{num_ranks - 1} needs a file"
         )
     return [found[r] for r in range(num_ranks)]
 
@@ -68,10 +72,32 @@ def read_file_bytes(path: str | Path) -> bytes:
     raw = read_bytes(p, "trace")
     if raw[:2] == b"\x1f\x8b":
         try:
-            return gzip.decompress(raw)
+            return _gunzip(raw, limits.value(limits.MAX_DECOMPRESSED_BYTES), str(p))
         except (EOFError, OSError, zlib.error) as e:
             raise LibraError(f"{p}: truncated or corrupt gzip data ({e}); re-create or re-copy the file") from None
     return raw
+
+
+def _gunzip(raw: bytes, cap: int, where: str) -> bytes:
+    """Gunzip every member of ``raw``, refusing output beyond ``cap`` bytes before it is held."""
+    out = bytearray()
+    data = raw
+    while True:
+        d = zlib.decompressobj(31)
+        while True:
+            chunk = d.decompress(data, cap + 1 - len(out))
+            out += chunk
+            if len(out) > cap:
+                raise limits.exceeded(limits.MAX_DECOMPRESSED_BYTES, where,
+                                      f"gzip data inflates to more than {cap:,} bytes")
+            data = d.unconsumed_tail
+            if d.eof or (not data and not chunk):
+                break
+        if not d.eof:
+            raise EOFError("compressed file ended before the end-of-stream marker was reached")
+        data = d.unused_data
+        if not data.strip(b"\x00"):
+            return bytes(out)
 
 
 def default_groups_path(prefix: str | Path) -> str | None:

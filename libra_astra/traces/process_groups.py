@@ -21,7 +21,7 @@ def parse_pg_metadata(values: str, where: str) -> tuple[tuple[str, tuple[int, ..
     def decode(text: str) -> Any:
         try:
             return json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
         try:
             return ast.literal_eval(text)

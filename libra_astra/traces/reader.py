@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -104,15 +104,22 @@ class TraceReader:
     def read(self, path: str | Path) -> RankProgram:
         return self.read_many([path])[0]
 
-    def read_many(self, paths: Sequence[str | Path]) -> list[RankProgram]:
+    def read_many(self, paths: Sequence[str | Path], expect: Mapping[str, str] | None = None) -> list[RankProgram]:
         """Programs of ``paths`` in order. Files with identical bytes are decoded once, and small
-        files are decoded in batches: the per-call overhead of the array walk is paid per batch."""
+        files are decoded in batches: the per-call overhead of the array walk is paid per batch.
+
+        ``expect`` maps a path to the hex blake2b-160 digest its content must have (the trace
+        set's completion marker)."""
         out: list[RankProgram | bytes] = []
         batch: dict[bytes, tuple[bytes, str]] = {}
         size = 0
         for p in paths:
             data = read_file_bytes(p)
             key = hashlib.blake2b(data, digest_size=20).digest()
+            if expect is not None and expect.get(str(p), key.hex()) != key.hex():
+                raise LibraError(f"{p}: content differs from the digest in the trace set's completion marker (the "
+                                 "file was changed after the set was written); write the set again, or delete the "
+                                 "marker PREFIX.set.json if the files are right")
             out.append(key)
             if key not in self._by_bytes and key not in batch:
                 batch[key] = (data, str(p))
@@ -292,12 +299,15 @@ class TraceReader:
         t_attr = wire.TAGS.attr
         cache = self.attrs.single
         while pos < n:
-            if blk[pos] != t_attr:
+            if blk[pos] != t_attr or pos + 1 >= n:   # a bare tag at the end: let the schema judge it
                 return -1
             ln = blk[pos + 1]
             pos += 2
             if ln >= 0x80:
-                ln, pos = _varint_more(blk, pos, ln)
+                try:
+                    ln, pos = _varint_more(blk, pos, ln)
+                except (IndexError, ValueError):
+                    return -1
             end = pos + ln
             if end > n:
                 return -1
