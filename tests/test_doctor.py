@@ -116,6 +116,7 @@ CASES = {
     "pg-name-suffix": ([[coll(1, pg="1a")], [coll(1, pg="1a")]], {"groups": {"1": [0, 1]}}, "pg-name-suffix"),
     "unknown-group": ([[coll(1, pg="3")], [coll(1, pg="3")]], {"groups": {"1": [0, 1]}}, "unknown-group"),
     "not-member": ([[coll(1, pg="1")], [comp(1)]], {"groups": {"1": [1]}}, "not-member"),
+    "collective-count": ([[coll(1), coll(2, data=[1])], [coll(1)]], {}, "collective-count"),
     "group-of-one": ([[coll(1, pg="1")], [coll(1, pg="2")]], {"groups": {"1": [0], "2": [1]}}, "group-of-one"),
     "groups-path-empty": ([[coll(1, pg="1")], [coll(1, pg="1")]], {"groups": {"1": [0, 1]}, "groups_dir": "empty_dir"},
                           "groups-path-empty"),
@@ -249,6 +250,9 @@ EXPECTED = {
     'not-member': ('fails', 0, (1,), 1, [],
         '1 collective on a group that does not contain this rank (node 1 group 1 [1])',
         'aborts: assert(index_in_ring >= 0) in RingTopology'),
+    'collective-count': ('fails', None, (), 1, [],
+        'the ranks of a group issue different numbers of collectives on it (all ranks: rank 0: 2, rank 1: 1)',
+        'matches collectives across ranks by issue order: the ranks with more wait for partners that never come, stall and never print finished'),
     'group-of-one': ('fails', 0, (1,), 1, [],
         '1 collective on a one-member group (node 1 group 1)',
         'the collective generates no transfer and never finishes: the rank stalls and never prints finished'),
@@ -572,3 +576,33 @@ def test_progress_is_reported_per_rank_file(tmp_path):
     calls = []
     diagnose(prefix, on_progress=lambda done, total: calls.append((done, total)))
     assert calls == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_strict_fails_on_wrong_results(tmp_path):
+    prefix = write_set(tmp_path / "t", [[comp(1), comp(2, ctrl=[2])], [comp(1)]])
+    assert CliRunner().invoke(main, ["doctor", str(prefix)]).exit_code == 0
+    r = CliRunner().invoke(main, ["doctor", str(prefix), "--strict"])
+    assert r.exit_code == 1 and "WRONG self-dep (rank 0): 1 node depends on itself (node 2)" in r.output
+
+
+@pytest.mark.parametrize("prefix", ["dlrm_16/dlrm", "gpt3_tp8_dp8/gpt3", "gpt_tp2_pp2_dp4/gpt", "resnet50_dp16/resnet50"])
+def test_shipped_sample_traces_have_no_finding(prefix):
+    d = diagnose(Path(__file__).resolve().parents[1] / "traces" / prefix, splits=4)
+    assert d.findings == ()
+
+
+@pytest.mark.parametrize("name", ["gpt_tp2_pp2_dp4/gpt", "dlrm_16/dlrm"])
+def test_emitted_workloads_pass_the_doctor(tmp_path, name):
+    root = Path(__file__).resolve().parents[1]
+    design = tmp_path / "design.json"
+    args = ["optimize", str(root / "traces" / name), "--network", str(root / "network_configs/sample_4x4.yml"),
+            "--cost", str(root / "network_configs/cost.yml"), "--total-bw", "300", "-o", str(design)]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    r = CliRunner().invoke(main, ["emit", str(design), "--out", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    run = tmp_path / "run"
+    prefix = str(next((run / "workload").glob("*.0.et"))).removesuffix(".0.et")
+    groups = run / "comm_groups.json"
+    splits = json.loads((run / "system.json").read_text())["preferred-dataset-splits"]
+    d = diagnose(prefix, network=run / "network.yml", groups=groups if groups.exists() else None, splits=splits)
+    assert [f.code for f in d.findings] == []

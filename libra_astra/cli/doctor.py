@@ -62,21 +62,24 @@ def _summary(d: "Diagnosis") -> str:
 @click.option("--out", "out_prefix", default=None, metavar="NEWPREFIX",
               help="Prefix of the fixed copy: NEWPREFIX.RANK.et (plain) and NEWPREFIX.groups.json if groups are used.")
 @click.option("--force", is_flag=True, help="Replace an existing fixed copy at --out.")
+@click.option("--strict", is_flag=True, help="Exit 1 also when ASTRA-sim would run the set but simulate something "
+              "else (WRONG findings).")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings (and the fix) as JSON.")
 @click.pass_context
 def doctor_command(ctx: click.Context, prefix: str, network_path: str | None, comm_groups: str | None, splits: int,
-                   do_fix: bool, out_prefix: str | None, force: bool, as_json: bool) -> None:
+                   do_fix: bool, out_prefix: str | None, force: bool, strict: bool, as_json: bool) -> None:
     """Check the trace set PREFIX.RANK.et[.gz] against every way ASTRA-sim is known to crash or
     silently misbehave, with the nodes, what the simulator would do and the fix.
 
     Exit code 1 when ASTRA-sim would fail on the set (abort, non-zero exit, or a rank that never
-    finishes); with --fix, when it would still fail on the copy.
+    finishes; with --strict also when it would simulate something else); with --fix, the same
+    for the copy.
 
     \b
     Examples:
-      libra-astra doctor traces/dlrm
-      libra-astra doctor traces/dlrm --network net.yml --splits 4 --json
-      libra-astra doctor traces/dlrm --fix --out fixed/dlrm
+      libra-astra doctor tests/fixtures/real/tpdp4/tpdp4
+      libra-astra doctor traces/gpt3_tp8_dp8/gpt3 --network network_configs/sample_8x8.yml --splits 4 --json
+      libra-astra doctor tests/fixtures/real/tpdp4/tpdp4 --fix --out /tmp/tpdp4 --force
     """
     from ..doctor import diagnose, fix
 
@@ -112,6 +115,6 @@ def doctor_command(ctx: click.Context, prefix: str, network_path: str | None, co
                     click.echo("  " + line)
             else:
                 click.echo("the copy has no failing or wrong-result finding")
-    failed = (res.after if res is not None else d).fails
-    if failed:
+    last = res.after if res is not None else d
+    if last.fails or (strict and any(f.severity == WRONG for f in last.findings)):
         ctx.exit(1)

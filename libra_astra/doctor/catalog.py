@@ -119,6 +119,10 @@ _C = [
           "--comm-group-configuration)", "write the METADATA groups to a communicator-group file", True),
     Check("not-member", FAILS, "{n} collectives on groups that do not contain this rank ({examples})",
           "aborts: assert(index_in_ring >= 0) in RingTopology", "fix the trace or the communicator-group file", False),
+    Check("collective-count", FAILS, "the ranks of a group issue different numbers of collectives on it "
+          "({examples})", "matches collectives across ranks by issue order: the ranks with more wait for partners "
+          "that never come, stall and never print finished", "give every member the same collectives in the same order",
+          False),
     Check("group-of-one", FAILS, "{n} collectives on one-member groups ({examples})",
           "the collective generates no transfer and never finishes: the rank stalls and never prints finished",
           "replace them by zero-duration compute nodes", True),

@@ -204,6 +204,34 @@ def _p2p_checks(col: Collect, rf: RankFile, n, a: dict[str, Any], num_ranks: int
     (sends if n.type == COMM_SEND_NODE else recvs).setdefault(key, []).append((r, n.id))
 
 
+def _group_key(a: dict[str, Any]) -> tuple:
+    """Which ranks share a collective: its group id, else all ranks (whatever its involved_dim: a
+    collective over some dimensions still has a partner on every rank)."""
+    pg = a.get("pg_name")
+    text = pg.string_val if attr_kind(pg) == "string_val" else (
+        str(int_attr(pg)) if int_attr(pg) is not None else "") if pg is not None else ""
+    gid = stoi(text)[0] if text not in ("", "0") else None
+    if gid:
+        return ("group", gid)
+    return ("all",)
+
+
+def _count_checks(col: Collect, counts: dict[tuple, Counter], view: GroupView, busy: list[int]) -> None:
+    for key, per_rank in counts.items():
+        if key[0] == "group":
+            members = view.members.get(key[1]) or view.from_metadata.get(key[1])
+            if members is None:
+                continue
+            what = f"group {key[1]}"
+        else:
+            members = busy
+            what = "all ranks"
+        got = {m: per_rank.get(m, 0) for m in members}
+        if len(set(got.values())) > 1:
+            shown = ", ".join(f"rank {m}: {k}" for m, k in list(got.items())[:4]) + (", ..." if len(got) > 4 else "")
+            col.add("collective-count", None, None, f"{what}: {shown}")
+
+
 def check_set(ranks: Sequence[RankFile], *, target: Target | None = None, groups: GroupFile | None = None,
               splits: int = 1) -> list[Finding]:
     """Every finding on a set, set-wide ones first, then by rank and check."""
@@ -229,6 +257,7 @@ def check_set(ranks: Sequence[RankFile], *, target: Target | None = None, groups
     view = GroupView({} if file_ignored else loaded, meta, file_ignored)
     sends: dict = {}
     recvs: dict = {}
+    coll_counts: dict[tuple, Counter] = {}
     for rf in ranks:
         r = rf.rank
         if rf.nodes is None:
@@ -270,10 +299,12 @@ def check_set(ranks: Sequence[RankFile], *, target: Target | None = None, groups
                     col.add("gloo-cpu-collectives", r, n.id, f"node {n.id} {n.name!r}")
             if t == COMM_COLL_NODE:
                 _collective_checks(col, rf, n, a, target, view, splits)
+                coll_counts.setdefault(_group_key(a), Counter())[r] += 1
             elif t in (COMM_SEND_NODE, COMM_RECV_NODE):
                 _p2p_checks(col, rf, n, a, num_ranks, sends, recvs)
         for _ in range(cpu):
             col.add("cpu-ops", r)
+    _count_checks(col, coll_counts, view, [rf.rank for rf in ranks if rf.nodes])
     # p2p matching: the n-th send of a key matches the n-th receive of it
     for key in sorted(set(sends) | set(recvs)):
         s_list, r_list = sends.get(key, []), recvs.get(key, [])
