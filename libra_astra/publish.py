@@ -22,6 +22,7 @@ import os
 import shutil
 import tempfile
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import LibraError
@@ -122,33 +123,44 @@ def _note_published(path: str) -> None:
             del _published[:50_000]
 
 
-def temp_file(dest: Path) -> tuple[int, str]:
-    """A new, registered temporary file next to ``dest``, with umask permissions: (fd, path)."""
+def _temporary(dest: Path, make, mode: int) -> str:
+    """Make a registered temporary next to ``dest`` and give it the umask's permissions (mkstemp and
+    mkdtemp make 0600/0700 entries; an output should honour the umask like any other tool's)."""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+        made = make(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     except OSError as e:
         raise write_error(dest, e) from None
+    tmp = made[1] if isinstance(made, tuple) else made
     _register(tmp)
     try:
-        # mkstemp makes 0600 files; an output should honour the umask like any other tool's.
-        os.fchmod(fd, 0o666 & ~current_umask())
+        os.chmod(tmp, mode & ~current_umask())
     except OSError:
         pass
-    return fd, tmp
+    return made
+
+
+def temp_file(dest: Path) -> tuple[int, str]:
+    """A new, registered temporary file next to ``dest``, with umask permissions: (fd, path)."""
+    return _temporary(dest, tempfile.mkstemp, 0o666)
 
 
 def temp_dir(dest: Path) -> Path:
     """A new, registered temporary directory next to ``dest`` with umask permissions."""
+    return Path(_temporary(dest, tempfile.mkdtemp, 0o777))
+
+
+@contextmanager
+def building(tmp: str | Path, dest: str | Path):
+    """Work on the temporary ``tmp`` meant for ``dest``: any error removes ``tmp``, and an OSError
+    becomes the one-line write error that names ``dest``."""
     try:
-        tmp = tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+        yield
     except OSError as e:
+        discard(tmp)
         raise write_error(dest, e) from None
-    _register(tmp)
-    try:
-        os.chmod(tmp, 0o777 & ~current_umask())
-    except OSError:
-        pass
-    return Path(tmp)
+    except BaseException:
+        discard(tmp)
+        raise
 
 
 def discard(tmp: str | Path) -> None:
@@ -201,8 +213,9 @@ def rename_noreplace(src: str | Path, dest: str | Path) -> None:
     os.unlink(s)
 
 
-def publish(tmp: str | Path, dest: str | Path, replace: bool = False) -> None:
-    """Put the finished temporary ``tmp`` at ``dest``; without ``replace`` an existing ``dest`` is an error.
+def publish(tmp: str | Path, dest: str | Path, replace: bool = False, appeared: str | None = None) -> None:
+    """Put the finished temporary ``tmp`` at ``dest``; without ``replace`` an existing ``dest`` is an error
+    (``appeared``, when given, is its message).
 
     ``tmp`` is removed either way.
     """
@@ -217,7 +230,7 @@ def publish(tmp: str | Path, dest: str | Path, replace: bool = False) -> None:
             rename_noreplace(t, d)
     except FileExistsError:
         discard(t)
-        raise _appeared(d) from None
+        raise (LibraError(appeared) if appeared else _appeared(d)) from None
     except LibraError:
         discard(t)
         raise
@@ -245,14 +258,7 @@ def write_bytes(path: str | Path, data: bytes, overwrite: bool = False) -> Path:
     """Write ``data`` to ``path`` atomically (temporary name, then publish); see the module docstring."""
     p = check_new(path, overwrite)
     fd, tmp = temp_file(p)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-    except OSError as e:
-        discard(tmp)
-        raise write_error(p, e) from None
-    except BaseException:
-        discard(tmp)
-        raise
+    with building(tmp, p), os.fdopen(fd, "wb") as f:
+        f.write(data)
     publish(tmp, p, replace=overwrite)
     return p

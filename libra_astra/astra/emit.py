@@ -332,7 +332,7 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None
                            scheduling_policy=scheduling_policy)
 
     tmp = publish.temp_dir(out)
-    try:
+    with publish.building(tmp, out):
         (tmp / "workload").mkdir()
         if source == "traces":
             stats = rewrite_traces(wl.traces, tmp / "workload" / name, lnet, groups, masks, splits, on_progress,
@@ -363,12 +363,6 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None
         run_sh = tmp / "run.sh"
         run_sh.write_text(_run_sh(args, logging_folder))
         run_sh.chmod(run_sh.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    except OSError as e:
-        publish.discard(tmp)
-        raise publish.write_error(out, e) from None
-    except BaseException:
-        publish.discard(tmp)
-        raise
     # Re-checked now, not only at the start: the destination may have appeared meanwhile.
     if overwrite and os.path.lexists(out):
         rundir.replace_own(tmp, out)

@@ -154,7 +154,7 @@ def simulate(run_dir: str | os.PathLike, binary: str | os.PathLike | None = None
     # The run writes into a fresh hidden directory, published as sim/ when the simulator is done:
     # an earlier sim/ stays intact until then, and an interrupted run leaves nothing half-written.
     tmp = publish.temp_dir(sim)
-    try:
+    with publish.building(tmp, sim):
         argv = [exe] + list(manifest.simulator.args) + [f"--logging-folder={tmp.name}/log"]
         shown = [exe] + list(manifest.simulator.args) + [f"--logging-folder={SIM_DIR}/log"]
         (tmp / "log").mkdir()
@@ -162,15 +162,6 @@ def simulate(run_dir: str | os.PathLike, binary: str | os.PathLike | None = None
         start = time.monotonic()
         code, timed_out, parsed, tail = _run(argv, run, tmp, timeout_s)
         wall = time.monotonic() - start
-    except LibraError:
-        publish.discard(tmp)
-        raise
-    except OSError as e:
-        publish.discard(tmp)
-        raise publish.write_error(sim, e) from None
-    except BaseException:
-        publish.discard(tmp)
-        raise
     failure = None
     if timed_out:
         failure = (f"{run}: ASTRA-sim did not finish within {timeout_s:g} s and was stopped; "
@@ -197,11 +188,8 @@ def simulate(run_dir: str | os.PathLike, binary: str | os.PathLike | None = None
     predicted = manifest.predicted_time_ns
     result = SimResult(str(run), str(sim), exe, code, wall, npus, manifest.preferred_dataset_splits,
                        parsed.ranks, tuple(shown), float(predicted) if predicted is not None else None)
-    try:
+    with publish.building(tmp, tmp / "result.json"):
         (tmp / "result.json").write_text(json.dumps(result.to_dict(), indent=1) + "\n")
-    except OSError as e:
-        publish.discard(tmp)
-        raise publish.write_error(tmp / "result.json", e) from None
     _publish_sim(tmp, sim, overwrite)
     return result
 
@@ -213,11 +201,8 @@ def _publish_sim(tmp: Path, sim: Path, overwrite: bool) -> None:
         if os.path.lexists(sim) and overwrite:
             trash = publish.temp_dir(sim)
             os.rename(sim, trash / SIM_DIR)
-        publish.rename_noreplace(tmp, sim)
-    except FileExistsError:
-        publish.discard(tmp)
-        raise LibraError(f"{sim}: appeared while the simulator ran (another simulate?); it is kept; pass --force "
-                         "to replace it") from None
+        publish.publish(tmp, sim, appeared=f"{sim}: appeared while the simulator ran (another simulate?); it is "
+                        "kept; pass --force to replace it")
     except OSError as e:
         publish.discard(tmp)
         raise publish.write_error(sim, e) from None

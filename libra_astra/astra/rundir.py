@@ -45,16 +45,8 @@ def _old_workload_files(out: Path, old: dict[str, Any]) -> list[Path]:
 
 def publish_new(tmp: Path, out: Path) -> None:
     """Rename the finished ``tmp`` to ``out``; LibraError (``tmp`` removed) if ``out`` appeared meanwhile."""
-    try:
-        publish.rename_noreplace(tmp, out)
-    except FileExistsError:
-        publish.discard(tmp)
-        raise LibraError(f"{out}: appeared while emitting (another command wrote it?); it is kept: choose another "
-                         "directory, or pass --force to replace an emitted one") from None
-    except OSError as e:
-        publish.discard(tmp)
-        raise publish.write_error(out, e) from None
-    publish._unregister(str(tmp))
+    publish.publish(tmp, out, appeared=f"{out}: appeared while emitting (another command wrote it?); it is kept: "
+                    "choose another directory, or pass --force to replace an emitted one")
 
 
 def replace_own(tmp: Path, out: Path) -> None:
