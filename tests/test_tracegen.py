@@ -341,3 +341,26 @@ def test_fast_encoding_is_canonical(tmp_path):
         path = Path(f"{tmp_path}/c.{r}.et")
         meta, nodes = cio.read_et(path)
         assert cio.encode_et(nodes, meta) == path.read_bytes()
+
+
+@pytest.mark.parametrize("pp,sp,iterations", [(4, False, 1), (6, True, 2)])
+def test_plan_without_names_shares_middle_stages(pp, sp, iterations):
+    """build_plan(names=False) gives the middle stages one program; only op names tell them apart."""
+    from dataclasses import replace
+
+    from libra_astra.tracegen import build_plan, spec_from_dict
+    raw = {"name": "t", "iterations": iterations,
+           "model": {"type": "transformer", "layers": 12, "hidden_size": 256, "heads": 8, "seq_length": 64,
+                     "vocab_size": 1000, "micro_batch": 1, "global_batch": 8, "bytes_per_element": 2},
+           "parallel": {"tp": 2, "pp": pp, "dp": 2, "sequence_parallel": sp, "grad_bucket_mb": 0.001},
+           "placement": {"tp": [0], "pp": [1], "dp": [2]}, "network": {"npus_per_dim": [2, pp, 2]},
+           "compute": {"tflops": 100}}
+    spec = spec_from_dict(raw, "t.yml")
+    full, shared = build_plan(spec), build_plan(spec, names=False)
+    assert shared.rank_program == full.rank_program
+    assert len({id(p) for p in shared.programs.values()}) == 3
+    strip = lambda ops: [replace(op, name="") for op in ops]  # noqa: E731
+    for st in range(pp):
+        assert strip(shared.programs[st]) == strip(full.programs[st])
+    assert shared.programs[0] == full.programs[0] and shared.programs[pp - 1] == full.programs[pp - 1]
+    assert full.programs[1] != full.programs[2]   # the names do differ

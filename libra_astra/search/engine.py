@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 from . import bounds as bnd
 from .catalog import Catalog
-from .evaluate import Candidate, Outcome, Problem, evaluate_chunk, programs_for
+from .evaluate import Candidate, Outcome, Problem, evaluate_chunk, plan_for
 from .memory import transformer_memory
 from .space import (Parallelization, blocks_for, factorizations, p2p_far_dims, parallelizations, placements,
                     undominated_blocks)
@@ -148,11 +148,11 @@ class ParInfo:
 
 def par_info(problem: Problem, par: Parallelization) -> ParInfo:
     """The long paths of a parallelization (a task: it builds the generator's programs)."""
-    progs = programs_for(problem.spec, par)
+    programs = plan_for(problem.spec, par).programs
     deg = par.degrees()
     total = problem.constraints.total_bw_gbps
-    paths = bnd.longest_paths(progs.programs, lambda k, s, a: _collective_bytes(k, s, deg.get(a, 1)), total)
-    return ParInfo(par, tuple(paths) + tuple(bnd.collective_chains(progs.programs)))
+    paths = bnd.longest_paths(programs, lambda k, s, a: _collective_bytes(k, s, deg.get(a, 1)), total)
+    return ParInfo(par, tuple(paths) + tuple(bnd.collective_chains(programs)))
 
 
 def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
