@@ -64,6 +64,28 @@ def test_placements_are_every_layout_the_generator_accepts(shape):
         assert len(placements(shape, par)) == len(got)
 
 
+@pytest.mark.parametrize("shape", [(8,), (2, 4), (4, 2), (2, 2, 2), (4, 4), (2, 8, 4), (16, 2, 8)])
+def test_placement_infos_agree_with_the_placement_rules(shape):
+    """What the enumeration reads off a layout's parts equals what the rules compute from its
+    dims: participants per axis (axis_participants) and far pipeline sends (p2p_far_dims); the
+    count by degree multiset equals the layouts' number."""
+    from libra_astra.search.engine import axis_participants
+    from libra_astra.search.space import Parallelization, p2p_far_dims, placement_count, placement_infos
+    N = math.prod(shape)
+    for tp, pp in itertools.product([d for d in range(1, N + 1) if N % d == 0], repeat=2):
+        if N % (tp * pp):
+            continue
+        par = Parallelization(tp, pp, N // (tp * pp))
+        infos = placement_infos(shape, par.tp, par.pp, par.dp)
+        pls = placements(shape, par)
+        assert [dict((a, list(d)) for a, d in i.order) for i in infos] == pls
+        assert placement_count(shape, par.tp, par.pp, par.dp) == len(pls)
+        for info, pl in zip(infos, pls):
+            parts = axis_participants(shape, info.order, par.degrees())
+            assert info.participants == tuple(parts.get(a, (1,) * len(shape)) for a in ("tp", "pp", "dp"))
+            assert list(info.p2p_far) == p2p_far_dims(shape, pl, par)
+
+
 def test_catalog_levels_and_errors():
     cat = load_catalog("network_configs/catalog.yml")
     assert [cat.levels[i].name for i in cat.levels_of((16, 8, 32))] == ["package", "node", "pod"]

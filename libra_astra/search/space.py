@@ -137,17 +137,6 @@ def _takes(left: int, cap: tuple[int, ...], stride: tuple[int, ...], d0: int) ->
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def _layouts(axes: tuple, cap: tuple[int, ...], stride: tuple[int, ...]) -> tuple:
-    """Axes (name, degree) placed in this order on the capacity left: every ((name, dims, parts), ...)
-    that fills it exactly."""
-    if not axes:
-        return ((),) if all(c == 1 for c in cap) else ()
-    (name, g), rest = axes[0], axes[1:]
-    return tuple(((name, dims, parts),) + more for dims, parts, cap2, st2 in _takes(g, cap, stride, 0)
-                 for more in _layouts(rest, cap2, st2))
-
-
 class PlacementInfo(NamedTuple):
     """One layout with what the bounds and block dominance need, read off its parts."""
 
@@ -158,18 +147,40 @@ class PlacementInfo(NamedTuple):
 
 @functools.lru_cache(maxsize=4096)
 def _distinct_layouts(shape: tuple[int, ...], tp: int, pp: int, dp: int) -> tuple:
-    """Distinct layouts of the axes on ``shape``: the first ``chosen`` of each, in enumeration order."""
+    """Distinct layouts of the axes on ``shape``, each as ((name, dims, parts), ...) in the order of
+    the first axis order that gives it (orders in itertools.permutations order).
+
+    Axis orders giving one layout are the orders in which every two axes sharing a dimension come
+    inner (smaller stride) first; the first of them in permutation order is the greedy one. So an
+    order is kept for a layout only if, whenever an axis x comes after a later-listed axis y, x
+    shares a dimension with y or with an axis between them (otherwise x could have gone first):
+    each layout comes out once, without comparing layouts."""
     axes = tuple((a, g) for a, g in (("tp", tp), ("pp", pp), ("dp", dp)) if g > 1)
     if not axes:
         return ((),)
-    seen: dict = {}
-    ones = (1,) * len(shape)
-    for order in itertools.permutations(axes):
-        for chosen in _layouts(order, shape, ones):
-            key = frozenset((name, parts) for name, _, parts in chosen)
-            if key not in seen:
-                seen[key] = chosen
-    return tuple(seen.values())
+    n = len(axes)
+    out: list = []
+    for perm in itertools.permutations(range(n)):
+        def rec(j: int, cap: tuple, stride: tuple, chosen: tuple, dimsets: tuple) -> None:
+            if j == n:
+                if all(c == 1 for c in cap):
+                    out.append(chosen)
+                return
+            x = perm[j]
+            name, g = axes[x]
+            for dims, parts, cap2, st2 in _takes(g, cap, stride, 0):
+                ds = set(dims)
+                union: set = set()
+                ok = True
+                for i in range(j - 1, -1, -1):
+                    union |= dimsets[i]
+                    if perm[i] > x and not ds & union:
+                        ok = False
+                        break
+                if ok:
+                    rec(j + 1, cap2, st2, chosen + ((name, dims, parts),), dimsets + (ds,))
+        rec(0, shape, (1,) * len(shape), (), ())
+    return tuple(out)
 
 
 def placement_count(shape: tuple[int, ...], tp: int, pp: int, dp: int) -> int:
