@@ -290,6 +290,26 @@ def test_cli_search_writes_ranked_csv(tmp_path):
     assert again.exit_code != 0 and "holds an earlier search" in again.output
 
 
+def test_cli_search_takes_hbm_from_the_spec(tmp_path):
+    """compute: hbm_gb of the spec is the memory limit; --hbm-gb overrides it."""
+    import yaml
+    raw = yaml.safe_load(SPEC.read_text())
+    raw["compute"]["hbm_gb"] = 0.001      # 1 MB: no parallelization of the tiny model fits
+    spec = tmp_path / "spec.yml"
+    spec.write_text(yaml.safe_dump(raw))
+    base = ["search", "--model-spec", str(spec), "--cost", str(COST), "--catalog", str(CATALOG),
+            "--total-bw-max", "200", "--top", "1", "--max-dims", "1", "--in-process", "-q"]
+    r = CliRunner().invoke(main, base + ["-o", str(tmp_path / "a")])
+    assert r.exit_code == 0, r.output
+    a = json.loads((tmp_path / "a" / "search.json").read_text())
+    assert a["memory"]["hbm_bytes"] == 1e6 and a["counts"]["evaluated"] == 0
+    assert a["counts"]["parallelizations_over_memory"] == a["counts"]["parallelizations_valid"]
+    r = CliRunner().invoke(main, base + ["--hbm-gb", "80", "-o", str(tmp_path / "b")])
+    assert r.exit_code == 0, r.output
+    b = json.loads((tmp_path / "b" / "search.json").read_text())
+    assert b["memory"]["hbm_bytes"] == 80e9 and b["counts"]["evaluated"] > 0
+
+
 def test_cli_search_one_line_errors(tmp_path):
     r = CliRunner().invoke(main, ["search", "--model-spec", str(SPEC), "--cost", str(COST), "--catalog",
                                   str(CATALOG), "--in-process", "-o", str(tmp_path / "x")])

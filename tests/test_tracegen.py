@@ -266,6 +266,7 @@ def test_network_file_relative_to_spec(tmp_path):
      "placement: tp: degree 6 does not fit dimension 0 (4 NPUs left); pick a degree that divides or is a "
      "multiple of it"),
     ({"compute": {}}, "compute: missing 'tflops' (a number > 0)"),
+    ({"compute": {"tflops": 100, "hbm_gb": 0}}, "compute: hbm_gb must be > 0 (device memory per NPU, GB), got 0"),
     ({"model__type": "bert"}, "model: type must be one of ['dlrm', 'resnet50', 'transformer'], got 'bert'"),
 ])
 def test_spec_errors_name_file_key_and_fix(tmp_path, changes, message):
