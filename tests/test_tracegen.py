@@ -365,3 +365,22 @@ def test_plan_without_names_shares_middle_stages(pp, sp, iterations):
         assert strip(shared.programs[st]) == strip(full.programs[st])
     assert shared.programs[0] == full.programs[0] and shared.programs[pp - 1] == full.programs[pp - 1]
     assert full.programs[1] != full.programs[2]   # the names do differ
+
+
+@pytest.mark.parametrize("shape,degrees,placement", [
+    ([4, 2, 2], {"tp": 2, "pp": 4, "dp": 2}, {"tp": [0], "pp": [0, 1], "dp": [2]}),
+    ([8, 2], {"dp": 4, "tp": 2, "pp": 2}, {"dp": [0], "tp": [0], "pp": [1]}),
+    ([2, 4, 2], {"tp": 4, "dp": 4}, {"dp": [0, 1], "tp": [1, 2]}),
+])
+def test_layout_index_and_groups_follow_their_definitions(shape, degrees, placement):
+    """Axis.index per rank, and groups: ranks equal on every other axis, by smallest member."""
+    from libra_astra.model.network import Dimension, Network
+    from libra_astra.tracegen.placement import place_axes
+    net = Network("n", tuple(Dimension(f"d{i}", "Ring", n) for i, n in enumerate(shape)))
+    lay = place_axes(net, degrees, placement, "t")
+    for a in lay.axes:
+        assert lay.axis_index[a.name] == tuple(a.index(net.coords(r)) for r in range(net.npus_count))
+        by_key: dict = {}
+        for r in range(net.npus_count):
+            by_key.setdefault(tuple(lay.axis_index[o.name][r] for o in lay.axes if o is not a), []).append(r)
+        assert lay.groups(a.name) == sorted((tuple(m) for m in by_key.values()), key=lambda g: g[0])
