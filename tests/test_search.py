@@ -64,6 +64,28 @@ def test_placements_are_every_layout_the_generator_accepts(shape):
         assert len(placements(shape, par)) == len(got)
 
 
+@pytest.mark.parametrize("shape", [(8,), (2, 4), (4, 2), (2, 2, 2), (4, 4), (2, 8, 4), (16, 2, 8)])
+def test_placement_infos_agree_with_the_placement_rules(shape):
+    """What the enumeration reads off a layout's parts equals what the rules compute from its
+    dims: participants per axis (axis_participants) and far pipeline sends (p2p_far_dims); the
+    count by degree multiset equals the layouts' number."""
+    from libra_astra.search.engine import axis_participants
+    from libra_astra.search.space import Parallelization, p2p_far_dims, placement_count, placement_infos
+    N = math.prod(shape)
+    for tp, pp in itertools.product([d for d in range(1, N + 1) if N % d == 0], repeat=2):
+        if N % (tp * pp):
+            continue
+        par = Parallelization(tp, pp, N // (tp * pp))
+        infos = placement_infos(shape, par.tp, par.pp, par.dp)
+        pls = placements(shape, par)
+        assert [dict((a, list(d)) for a, d in i.order) for i in infos] == pls
+        assert placement_count(shape, par.tp, par.pp, par.dp) == len(pls)
+        for info, pl in zip(infos, pls):
+            parts = axis_participants(shape, info.order, par.degrees())
+            assert info.participants == tuple(parts.get(a, (1,) * len(shape)) for a in ("tp", "pp", "dp"))
+            assert list(info.p2p_far) == p2p_far_dims(shape, pl, par)
+
+
 def test_catalog_levels_and_errors():
     cat = load_catalog("network_configs/catalog.yml")
     assert [cat.levels[i].name for i in cat.levels_of((16, 8, 32))] == ["package", "node", "pod"]
@@ -266,6 +288,26 @@ def test_cli_search_writes_ranked_csv(tmp_path):
     assert "evaluated" in r.output and "pruned" in r.output
     again = CliRunner().invoke(main, args)
     assert again.exit_code != 0 and "holds an earlier search" in again.output
+
+
+def test_cli_search_takes_hbm_from_the_spec(tmp_path):
+    """compute: hbm_gb of the spec is the memory limit; --hbm-gb overrides it."""
+    import yaml
+    raw = yaml.safe_load(SPEC.read_text())
+    raw["compute"]["hbm_gb"] = 0.001      # 1 MB: no parallelization of the tiny model fits
+    spec = tmp_path / "spec.yml"
+    spec.write_text(yaml.safe_dump(raw))
+    base = ["search", "--model-spec", str(spec), "--cost", str(COST), "--catalog", str(CATALOG),
+            "--total-bw-max", "200", "--top", "1", "--max-dims", "1", "--in-process", "-q"]
+    r = CliRunner().invoke(main, base + ["-o", str(tmp_path / "a")])
+    assert r.exit_code == 0, r.output
+    a = json.loads((tmp_path / "a" / "search.json").read_text())
+    assert a["memory"]["hbm_bytes"] == 1e6 and a["counts"]["evaluated"] == 0
+    assert a["counts"]["parallelizations_over_memory"] == a["counts"]["parallelizations_valid"]
+    r = CliRunner().invoke(main, base + ["--hbm-gb", "80", "-o", str(tmp_path / "b")])
+    assert r.exit_code == 0, r.output
+    b = json.loads((tmp_path / "b" / "search.json").read_text())
+    assert b["memory"]["hbm_bytes"] == 80e9 and b["counts"]["evaluated"] > 0
 
 
 def test_cli_search_one_line_errors(tmp_path):

@@ -266,6 +266,7 @@ def test_network_file_relative_to_spec(tmp_path):
      "placement: tp: degree 6 does not fit dimension 0 (4 NPUs left); pick a degree that divides or is a "
      "multiple of it"),
     ({"compute": {}}, "compute: missing 'tflops' (a number > 0)"),
+    ({"compute": {"tflops": 100, "hbm_gb": 0}}, "compute: hbm_gb must be > 0 (device memory per NPU, GB), got 0"),
     ({"model__type": "bert"}, "model: type must be one of ['dlrm', 'resnet50', 'transformer'], got 'bert'"),
 ])
 def test_spec_errors_name_file_key_and_fix(tmp_path, changes, message):
@@ -341,3 +342,45 @@ def test_fast_encoding_is_canonical(tmp_path):
         path = Path(f"{tmp_path}/c.{r}.et")
         meta, nodes = cio.read_et(path)
         assert cio.encode_et(nodes, meta) == path.read_bytes()
+
+
+@pytest.mark.parametrize("pp,sp,iterations", [(4, False, 1), (6, True, 2)])
+def test_plan_without_names_shares_middle_stages(pp, sp, iterations):
+    """build_plan(names=False) gives the middle stages one program; only op names tell them apart."""
+    from dataclasses import replace
+
+    from libra_astra.tracegen import build_plan, spec_from_dict
+    raw = {"name": "t", "iterations": iterations,
+           "model": {"type": "transformer", "layers": 12, "hidden_size": 256, "heads": 8, "seq_length": 64,
+                     "vocab_size": 1000, "micro_batch": 1, "global_batch": 8, "bytes_per_element": 2},
+           "parallel": {"tp": 2, "pp": pp, "dp": 2, "sequence_parallel": sp, "grad_bucket_mb": 0.001},
+           "placement": {"tp": [0], "pp": [1], "dp": [2]}, "network": {"npus_per_dim": [2, pp, 2]},
+           "compute": {"tflops": 100}}
+    spec = spec_from_dict(raw, "t.yml")
+    full, shared = build_plan(spec), build_plan(spec, names=False)
+    assert shared.rank_program == full.rank_program
+    assert len({id(p) for p in shared.programs.values()}) == 3
+    strip = lambda ops: [replace(op, name="") for op in ops]  # noqa: E731
+    for st in range(pp):
+        assert strip(shared.programs[st]) == strip(full.programs[st])
+    assert shared.programs[0] == full.programs[0] and shared.programs[pp - 1] == full.programs[pp - 1]
+    assert full.programs[1] != full.programs[2]   # the names do differ
+
+
+@pytest.mark.parametrize("shape,degrees,placement", [
+    ([4, 2, 2], {"tp": 2, "pp": 4, "dp": 2}, {"tp": [0], "pp": [0, 1], "dp": [2]}),
+    ([8, 2], {"dp": 4, "tp": 2, "pp": 2}, {"dp": [0], "tp": [0], "pp": [1]}),
+    ([2, 4, 2], {"tp": 4, "dp": 4}, {"dp": [0, 1], "tp": [1, 2]}),
+])
+def test_layout_index_and_groups_follow_their_definitions(shape, degrees, placement):
+    """Axis.index per rank, and groups: ranks equal on every other axis, by smallest member."""
+    from libra_astra.model.network import Dimension, Network
+    from libra_astra.tracegen.placement import place_axes
+    net = Network("n", tuple(Dimension(f"d{i}", "Ring", n) for i, n in enumerate(shape)))
+    lay = place_axes(net, degrees, placement, "t")
+    for a in lay.axes:
+        assert lay.axis_index[a.name] == tuple(a.index(net.coords(r)) for r in range(net.npus_count))
+        by_key: dict = {}
+        for r in range(net.npus_count):
+            by_key.setdefault(tuple(lay.axis_index[o.name][r] for o in lay.axes if o is not a), []).append(r)
+        assert lay.groups(a.name) == sorted((tuple(m) for m in by_key.values()), key=lambda g: g[0])

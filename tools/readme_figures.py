@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""Regenerate the README's trace-reading and overlap tables from the benchmarks, so the figures
-printed there are always ones a benchmark measured.
+"""Regenerate the README's trace-reading, overlap and search tables from the benchmarks, so the
+figures printed there are always ones a benchmark measured.
 
-Either give the JSON files the benchmarks wrote (``--json`` of tools/bench_trace.py and
-tools/bench_overlap.py), or let this script run them (slow: it generates the trace sets):
+Either give the JSON files the benchmarks wrote (``--json`` of tools/bench_trace.py,
+tools/bench_overlap.py and tools/bench_search.py), or let this script run them (slow: it generates
+the trace sets):
 
     python tools/bench_trace.py --json /tmp/trace.json
     python tools/bench_trace.py --skip-mixed --gpt-prefix /tmp/gpt/gpt3 --json /tmp/trace96.json
     python tools/bench_overlap.py /tmp/gpt.demand.json --json /tmp/overlap.json
-    python tools/readme_figures.py --trace /tmp/trace.json /tmp/trace96.json --overlap /tmp/overlap.json
+    python tools/bench_search.py --json /tmp/search.json
+    python tools/readme_figures.py --trace /tmp/trace.json /tmp/trace96.json --overlap /tmp/overlap.json \
+        --search /tmp/search.json
 
     python tools/readme_figures.py --run      # runs bench_trace.py (mixed set, 8-layer GPT-3) itself
 
@@ -48,6 +51,19 @@ def overlap_table(runs: list[dict]) -> str:
     return "\n".join(rows)
 
 
+_MODELS = {"libra": "libra", "pipelined+overlap": "pipelined, dependency-aware", "pipelined": "pipelined"}
+
+
+def search_table(runs: list[dict]) -> str:
+    rows = ["| N | dims | model | space | candidates | solved | enumeration | search | cand/s | optimize call | ratio |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in (c for run in runs for c in run["cases"]):
+        rows.append(f"| {r['npus']:,} | 1-{r['max_dims']} | {_MODELS.get(r['model'], r['model'])} | {r['space']:,} "
+                    f"| {r['candidates']:,} | {r['evaluated']} | {r['enum_s']:.2f} s | {r['search_s']:.2f} s "
+                    f"| {r['rate_total']:,.0f} | {r['optimize_ms']:.1f} ms | x{r['ratio']:.0f} |")
+    return "\n".join(rows)
+
+
 def replace_block(text: str, name: str, body: str) -> str:
     begin, end = f"<!-- figures:{name} -->", f"<!-- /figures:{name} -->"
     i, j = text.find(begin), text.find(end)
@@ -60,6 +76,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", nargs="*", default=[], help="JSON files of tools/bench_trace.py --json")
     ap.add_argument("--overlap", nargs="*", default=[], help="JSON files of tools/bench_overlap.py --json")
+    ap.add_argument("--search", nargs="*", default=[], help="JSON files of tools/bench_search.py --json")
     ap.add_argument("--run", action="store_true", help="run tools/bench_trace.py now (default sets)")
     ap.add_argument("--check", action="store_true", help="only say whether README.md would change (exit 1 if so)")
     args = ap.parse_args()
@@ -70,8 +87,8 @@ def main() -> None:
         out = Path(tmp.name) / "trace.json"
         subprocess.run([sys.executable, str(ROOT / "tools/bench_trace.py"), "--json", str(out)], check=True)
         trace_files.append(out)
-    if not trace_files and not args.overlap:
-        raise SystemExit("nothing to do: give --trace/--overlap JSON files or --run")
+    if not trace_files and not args.overlap and not args.search:
+        raise SystemExit("nothing to do: give --trace/--overlap/--search JSON files or --run")
     text = README.read_text()
     new = text
     if trace_files:
@@ -79,6 +96,8 @@ def main() -> None:
         new = replace_block(new, "trace", trace_table(sets))
     if args.overlap:
         new = replace_block(new, "overlap", overlap_table([json.loads(Path(p).read_text()) for p in args.overlap]))
+    if args.search:
+        new = replace_block(new, "search", search_table([json.loads(Path(p).read_text()) for p in args.search]))
     if args.check:
         print("README.md figures are " + ("up to date" if new == text else "out of date"))
         sys.exit(0 if new == text else 1)

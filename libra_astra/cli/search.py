@@ -90,8 +90,9 @@ def _model(kind: str, splits: int, local_mem_bw: float, overlap: bool):
               help="Sequence parallelism: try both, always, never, or as in the spec.")
 @click.option("--micro-batch", "micro_batches", type=click.IntRange(min=1), multiple=True,
               help="Micro-batch sizes to try (repeatable) [default: the spec's].")
-@click.option("--hbm-gb", type=click.FloatRange(min=0, min_open=True), default=80.0, show_default=True,
-              help="Device memory per NPU, GB (1e9 B); 10% is kept free.")
+@click.option("--hbm-gb", type=click.FloatRange(min=0, min_open=True),
+              help="Device memory per NPU, GB (1e9 B); 10% is kept free [default: the spec's compute: hbm_gb, "
+                   "else 80].")
 @click.option("--optimizer-bytes", type=click.FloatRange(min=0), default=12.0, show_default=True,
               help="Optimizer state per parameter, bytes (Adam with fp32 master weights: 12).")
 @click.option("--model", "model_kind", type=click.Choice(("pipelined", "libra")), default="pipelined",
@@ -151,7 +152,7 @@ def search_command(spec_path, npus, cost_path, catalog_path, total_bw, total_bw_
     res = driver.run(spec, spec_path, npus or spec.net.npus_count, load_cost(cost_path),
                      catalog_path or _default_catalog(cost_path), objective, cons,
                      _model(model_kind, splits, local_mem_bw, overlap), names, max_dims, sp, micro_batches,
-                     hbm_gb * 1e9, optimizer_bytes, top, max_evals, time_limit, n_sim, binary, timeout,
+                     (hbm_gb or spec.hbm_gb or 80.0) * 1e9, optimizer_bytes, top, max_evals, time_limit, n_sim, binary, timeout,
                      local_mem_bw, scheduler, workers, out, force, progress, on_note=lambda m: echo(m, err=True),
                      threads=in_process)
     progress.end()

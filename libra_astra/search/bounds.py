@@ -50,111 +50,159 @@ class PathSummary:
     colls: tuple[tuple[tuple[str, int, str], int], ...]
 
 
-def _stage_graph(programs: dict) -> tuple[list, list, list]:
-    """Nodes (stage, op) of all pipeline stages with edges: program dependencies plus send -> recv."""
-    stages = sorted(programs)
-    base = {}
-    n = 0
-    for s in stages:
-        base[s] = n
-        n += len(programs[s])
-    preds: list[list[int]] = [[] for _ in range(n)]
-    weight_c = [0.0] * n
-    coll = [None] * n
-    for s in stages:
-        ops = programs[s]
-        b = base[s]
-        for i, op in enumerate(ops):
-            for u in op.data_deps + op.ctrl_deps:
-                preds[b + i].append(b + u)
-            if op.kind == COMP:
-                weight_c[b + i] = op.duration_micros * 1000.0
-            elif op.kind == COLL:
-                coll[b + i] = (op.coll, op.size_bytes, op.axis)
-            elif op.kind == SEND:
-                coll[b + i] = ("P2P", op.size_bytes, "pp")
-        # receives wait for the matching sends of the neighbouring stage, k-th to k-th
-        recv_prev = [i for i, op in enumerate(ops) if op.kind == RECV and op.peer_offset < 0]
-        recv_next = [i for i, op in enumerate(ops) if op.kind == RECV and op.peer_offset > 0]
-        if s - 1 in programs:
-            other = [i for i, op in enumerate(programs[s - 1]) if op.kind == SEND and op.peer_offset > 0]
-            for r, u in zip(recv_prev, other):
-                preds[b + r].append(base[s - 1] + u)
-        if s + 1 in programs:
-            other = [i for i, op in enumerate(programs[s + 1]) if op.kind == SEND and op.peer_offset < 0]
-            for r, u in zip(recv_next, other):
-                preds[b + r].append(base[s + 1] + u)
-    return preds, weight_c, coll
+@dataclass(frozen=True)
+class _Compact:
+    """One stage program as plain lists (made once per program object: the middle stages of a
+    pipeline share theirs)."""
+
+    preds: list            # per op, its dependencies (local indices, all earlier: program order is topological)
+    comp_ns: list          # per op, compute time (0 for anything but compute)
+    nbytes: list           # per op, bytes per NPU of a collective or a send (0 otherwise)
+    coll: list             # per op, (kind, size, axis) of a collective, else None
+    recv_prev: list        # receives from the previous stage, in order
+    recv_next: list
+    send_next: list        # sends to the next stage, in order
+    send_prev: list
 
 
-def _topo(preds: list[list[int]]) -> list[int]:
-    n = len(preds)
-    succ: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
-    for v, ps in enumerate(preds):
-        for u in ps:
-            succ[u].append(v)
-            indeg[v] += 1
-    order = [v for v in range(n) if indeg[v] == 0]
-    i = 0
-    while i < len(order):
-        u = order[i]
-        i += 1
-        for v in succ[u]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                order.append(v)
-    return order
+def _compact(ops, collective_bytes) -> _Compact:
+    preds, comp, nbytes, coll = [], [], [], []
+    rp, rn, sn, spv = [], [], [], []
+    for i, op in enumerate(ops):
+        deps = op.data_deps + op.ctrl_deps
+        if deps and max(deps) >= i:
+            raise ValueError(f"op {i} ({op.name}) depends on a later op")  # the generator never writes that
+        preds.append(deps)
+        k = op.kind
+        if k == COMP:
+            comp.append(op.duration_micros * 1000.0)
+            nbytes.append(0.0)
+            coll.append(None)
+        elif k == COLL:
+            comp.append(0.0)
+            nbytes.append(collective_bytes(op.coll, op.size_bytes, op.axis))
+            coll.append((op.coll, op.size_bytes, op.axis))
+        else:
+            comp.append(0.0)
+            nbytes.append(collective_bytes("P2P", op.size_bytes, "pp") if k == SEND else 0.0)
+            coll.append(None)
+            if k == RECV:
+                (rp if op.peer_offset < 0 else rn).append(i)
+            elif k == SEND:
+                (spv if op.peer_offset < 0 else sn).append(i)
+    return _Compact(preds, comp, nbytes, coll, rp, rn, sn, spv)
 
 
 def longest_paths(programs: dict, collective_bytes, total_bw_gbps: float | None) -> list[PathSummary]:
     """The longest compute-only path and (with a total bandwidth) the longest path weighting each
-    collective by its bytes per NPU over the total bandwidth.
+    collective by its bytes per NPU over the total bandwidth, through all pipeline stages: program
+    dependencies plus each receive waiting for the matching send of the neighbouring stage
+    (k-th receive from a side to the k-th send towards it).
 
     ``collective_bytes(kind, size, axis)`` gives a collective's bytes per NPU summed over dimensions
-    (placement-independent for the hierarchical algorithm: 2 m (P-1)/P for all-reduce, ...)."""
-    preds, wc, coll = _stage_graph(programs)
-    order = _topo(preds)
-    out = []
-    alphas = [("compute path", 0.0)]
-    if total_bw_gbps:
-        alphas.append(("bytes path", 1.0 / total_bw_gbps))
-    cb = [collective_bytes(*c) if c is not None else 0.0 for c in coll]
-    n = len(preds)
-    # both weightings in one pass: (compute only, compute + alpha * bytes)
-    alpha = alphas[-1][1]
+    (placement-independent for the hierarchical algorithm: 2 m (P-1)/P for all-reduce, ...).
+    Ties go to the first dependency and the first end node (tests compare with a plain pass in
+    topological order)."""
+    stages = sorted(programs)
+    S = len(stages)
+    by_id: dict = {}
+    comp = [by_id.get(id(programs[s])) or by_id.setdefault(id(programs[s]), _compact(programs[s], collective_bytes))
+            for s in stages]
+    base, n = [], 0
+    for c in comp:
+        base.append(n)
+        n += len(c.preds)
+    alpha = 1.0 / total_bw_gbps if total_bw_gbps else 0.0
+    # per stage: receive -> (stage index, local index) of the send it waits for
+    ext: list[dict] = [{} for _ in stages]
+    pos = {s: i for i, s in enumerate(stages)}
+    for si, s in enumerate(stages):
+        c = comp[si]
+        if s - 1 in pos:
+            o = pos[s - 1]
+            ext[si].update((r, (o, u)) for r, u in zip(c.recv_prev, comp[o].send_next))
+        if s + 1 in pos:
+            o = pos[s + 1]
+            ext[si].update((r, (o, u)) for r, u in zip(c.recv_next, comp[o].send_prev))
     d0, d1 = [0.0] * n, [0.0] * n
     a0, a1 = [-1] * n, [-1] * n
-    for v in order:
-        b0 = b1 = 0.0
-        w0 = w1 = -1
-        for u in preds[v]:
-            if w0 < 0 or d0[u] > b0:
-                b0, w0 = d0[u], u
-            if w1 < 0 or d1[u] > b1:
-                b1, w1 = d1[u], u
-        d0[v] = b0 + wc[v]
-        d1[v] = b1 + wc[v] + alpha * cb[v]
-        a0[v], a1[v] = w0, w1
-    for (name, _), dist, arg in zip(alphas, (d0, d1), (a0, a1)):
+    ptr = [0] * S
+    left = n
+    # each stage runs in program order until a receive whose send is not done yet; then the next
+    while left:
+        moved = 0
+        for si in range(S):
+            c = comp[si]
+            i, m = ptr[si], len(c.preds)
+            if i == m:
+                continue
+            b, ex = base[si], ext[si]
+            preds, wc, nb = c.preds, c.comp_ns, c.nbytes
+            i0 = i
+            while i < m:
+                e = ex.get(i)
+                if e is not None:
+                    if ptr[e[0]] <= e[1]:
+                        break
+                    e = base[e[0]] + e[1]
+                b0 = b1 = 0.0
+                w0 = w1 = -1
+                for u in preds[i]:
+                    u += b
+                    x = d0[u]
+                    if w0 < 0 or x > b0:
+                        b0, w0 = x, u
+                    x = d1[u]
+                    if w1 < 0 or x > b1:
+                        b1, w1 = x, u
+                if e is not None:
+                    x = d0[e]
+                    if w0 < 0 or x > b0:
+                        b0, w0 = x, e
+                    x = d1[e]
+                    if w1 < 0 or x > b1:
+                        b1, w1 = x, e
+                v = b + i
+                d0[v] = b0 + wc[i]
+                d1[v] = b1 + wc[i] + alpha * nb[i]
+                a0[v], a1[v] = w0, w1
+                i += 1
+            ptr[si] = i
+            moved += i - i0
+        if not moved:
+            raise ValueError("the stage programs' sends and receives wait on each other in a cycle")
+        left -= moved
+    names = ["compute path"] + (["bytes path"] if total_bw_gbps else [])
+    out = []
+    for name, dist, arg in zip(names, (d0, d1), (a0, a1)):
         end = max(range(n), key=dist.__getitem__) if n else -1
-        comp = 0.0
+        total_c = 0.0
         colls: Counter = Counter()
-        v = end
+        v, si = end, S - 1
         while v >= 0:
-            comp += wc[v]
-            if coll[v] is not None and coll[v][0] != "P2P":
-                colls[coll[v]] += 1
+            while base[si] > v:
+                si -= 1
+            while si + 1 < S and base[si + 1] <= v:
+                si += 1
+            c = comp[si]
+            total_c += c.comp_ns[v - base[si]]
+            k = c.coll[v - base[si]]
+            if k is not None:
+                colls[k] += 1
             v = arg[v]
-        out.append(PathSummary(name, comp, tuple(sorted(colls.items()))))
+        out.append(PathSummary(name, total_c, tuple(sorted(colls.items()))))
     return out
 
 
 def collective_chains(programs: dict) -> list[PathSummary]:
     """Per stage program, its chain of collectives (no compute); identical chains once."""
     seen = set()
+    done = set()
     out = []
     for s in sorted(programs):
+        if id(programs[s]) in done:   # a program object shared by several stages
+            continue
+        done.add(id(programs[s]))
         c = tuple(sorted(Counter((op.coll, op.size_bytes, op.axis) for op in programs[s] if op.kind == COLL).items()))
         if c not in seen:  # the middle stages of a pipeline have the same chain
             seen.add(c)

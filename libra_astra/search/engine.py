@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -23,13 +24,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+import numpy as np
+
 from . import bounds as bnd
 from .catalog import Catalog
-from .evaluate import Candidate, Outcome, Problem, evaluate_chunk, programs_for
+from .evaluate import Candidate, Outcome, Problem, evaluate_chunk, plan_for
 from .memory import transformer_memory
-from .space import (Parallelization, blocks_for, factorizations, p2p_far_dims, parallelizations, placements,
-                    undominated_blocks)
-from .upstream import LibraError, TransformerModel, hierarchical_traffic_bytes
+from .space import (Parallelization, PlacementInfo, blocks_for, factorizations, parallelizations, placement_count,
+                    placement_infos, undominated_blocks)
+from .upstream import LibraError, TransformerModel, hierarchical_traffic_bytes, ring_steps
 
 
 @dataclass(frozen=True)
@@ -145,14 +148,52 @@ class ParInfo:
     par: Parallelization
     paths: tuple                       # PathSummary: compute path, bytes path, chains
 
+    @functools.cached_property
+    def path_keys(self) -> tuple:
+        """The distinct (kind, size, axis) of the paths' collectives, and each path's count of each."""
+        keys = sorted({k for ps in self.paths for k, _ in ps.colls})
+        at = {k: j for j, k in enumerate(keys)}
+        counts = np.zeros((len(self.paths), len(keys)))
+        for i, ps in enumerate(self.paths):
+            for k, n in ps.colls:
+                counts[i, at[k]] += n
+        return keys, counts
+
 
 def par_info(problem: Problem, par: Parallelization) -> ParInfo:
     """The long paths of a parallelization (a task: it builds the generator's programs)."""
-    progs = programs_for(problem.spec, par)
+    programs = plan_for(problem.spec, par).programs
     deg = par.degrees()
     total = problem.constraints.total_bw_gbps
-    paths = bnd.longest_paths(progs.programs, lambda k, s, a: _collective_bytes(k, s, deg.get(a, 1)), total)
-    return ParInfo(par, tuple(paths) + tuple(bnd.collective_chains(progs.programs)))
+    paths = bnd.longest_paths(programs, lambda k, s, a: _collective_bytes(k, s, deg.get(a, 1)), total)
+    return ParInfo(par, tuple(paths) + tuple(bnd.collective_chains(programs)))
+
+
+_AXIS = {"tp": 0, "pp": 1, "dp": 2}
+
+
+def _path_sums(info: ParInfo, participants: tuple, with_lat: bool, cache: dict) -> tuple:
+    """The bound paths of a parallelization under one placement: names, compute, per-dimension
+    traffic (one list per path) and ring steps (paths x dimensions; None without latency).
+
+    Traffic and steps are linear in the collectives' counts: (paths x keys) @ (keys x dimensions),
+    the keys being the distinct (kind, size, axis) of all the paths."""
+    keys, counts = info.path_keys
+    D = len(participants[0])
+    T = np.empty((len(keys), D))
+    R = np.empty((len(keys), D)) if with_lat else None
+    for j, (kind, size, axis) in enumerate(keys):
+        part = participants[_AXIS[axis]]
+        ck = (kind, size, part)
+        t = cache.get(ck)
+        if t is None:
+            t = cache[ck] = hierarchical_traffic_bytes(kind, float(size), part)
+        T[j] = t
+        if with_lat:
+            R[j] = [ring_steps(kind, n) for n in part]
+    S = (counts @ T).tolist() if keys else [[0.0] * D for _ in info.paths]
+    steps = (counts @ R if keys else np.zeros((len(info.paths), D))) if with_lat else None
+    return [ps.name for ps in info.paths], [ps.compute_ns for ps in info.paths], S, steps
 
 
 def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
@@ -178,13 +219,18 @@ def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
     infos = {i.par: i for i in mapper(par_info, fits)} if fits else {}
     prices_cache: dict = {}
     traffic_cache: dict = {}
+    path_cache: dict = {}      # (parallelization, participants) -> the paths' traffic and ring steps
+    bound_cache: dict = {}
+    keep_cache: dict = {}      # (shape, p2p_far) -> block choices left after dominance
     cands: list[Candidate] = []
     transformer = isinstance(spec.model, TransformerModel)
     priced = bnd.needs_prices(problem.objective, problem.constraints)
-    with_lat = problem.model.kind == "pipelined" and problem.model.latency and problem.model.efficiency is None
-    placement_cache: dict = {}
+    with_lat = bool(problem.model.kind == "pipelined" and problem.model.latency and problem.model.efficiency is None)
+    # the bound depends on the blocks only through prices and hop latencies
+    per_blocks = priced or with_lat
     for shape in shapes:
-        nb_all = len(st.blocks) ** len(shape)
+        D = len(shape)
+        nb_all = len(st.blocks) ** D
         counts.networks_total += nb_all
         levels = cat.levels_of(shape)
         if levels is None:
@@ -195,54 +241,51 @@ def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
         nb = math.prod(len(o) for o in opts)
         counts.networks_valid += nb
         for p in pc.valid:
-            if transformer:
-                pkey = (shape, p.tp, p.pp, p.dp)
-                pls = placement_cache.get(pkey)
-                if pls is None:
-                    pls = placement_cache[pkey] = placements(shape, p)
+            fits_p = p in infos
+            if not transformer:
+                pls = (PlacementInfo((("dp", tuple(range(D))),), ((1,) * D, (1,) * D, tuple(shape)), (False,) * D),)
+                n_pl = 1
+            elif fits_p and nb:
+                pls = placement_infos(shape, p.tp, p.pp, p.dp)
+                n_pl = len(pls)
             else:
-                pls = [{"dp": list(range(len(shape)))}]
-            n_pl = len(pls)
+                n_pl = placement_count(shape, p.tp, p.pp, p.dp)
             counts.candidates_total += nb_all * n_pl
             counts.pruned_block_limit += (nb_all - nb) * n_pl
             if nb == 0:
                 continue
-            if p not in infos:
+            if not fits_p:
                 counts.pruned_memory += nb * n_pl
                 continue
             info = infos[p]
-            for pl in pls:
-                order = tuple((a, tuple(d)) for a, d in pl.items())
-                keep = undominated_blocks(opts, p2p_far_dims(shape, pl, p) if transformer else [False] * len(shape))
-                nk = math.prod(len(o) for o in keep)
-                counts.pruned_dominated += nb - nk
-                parts = axis_participants(shape, order, p.degrees())
-
-                def traffic(kind, size, axis, parts=parts):
-                    key = (kind, size, parts[axis])
-                    t = traffic_cache.get(key)
-                    if t is None:
-                        t = traffic_cache[key] = hierarchical_traffic_bytes(kind, float(size), parts[axis])
-                    return t
-
-                D = len(shape)
-                path_s = [(ps.name, ps.compute_ns, bnd.path_traffic(ps, traffic, D),
-                           bnd.path_ring_steps(ps, parts.__getitem__, D) if with_lat else [0.0] * D)
-                          for ps in info.paths]
-                for blocks in _product(keep):
-                    pkey = (shape, blocks)
-                    prices = prices_cache.get(pkey)
-                    if prices is None:
-                        net = cat.network(shape, blocks, levels)
-                        prices = prices_cache[pkey] = (problem.cost.price_usd_per_gbps(net) if priced else (),
-                                                       [(2.0 if dm.topology == "Switch" else 1.0) * dm.latency_ns
-                                                        for dm in net.dims])
-                    price, hop_ns = prices
-                    paths_b = [(nm, comp, S, bnd.path_latency_ns(steps, hop_ns)) for nm, comp, S, steps in path_s]
-                    lb, name = bnd.bound(problem.objective, paths_b, price, problem.constraints,
-                                         problem.model.splits, bnd.min_cost_usd(price, problem.constraints)
-                                         if priced else 0.0)
-                    cands.append(Candidate(shape, blocks, levels, p, order, lb, name))
+            for pi in pls:
+                combos = keep_cache.get((shape, pi.p2p_far))
+                if combos is None:
+                    combos = keep_cache[(shape, pi.p2p_far)] = list(_product(undominated_blocks(opts, pi.p2p_far)))
+                counts.pruned_dominated += nb - len(combos)
+                pkey = (p, pi.participants)
+                path_s = path_cache.get(pkey)
+                if path_s is None:
+                    path_s = path_cache[pkey] = _path_sums(info, pi.participants, with_lat, traffic_cache)
+                for blocks in combos:
+                    bkey = (pkey, shape, blocks) if per_blocks else pkey
+                    got = bound_cache.get(bkey)
+                    if got is None:
+                        nkey = (shape, blocks)
+                        prices = prices_cache.get(nkey)
+                        if prices is None:
+                            net = cat.network(shape, blocks, levels)
+                            prices = prices_cache[nkey] = (
+                                problem.cost.price_usd_per_gbps(net) if priced else (),
+                                [(2.0 if dm.topology == "Switch" else 1.0) * dm.latency_ns for dm in net.dims])
+                        price, hop_ns = prices
+                        names, comps, S, steps = path_s
+                        lat = (steps @ np.asarray(hop_ns)).tolist() if with_lat else [0.0] * len(names)
+                        paths_b = list(zip(names, comps, S, lat))
+                        got = bound_cache[bkey] = bnd.bound(
+                            problem.objective, paths_b, price, problem.constraints, problem.model.splits,
+                            bnd.min_cost_usd(price, problem.constraints) if priced else 0.0)
+                    cands.append(Candidate(shape, blocks, levels, p, pi.order, got[0], got[1]))
     cands.sort(key=lambda c: c.bound)
     return Space(tuple(cands), counts, memory)
 

@@ -10,8 +10,8 @@ from typing import Sequence
 from .catalog import Catalog
 from .space import Parallelization, spec_parallel
 from .spec_demand import Programs, demand_from_spec, prepare
-from .upstream import (Constraints, CostModel, InfeasibleError, LibraError, Network, TimeModel, TraceSpec,
-                       TransformerModel, Workload, optimize, place_axes)
+from .upstream import (Constraints, CostModel, InfeasibleError, LibraError, Network, Plan, TimeModel, TraceSpec,
+                       TransformerModel, Workload, build_plan, optimize, place_axes)
 
 
 @dataclass(frozen=True)
@@ -59,9 +59,6 @@ class Outcome:
     reason: str = ""
 
 
-_PROGRAMS: dict = {}
-
-
 def candidate_spec(base: TraceSpec, net: Network, par: Parallelization,
                    placement: Sequence[tuple[str, Sequence[int]]]) -> TraceSpec:
     """The spec of a candidate: the base spec's model with this parallelization and placement."""
@@ -74,21 +71,37 @@ def candidate_spec(base: TraceSpec, net: Network, par: Parallelization,
     return replace(base, model=model, layout=layout, parallel=spec_parallel(par, base))
 
 
-def programs_for(base: TraceSpec, par: Parallelization) -> Programs:
-    """Programs of a parallelization (cached per process; they do not depend on the placement)."""
+_CACHE: dict = {}   # per process: parallelization -> [flat spec, plan, Programs or None]
+
+
+def _cached(base: TraceSpec, par: Parallelization) -> list:
     key = (base.source, base.name, base.model, base.tflops, base.mem_bw_gbps, base.iterations,
            base.parallel.grad_bucket_bytes, par)
-    got = _PROGRAMS.get(key)
+    got = _CACHE.get(key)
     if got is None:
         from .upstream import Dimension
         n = par.tp * par.pp * par.dp
         flat = Network("flat", (Dimension("d0", "Ring", n),))
         order = [(a, (0,)) for a in ("tp", "pp", "dp") if par.degrees()[a] > 1]
-        got = prepare(candidate_spec(base, flat, par, order))
-        if len(_PROGRAMS) > 64:
-            _PROGRAMS.clear()
-        _PROGRAMS[key] = got
+        spec = candidate_spec(base, flat, par, order)
+        if len(_CACHE) > 64:
+            _CACHE.clear()
+        got = _CACHE[key] = [spec, build_plan(spec, names=False), None]
     return got
+
+
+def plan_for(base: TraceSpec, par: Parallelization) -> Plan:
+    """The generator's programs of a parallelization, without op names (cached per process; they do
+    not depend on the network or the placement). The bounds need only these."""
+    return _cached(base, par)[1]
+
+
+def programs_for(base: TraceSpec, par: Parallelization) -> Programs:
+    """Programs of a parallelization with the analysis the demand needs (cached per process)."""
+    got = _cached(base, par)
+    if got[2] is None:
+        got[2] = prepare(got[0], got[1])
+    return got[2]
 
 
 def evaluate(problem: Problem, cand: Candidate) -> Outcome:

@@ -13,10 +13,11 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 from .upstream import LibraError, Parallel, TraceSpec, TransformerModel
 
@@ -116,41 +117,115 @@ def parallelizations(spec: TraceSpec, n: int, *, sp: str = "both",
     return ParallelCount(tuple(out), rejected)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _takes(left: int, cap: tuple[int, ...], stride: tuple[int, ...], d0: int) -> tuple:
+    """Ways one axis of ``left`` NPUs takes dimensions from ``d0`` on: the whole remainder of each
+    but the last, a factor of the last. Each: (dims, parts (dim, size, stride), cap after, stride after)."""
+    out = []
+    for d in range(d0, len(cap)):
+        c = cap[d]
+        if c == 1:
+            continue
+        if left % c == 0 and left > c:
+            cap2, st2 = cap[:d] + (1,) + cap[d + 1:], stride[:d] + (stride[d] * c,) + stride[d + 1:]
+            part = (d, c, stride[d])
+            for dims, parts, cap3, st3 in _takes(left // c, cap2, st2, d + 1):
+                out.append(((d,) + dims, (part,) + parts, cap3, st3))
+        if c % left == 0:
+            out.append(((d,), ((d, left, stride[d]),), cap[:d] + (c // left,) + cap[d + 1:],
+                        stride[:d] + (stride[d] * left,) + stride[d + 1:]))
+    return tuple(out)
+
+
+class PlacementInfo(NamedTuple):
+    """One layout with what the bounds and block dominance need, read off its parts."""
+
+    order: tuple[tuple[str, tuple[int, ...]], ...]   # (axis, dims), innermost axis first
+    participants: tuple[tuple[int, ...], ...]        # per axis tp, pp, dp: its size in each dimension
+    p2p_far: tuple[bool, ...]                        # see p2p_far_dims
+
+
+@functools.lru_cache(maxsize=4096)
+def _distinct_layouts(shape: tuple[int, ...], tp: int, pp: int, dp: int) -> tuple:
+    """Distinct layouts of the axes on ``shape``, each as ((name, dims, parts), ...) in the order of
+    the first axis order that gives it (orders in itertools.permutations order).
+
+    Axis orders giving one layout are the orders in which every two axes sharing a dimension come
+    inner (smaller stride) first; the first of them in permutation order is the greedy one. So an
+    order is kept for a layout only if, whenever an axis x comes after a later-listed axis y, x
+    shares a dimension with y or with an axis between them (otherwise x could have gone first):
+    each layout comes out once, without comparing layouts."""
+    axes = tuple((a, g) for a, g in (("tp", tp), ("pp", pp), ("dp", dp)) if g > 1)
+    if not axes:
+        return ((),)
+    n = len(axes)
+    out: list = []
+    for perm in itertools.permutations(range(n)):
+        def rec(j: int, cap: tuple, stride: tuple, chosen: tuple, dimsets: tuple) -> None:
+            if j == n:
+                if all(c == 1 for c in cap):
+                    out.append(chosen)
+                return
+            x = perm[j]
+            name, g = axes[x]
+            for dims, parts, cap2, st2 in _takes(g, cap, stride, 0):
+                ds = set(dims)
+                union: set = set()
+                ok = True
+                for i in range(j - 1, -1, -1):
+                    union |= dimsets[i]
+                    if perm[i] > x and not ds & union:
+                        ok = False
+                        break
+                if ok:
+                    rec(j + 1, cap2, st2, chosen + ((name, dims, parts),), dimsets + (ds,))
+        rec(0, shape, (1,) * len(shape), (), ())
+    return tuple(out)
+
+
+def placement_count(shape: tuple[int, ...], tp: int, pp: int, dp: int) -> int:
+    """How many distinct layouts; the rules never look at the axes' names, so the count depends
+    only on the multiset of degrees (one enumeration serves tp4-pp8 and tp8-pp4)."""
+    return len(_distinct_layouts(shape, *sorted((tp, pp, dp))))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _axis_sizes(shape: tuple[int, ...], name: str, parts: tuple) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+    """An axis' size in each dimension and, for pp, the dimensions a send crosses over > 2 ring hops."""
+    p = [1] * len(shape)
+    far = [False] * len(shape)
+    for d, size, stride in parts:
+        p[d] = size
+        if name == "pp":
+            # a send moves the coordinate by the stride, or wraps by stride x (size - 1)
+            n = shape[d]
+            far[d] = min(stride, n - stride) > 2 or min(stride * (size - 1), n - stride * (size - 1)) > 2
+    return tuple(p), tuple(far)
+
+
+@functools.lru_cache(maxsize=1024)
+def placement_infos(shape: tuple[int, ...], tp: int, pp: int, dp: int) -> tuple[PlacementInfo, ...]:
+    """Distinct layouts of the axes on ``shape`` (see :func:`placements`), in the same order."""
+    D = len(shape)
+    ones, near = (1,) * D, (False,) * D
+    out = []
+    for chosen in _distinct_layouts(shape, tp, pp, dp):
+        sizes = {"tp": ones, "pp": ones, "dp": ones}
+        far = near
+        for name, _, parts in chosen:
+            sizes[name], f = _axis_sizes(shape, name, parts)
+            if name == "pp":
+                far = f
+        out.append(PlacementInfo(tuple((name, dims) for name, dims, _ in chosen),
+                                 (sizes["tp"], sizes["pp"], sizes["dp"]), far))
+    return tuple(out)
+
+
 def placements(shape: Sequence[int], par: Parallelization) -> list[dict[str, list[int]]]:
     """Distinct layouts of ``par``'s axes on ``shape`` as generator ``placement`` mappings."""
-    axes = [(a, g) for a, g in (("tp", par.tp), ("pp", par.pp), ("dp", par.dp)) if g > 1]
-    D = len(shape)
-    seen: dict = {}
-    for order in itertools.permutations(axes):
-        def rec(i: int, cap: tuple[int, ...], stride: tuple[int, ...], chosen: tuple) -> Iterator[tuple]:
-            if i == len(order):
-                if all(c == 1 for c in cap):
-                    yield chosen
-                return
-            name, g = order[i]
-            # an axis takes the whole remainder of each of its dimensions but the last, a factor of the last
-            def take(d0: int, left: int, cap_l: list[int], stride_l: list[int], dims: tuple, parts: tuple):
-                for d in range(d0, D):
-                    c = cap_l[d]
-                    if c == 1:
-                        continue
-                    if left % c == 0 and left > c:
-                        cap2, st2 = list(cap_l), list(stride_l)
-                        cap2[d], st2[d] = 1, st2[d] * c
-                        yield from take(d + 1, left // c, cap2, st2, dims + (d,), parts + ((d, c, stride_l[d]),))
-                    if c % left == 0:
-                        cap2, st2 = list(cap_l), list(stride_l)
-                        cap2[d], st2[d] = c // left, st2[d] * left
-                        yield dims + (d,), parts + ((d, left, stride_l[d]),), tuple(cap2), tuple(st2)
-            for dims, parts, cap2, st2 in take(0, g, list(cap), list(stride), (), ()):
-                yield from rec(i + 1, cap2, st2, chosen + ((name, dims, parts),))
-        for chosen in rec(0, tuple(shape), (1,) * D, ()):
-            key = frozenset((name, parts) for name, _, parts in chosen)
-            if key not in seen:
-                seen[key] = {name: list(dims) for name, dims, _ in chosen}
-    if not axes:
+    if par.tp == par.pp == par.dp == 1:
         return [{}]
-    return list(seen.values())
+    return [{a: list(dims) for a, dims in pi.order} for pi in placement_infos(tuple(shape), par.tp, par.pp, par.dp)]
 
 
 def blocks_for(shape: Sequence[int], levels: Sequence[int], catalog, allowed: Sequence[str]) -> list[list[str]]:

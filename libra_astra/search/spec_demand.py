@@ -140,19 +140,24 @@ class Programs:
     struct_sig: np.ndarray   # per program key: id of (structure, communication signature)
 
 
-def prepare(spec: TraceSpec) -> Programs:
-    """Programs of ``spec`` (``build_plan``) with their analysis."""
-    plan = build_plan(spec)
-    infos = {k: _program_info(ops) for k, ops in plan.programs.items()}
+def prepare(spec: TraceSpec, plan: Plan | None = None) -> Programs:
+    """Programs of ``spec`` (``build_plan`` without op names, or ``plan``) with their analysis."""
+    plan = plan if plan is not None else build_plan(spec, names=False)
+    by_id: dict = {}   # stages sharing one program object (build_plan's names=False) are analysed once
+    infos = {k: by_id.get(id(ops)) or by_id.setdefault(id(ops), _program_info(ops))
+             for k, ops in plan.programs.items()}
     ids: dict = {}
+    sig_of: dict = {}
     sig = np.zeros(max(plan.programs) + 1, dtype=np.int64)
     for k, ops in plan.programs.items():
-        comm = []
-        for i in infos[k].comm_ops:
-            op = ops[i]
-            comm.append((op.coll, op.size_bytes, op.axis) if op.kind == COLL
-                        else ("P2P", op.size_bytes, op.peer_offset))
-        sig[k] = ids.setdefault((infos[k].struct, tuple(comm)), len(ids))
+        if id(ops) not in sig_of:
+            comm = []
+            for i in infos[k].comm_ops:
+                op = ops[i]
+                comm.append((op.coll, op.size_bytes, op.axis) if op.kind == COLL
+                            else ("P2P", op.size_bytes, op.peer_offset))
+            sig_of[id(ops)] = ids.setdefault((infos[k].struct, tuple(comm)), len(ids))
+        sig[k] = sig_of[id(ops)]
     return Programs(plan.programs, infos, sig)
 
 

@@ -48,9 +48,11 @@ class GeneratedTraces:
         return Path(f"{self.prefix}.{rank}.et")
 
 
-def build_plan(spec: TraceSpec) -> Plan:
+def build_plan(spec: TraceSpec, *, names: bool = True) -> Plan:
+    """The spec's programs. ``names=False`` may share one program object between ranks whose
+    programs differ only in op names (see ``transformer_plan``): for analyses, not for writing."""
     if isinstance(spec.model, TransformerModel):
-        return transformer_plan(spec)
+        return transformer_plan(spec, names=names)
     if isinstance(spec.model, DlrmModel):
         return dlrm_plan(spec)
     if isinstance(spec.model, ResNet50Model):

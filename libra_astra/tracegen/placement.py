@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from ..errors import LibraError
 from ..model.network import Network
 
@@ -72,11 +74,14 @@ class Layout:
 
     def groups(self, name: str) -> list[tuple[int, ...]]:
         """Groups of axis ``name`` (ranks equal on every other axis), ordered by smallest member."""
-        others = [a.name for a in self.axes if a.name != name]
-        by_key: dict[tuple[int, ...], list[int]] = {}
-        for r in range(self.num_ranks):
-            by_key.setdefault(tuple(self.axis_index[o][r] for o in others), []).append(r)
-        return sorted((tuple(m) for m in by_key.values()), key=lambda g: g[0])
+        key = np.zeros(self.num_ranks, dtype=np.int64)
+        for a in self.axes:
+            if a.name != name:
+                key = key * a.degree + np.asarray(self.axis_index[a.name], dtype=np.int64)
+        order = np.argsort(key, kind="stable")     # by group, ranks ascending within each
+        cuts = np.flatnonzero(np.diff(key[order])) + 1
+        groups = [tuple(g) for g in np.split(order, cuts)] if self.num_ranks else []
+        return sorted((tuple(int(r) for r in g) for g in groups), key=lambda g: g[0])
 
     def peer(self, rank: int, name: str, offset: int) -> int | None:
         """Rank whose index along ``name`` is ``offset`` away and equal on every other axis."""
@@ -160,9 +165,15 @@ def place_axes(net: Network, degrees: Mapping[str, int | None], placement: Mappi
         raise LibraError(f"{where}: placement: dimension(s) {spare} keep {[cap[d] for d in spare]} NPUs unused "
                          f"by any axis; list them under an axis (e.g. dp) or raise its degree")
     index = {}
-    all_coords = [net.coords(r) for r in range(net.npus_count)]
+    coords = net.coords_array(np.arange(net.npus_count))
     for a in axes:
-        index[a.name] = tuple(a.index(c) for c in all_coords)
+        # Axis.index for every rank at once
+        idx = np.zeros(net.npus_count, dtype=np.int64)
+        scale = 1
+        for p in a.parts:
+            idx += ((coords[:, p.dim] // p.stride) % p.size) * scale
+            scale *= p.size
+        index[a.name] = tuple(idx.tolist())
     return Layout(net, tuple(axes), index)
 
 

@@ -76,6 +76,7 @@ class TraceSpec:
     tflops: float            # sustained FLOP rate per NPU, 1e12 FLOP/s
     mem_bw_gbps: float       # sustained memory bandwidth per NPU (DLRM embedding lookups), 1e9 B/s
     iterations: int
+    hbm_gb: float | None = None   # device memory per NPU, 1e9 B (the search's memory limit); None: not given
 
     @property
     def net(self) -> Network:
@@ -231,7 +232,7 @@ def spec_from_dict(data: Any, source: str = "<spec>", base_dir: str | Path = "."
     model = _MODELS[kind](mraw, f"{src}: model")
     net = _network(top["network"], f"{src}: network", Path(base_dir))
     par, degrees = _parallel(top.get("parallel"), f"{src}: parallel", model)
-    compute = _mapping(top["compute"], f"{src}: compute", {"tflops", "mem_bw_gbps"})
+    compute = _mapping(top["compute"], f"{src}: compute", {"tflops", "mem_bw_gbps", "hbm_gb"})
     tflops = _num(compute, "tflops", f"{src}: compute")
     if tflops <= 0:
         raise LibraError(f"{src}: compute: tflops must be > 0 (sustained TFLOPS per NPU), got {tflops:g}")
@@ -239,6 +240,9 @@ def spec_from_dict(data: Any, source: str = "<spec>", base_dir: str | Path = "."
     if isinstance(model, DlrmModel) and mem_bw <= 0:
         raise LibraError(f"{src}: compute: mem_bw_gbps (sustained memory GB/s per NPU, > 0) is needed for "
                          f"DLRM embedding lookups, e.g. mem_bw_gbps: 1000")
+    hbm = _num(compute, "hbm_gb", f"{src}: compute", default=None)
+    if hbm is not None and hbm <= 0:
+        raise LibraError(f"{src}: compute: hbm_gb must be > 0 (device memory per NPU, GB), got {hbm:g}")
     if isinstance(model, TransformerModel):
         placement = top.get("placement")
         if not isinstance(placement, Mapping) or not placement:
@@ -267,7 +271,7 @@ def spec_from_dict(data: Any, source: str = "<spec>", base_dir: str | Path = "."
     if not isinstance(name, str) or not name:
         raise LibraError(f"{src}: name must be a non-empty string, got {name!r}")
     return TraceSpec(source=src, name=name, model=model, layout=layout, parallel=par, tflops=tflops,
-                     mem_bw_gbps=mem_bw, iterations=_int(top, "iterations", src, default=1))
+                     mem_bw_gbps=mem_bw, iterations=_int(top, "iterations", src, default=1), hbm_gb=hbm)
 
 
 def load_spec(spec: str | Path | Mapping[str, Any]) -> TraceSpec:

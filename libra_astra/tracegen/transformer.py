@@ -150,8 +150,19 @@ def _stage(spec: TraceSpec, stage: int) -> ProgramBuilder:
     return bld
 
 
-def transformer_plan(spec: TraceSpec) -> Plan:
-    """One program per pipeline stage; every rank runs its stage's program."""
-    programs = {st: tuple(_stage(spec, st).ops) for st in range(spec.parallel.pp)}
+def transformer_plan(spec: TraceSpec, *, names: bool = True) -> Plan:
+    """One program per pipeline stage; every rank runs its stage's program.
+
+    ``names=False``: the stages between the first and the last share stage 1's program object.
+    Their programs differ only in op names (the layer numbers), so analyses that ignore names
+    (the search's demand and bounds) get the same result while building 3 programs instead of pp.
+    """
+    pp = spec.parallel.pp
+    if names or pp <= 3:
+        programs = {st: tuple(_stage(spec, st).ops) for st in range(pp)}
+    else:
+        middle = tuple(_stage(spec, 1).ops)
+        programs = {0: tuple(_stage(spec, 0).ops), **{st: middle for st in range(1, pp - 1)},
+                    pp - 1: tuple(_stage(spec, pp - 1).ops)}
     stage_of = spec.layout.axis_index.get("pp", (0,) * spec.layout.num_ranks)
     return Plan(programs, tuple(stage_of))
