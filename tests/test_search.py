@@ -353,3 +353,32 @@ def test_search_simulates_its_best_design(tmp_path):
     data = json.loads((out / "search.json").read_text())
     sim = data["simulated"][0]
     assert abs(sim["error"]) < 0.01
+
+
+def test_cli_search_shape_restricts_the_space_to_that_shape(tmp_path):
+    base = ["search", "--model-spec", str(SPEC), "--cost", str(COST), "--catalog", str(CATALOG),
+            "--total-bw-max", "200", "--max-dims", "2", "--in-process", "-q"]
+    whole = CliRunner().invoke(main, base + ["--top", "1000", "-o", str(tmp_path / "all")])
+    assert whole.exit_code == 0, whole.output
+    every = list(csv.DictReader(open(tmp_path / "all" / "ranked.csv")))
+    shapes = sorted({r["shape"] for r in every if "x" in r["shape"]})
+    assert shapes, "the tiny space has two-dimensional designs"
+    shape = shapes[0]
+    r = CliRunner().invoke(main, base + ["--top", "3", "--shape", shape, "-o", str(tmp_path / "one")])
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader(open(tmp_path / "one" / "ranked.csv")))
+    assert rows and {x["shape"] for x in rows} == {shape}
+    best_of_shape = min(float(x["time_ns"]) for x in every if x["shape"] == shape)
+    assert float(rows[0]["time_ns"]) == pytest.approx(best_of_shape, rel=1e-9)
+
+
+@pytest.mark.parametrize("shape, message", [
+    ("2x3", "--shape 2x3: holds 6 NPUs, not the 8 of"),
+    ("2xfour", "give NPUs per dimension as integers >= 2 joined by 'x'"),
+    ("1x8", "give NPUs per dimension as integers >= 2 joined by 'x'"),
+])
+def test_cli_search_shape_errors(tmp_path, shape, message):
+    r = CliRunner().invoke(main, ["search", "--model-spec", str(SPEC), "--cost", str(COST), "--catalog",
+                                  str(CATALOG), "--total-bw", "10", "--shape", shape, "--in-process",
+                                  "-o", str(tmp_path / "x")])
+    assert r.exit_code != 0 and message in r.output

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Predicted versus simulated time: the shipped samples through the closed loop, and single
 collectives over 2 to 4 dimensions, and the real PyTorch traces of tests/fixtures/real through the
-closed loop, against a real ASTRA-sim binary.
+closed loop, and ASTRA-sim's own example workloads (its repository's
+examples/workload/microbenchmarks, with --examples or ASTRA_SIM_EXAMPLES) through the closed loop,
+against a real ASTRA-sim binary.
 
 Usage: ASTRA_SIM_BIN=/path/to/AstraSim_Analytical_Congestion_Unaware python tools/validate_sim.py [--out DIR]
+       [--only samples|real|collectives|astra-examples] [--examples ASTRA_SIM_CHECKOUT]
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from libra_astra.loop import run_loop
 from libra_astra.model.network import load_network, network_from_dict
 from libra_astra.optimize.optimizer import Constraints
 from libra_astra.timing.model import TimeModel, collective_time_ns
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from astra_examples import EXAMPLES_ENV, example_networks, find_examples  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = [
@@ -55,9 +61,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="Keep the runs here (default: a temporary directory).")
     ap.add_argument("--total-bw", type=float, default=400.0, help="GB/s per NPU for the sample loops.")
-    ap.add_argument("--only", choices=("samples", "real", "collectives"), action="append",
+    ap.add_argument("--only", choices=("samples", "real", "collectives", "astra-examples"), action="append",
                     help="Run only these parts (repeatable; default: all).")
     ap.add_argument("--real-total-bw", type=float, default=100.0, help="GB/s per NPU for the real-trace loops.")
+    ap.add_argument("--examples", default=os.environ.get(EXAMPLES_ENV),
+                    help=f"An ASTRA-sim checkout (or its examples/ folder) whose microbenchmark workloads to run "
+                         f"[default: ${EXAMPLES_ENV}; skipped when neither is given].")
     args = ap.parse_args()
     binary = os.environ.get("ASTRA_SIM_BIN")
     if not binary:
@@ -68,7 +77,7 @@ def main() -> int:
     cost = load_cost(ROOT / "network_configs/cost.yml")
     errors = []
     print(f"{'sample':<15} {'k':>2} {'design':<20} {'predicted ns':>14} {'simulated ns':>14} {'error':>8}")
-    parts = set(args.only or ("samples", "real", "collectives"))
+    parts = set(args.only or ("samples", "real", "collectives", "astra-examples"))
     for name, prefix, network in (SAMPLES if "samples" in parts else []):
         net = load_network(ROOT / network)
         workloads = load_workloads((str(ROOT / prefix),), (), (), net, None)
@@ -108,6 +117,23 @@ def main() -> int:
             errors.append(abs(pred / sim - 1))
             shape = " x ".join(f"{t}{n}" for t, n, _ in dims)
             print(f"{kind:<15} {shape:<42} {k:>2} {pred:>14,.0f} {sim:>14,.0f} {pred / sim - 1:>+8.3%}")
+    if "astra-examples" in parts:
+        print()
+        if not args.examples:
+            print(f"ASTRA-sim's example workloads: skipped (give --examples or set {EXAMPLES_ENV})")
+        else:
+            print(f"{'ASTRA-sim example':<28} {'network':<22} {'design':<20} {'predicted ns':>14} "
+                  f"{'simulated ns':>14} {'error':>8}")
+            for ex in find_examples(args.examples):
+                for net in example_networks(ex.npus):
+                    workloads = load_workloads((str(ex.prefix),), (), (), net, None)
+                    res = run_loop(workloads, net, cost, out_dir=base / f"astra-{ex.label}-{net.name}",
+                                   constraints=Constraints(total_bw_gbps=args.real_total_bw), binary=binary,
+                                   overwrite=True)
+                    for r in res.rows:
+                        errors.append(abs(r.error))
+                        print(f"{ex.label:<28} {net.name:<22} {r.name:<20} {r.predicted_ns:>14,.0f} "
+                              f"{r.simulated_ns:>14,.0f} {r.error:>+8.3%}")
     print(f"\nlargest |error|: {max(errors):.3%} over {len(errors)} runs (target 2%); runs kept in {base}")
     return 0
 

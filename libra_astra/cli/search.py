@@ -51,6 +51,16 @@ class _Progress:
             click.echo("", err=True)
 
 
+def _shapes(_ctx, _param, values):
+    out = []
+    for text in values:
+        parts = text.lower().replace(" ", "").split("x")
+        if not all(x.isdigit() and int(x) >= 2 for x in parts):
+            raise click.BadParameter(f"{text!r}: give NPUs per dimension as integers >= 2 joined by 'x', e.g. 4x8x32")
+        out.append(tuple(int(x) for x in parts))
+    return tuple(out)
+
+
 def _default_catalog(cost_path: str) -> str:
     p = Path(cost_path).parent / "catalog.yml"
     if p.is_file():
@@ -85,6 +95,9 @@ def _model(kind: str, splits: int, local_mem_bw: float, overlap: bool):
               show_default=True)
 @click.option("--blocks", default="Ring,FullyConnected,Switch", show_default=True,
               help="Building blocks to try, comma-separated.")
+@click.option("--shape", "shapes", multiple=True, callback=_shapes,
+              help="Only this network shape, e.g. 2x16x2x64 (NPUs per dimension, innermost first; "
+                   "repeatable) [default: every factorization of --npus].")
 @click.option("--max-dims", type=click.IntRange(min=1, max=6), default=4, show_default=True)
 @click.option("--sp", type=click.Choice(("both", "on", "off", "spec")), default="both", show_default=True,
               help="Sequence parallelism: try both, always, never, or as in the spec.")
@@ -119,7 +132,7 @@ def _model(kind: str, splits: int, local_mem_bw: float, overlap: bool):
 @click.option("--force", is_flag=True, help="Replace the results in an existing output directory.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress line.")
 def search_command(spec_path, npus, cost_path, catalog_path, total_bw, total_bw_max, budget, time_target, objective,
-                   blocks, max_dims, sp, micro_batches, hbm_gb, optimizer_bytes, model_kind, splits, local_mem_bw,
+                   blocks, shapes, max_dims, sp, micro_batches, hbm_gb, optimizer_bytes, model_kind, splits, local_mem_bw,
                    overlap, top, max_evals, time_limit, n_sim, binary, timeout, scheduler, workers, in_process, out_dir,
                    force, quiet):
     """Search network shape, building blocks, parallelization and placement, with exact bandwidths.
@@ -144,6 +157,12 @@ def search_command(spec_path, npus, cost_path, catalog_path, total_bw, total_bw_
         from ..search.upstream import resolve_binary
         binary = resolve_binary(None)
     spec = load_spec(spec_path)
+    n_total = npus or spec.net.npus_count
+    for shape in shapes:
+        if math.prod(shape) != n_total:
+            raise LibraError(f"--shape {'x'.join(map(str, shape))}: holds {math.prod(shape):,} NPUs, not the "
+                             f"{n_total:,} of {'--npus' if npus else spec_path}; give a shape whose sizes multiply "
+                             f"to {n_total:,}")
     cons = Constraints(total_bw if total_bw is not None else total_bw_max, total_bw_max is not None, budget,
                        time_target)
     names = tuple(b.strip() for b in blocks.split(",") if b.strip())
@@ -154,7 +173,7 @@ def search_command(spec_path, npus, cost_path, catalog_path, total_bw, total_bw_
                      _model(model_kind, splits, local_mem_bw, overlap), names, max_dims, sp, micro_batches,
                      (hbm_gb or spec.hbm_gb or 80.0) * 1e9, optimizer_bytes, top, max_evals, time_limit, n_sim, binary, timeout,
                      local_mem_bw, scheduler, workers, out, force, progress, on_note=lambda m: echo(m, err=True),
-                     threads=in_process)
+                     threads=in_process, shapes=shapes or None)
     progress.end()
     driver.print_report(res, echo)
 
