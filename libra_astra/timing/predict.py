@@ -16,10 +16,13 @@ A class without a DAG falls back to the no-overlap sum. The job time is the slow
 
 from __future__ import annotations
 
+import gc
 import heapq
+from contextlib import contextmanager
+from itertools import chain
 import weakref
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -50,21 +53,35 @@ class _Replay:
     busy_comp: tuple[float, ...]        # per class
     offsets: tuple[int, ...]
     cls_of: list[int]
-    local_of: list[int]
+    job_of: list[JobNode]               # (class, node) of each global node
     cycles: int                         # waits dropped because ranks waited on each other in a cycle
 
     def class_finish(self, ci: int) -> list[float]:
         return self.finish[self.offsets[ci]:self.offsets[ci + 1]]
 
-    def path_to(self, g: int) -> tuple[JobNode, ...]:
-        """The path of causes that ends in global node g, first node first."""
-        ids = []
-        cause = self.cause
-        while g >= 0:
-            ids.append(g)
-            g = cause[g]
-        ids.reverse()
-        return tuple(zip(map(self.cls_of.__getitem__, ids), map(self.local_of.__getitem__, ids)))
+    def paths_to(self, ends: Sequence[int]) -> list[tuple[JobNode, ...]]:
+        """The path of causes that ends in each global node of ``ends``, first node first. The
+        paths of a pipeline's classes share most of their nodes: each is walked only up to a
+        node of a path already walked."""
+        cause, job_of = self.cause, self.job_of
+        walked: list[list[int]] = []            # each path from its end back to its first node
+        seen: dict[int, tuple[int, int]] = {}   # node -> (walked path, position in it)
+        out = []
+        for g in ends:
+            ids: list[int] = []
+            while g >= 0:
+                hit = seen.get(g)
+                if hit is not None:
+                    ids += walked[hit[0]][hit[1]:]
+                    break
+                seen[g] = (len(walked), len(ids))
+                ids.append(g)
+                g = cause[g]
+            walked.append(ids)
+            ids.reverse()
+            out.append(tuple(map(job_of.__getitem__, ids)))
+            ids.reverse()
+        return out
 
 
 _COMP, _CPU, _COLL, _FREE = 0, 1, 2, 3
@@ -91,7 +108,7 @@ class _Plan:
     coll_pos: np.ndarray                # global nodes that are collectives ...
     coll_idx: np.ndarray                # ... and their collective in the classes' concatenation
     no_dag: tuple[int, ...]             # classes replayed as one node of their no-overlap time
-    local_of: list[int] = field(default_factory=list)      # node index within its class
+    job_of: list[JobNode] = field(default_factory=list)    # (class, node) of each global node
     rows: tuple | None = None           # ((network, model), every class's collective rows stacked)
     last: list = field(default_factory=list)   # [(bandwidths, network, model), its _Replay]
 
@@ -99,11 +116,26 @@ class _Plan:
 _PLANS: "weakref.WeakKeyDictionary[Demand, _Plan]" = weakref.WeakKeyDictionary()
 
 
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    # The replay allocates one small object per node and event and makes no reference cycles;
+    # left on, the cycle collector would walk every live object (the demand's included) many
+    # times per replay, which costs about as much as the replay itself.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _plan(d: Demand) -> _Plan:
     # Built once per demand: the optimizer replays the same demand at many bandwidths.
     plan = _PLANS.get(d)
     if plan is None:
-        plan = _PLANS[d] = _build_plan(d)
+        with _no_cycle_collection():
+            plan = _PLANS[d] = _build_plan(d)
     return plan
 
 
@@ -115,59 +147,54 @@ def _build_plan(d: Demand) -> _Plan:
     for size in sizes:
         offsets.append(offsets[-1] + size)
     n = offsets[-1]
-    cls_of = [0] * n
-    slot = [-1] * n
-    is_comp = [False] * n
-    children: list[list[int]] = [[] for _ in range(n)]
-    left = [0] * n
-    special = bytearray(n)
+    code = np.full(n, _FREE, dtype=np.int64)
     base = np.zeros(n)
-    coll_pos: list[int] = []
-    coll_idx: list[int] = []
+    value = np.zeros(n)
+    coll_base = np.zeros(n, dtype=np.int64)   # first collective of the node's class
+    cls = np.repeat(np.arange(k), sizes)
+    us, vs = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
     waits: dict[int, int] = {}
     syncs: dict[int, list[int]] = {}
     no_dag = []
-    coll_base = 0
+    first_coll = 0
     for ci, rc in enumerate(classes):
-        off = offsets[ci]
-        cls_of[off:off + sizes[ci]] = [ci] * sizes[ci]
-        dag = rc.dag
+        off, dag = offsets[ci], rc.dag
         if dag is None:
             no_dag.append(ci)
-            coll_base += len(rc.collectives)
+            first_coll += len(rc.collectives)
             continue
-        chain: list[tuple[int, int]] = []
-        last_comm = -1
-        for v, (kind, value) in enumerate(dag.nodes):
-            g = off + v
-            code = _KIND_CODE[kind]
-            if code == _COLL:
-                coll_pos.append(g)
-                coll_idx.append(coll_base + int(value))
-                # the emitted traces chain a rank's collectives: each waits for the one before
-                if last_comm >= 0:
-                    chain.append((last_comm, g))
-                last_comm = g
-            else:
-                base[g] = float(value)
-                if code != _FREE:
-                    slot[g] = 2 * ci + code
-                    is_comp[g] = code == _COMP
+        end = off + sizes[ci]
+        code[off:end] = [_KIND_CODE[kind] for kind, _ in dag.nodes]
+        value[off:end] = [v for _, v in dag.nodes]
+        coll_base[off:end] = first_coll
         # A node's children in the order a replay of its class alone visits them (dependants by
         # node, then the next collective): ties in readiness and slot dispatch resolve alike.
-        for u, v in sorted(dag.deps, key=lambda e: e[1]):
-            children[off + u].append(off + v)
-            left[off + v] += 1
-        for u, g in chain:
-            children[u].append(g)
-            left[g] += 1
+        deps = np.fromiter(chain.from_iterable(dag.deps), dtype=np.int64, count=2 * len(dag.deps))
+        deps = deps.reshape(-1, 2) + off
+        deps = deps[np.argsort(deps[:, 1], kind="stable")]
+        # the emitted traces chain a rank's collectives: each waits for the one before
+        colls = off + np.flatnonzero(code[off:end] == _COLL)
+        us += [deps[:, 0], colls[:-1]]
+        vs += [deps[:, 1], colls[1:]]
         for v, c, u in dag.links:
             if 0 <= c < k and 0 <= u < sizes[c]:
                 waits[off + v] = offsets[c] + u
         for v, c, u in dag.syncs:
             if 0 <= c < k and 0 <= u < sizes[c] and dag.nodes[v][0] == "coll":
                 syncs.setdefault(off + v, []).append(offsets[c] + u)
-        coll_base += len(rc.collectives)
+        first_coll += len(rc.collectives)
+    u_all, v_all = np.concatenate(us), np.concatenate(vs)
+    order = np.argsort(u_all, kind="stable")
+    targets = v_all[order].tolist()
+    bounds = np.searchsorted(u_all[order], np.arange(n + 1)).tolist()
+    children = [targets[a:b] for a, b in zip(bounds, bounds[1:])]
+    left = np.bincount(v_all, minlength=n).tolist()
+    is_coll = code == _COLL
+    coll_pos = np.flatnonzero(is_coll)
+    base[~is_coll] = value[~is_coll]
+    slotted = (code == _COMP) | (code == _CPU)
+    slot = np.where(slotted, 2 * cls + code, -1).tolist()
+    special = bytearray(n)
     for g, src in waits.items():
         special[g] |= _WAITS
         special[src] |= _AWAITED_END
@@ -175,10 +202,10 @@ def _build_plan(d: Demand) -> _Plan:
         special[g] |= _SYNCS
         for u in partners:
             special[u] |= _AWAITED_READY
-    local_of = [g - offsets[ci] for g, ci in enumerate(cls_of)]
-    return _Plan(tuple(offsets), cls_of, slot, is_comp, children, left, waits, syncs, special, base,
-                 np.asarray(coll_pos, dtype=np.int64), np.asarray(coll_idx, dtype=np.int64), tuple(no_dag),
-                 local_of)
+    cls_of = cls.tolist()
+    job_of = list(zip(cls_of, (np.arange(n) - np.asarray(offsets)[cls]).tolist()))
+    return _Plan(tuple(offsets), cls_of, slot, (code == _COMP).tolist(), children, left, waits, syncs, special,
+                 base, coll_pos, coll_base[coll_pos] + value[coll_pos].astype(np.int64), tuple(no_dag), job_of)
 
 
 def _durations(d: Demand, plan: _Plan, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> list[float]:
@@ -206,7 +233,9 @@ def _replay(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel)
     # The optimizer takes the critical paths at a design and then evaluates that same design.
     if plan.last and plan.last[0] == key:
         return plan.last[1]
-    r = _simulate(plan, _durations(d, plan, bw_gbps, net, model), d)
+    dur = _durations(d, plan, bw_gbps, net, model)
+    with _no_cycle_collection():
+        r = _simulate(plan, dur, d)
     plan.last[:] = [key, r]
     return r
 
@@ -408,7 +437,7 @@ def _simulate(plan: _Plan, dur: list[float], d: Demand) -> _Replay:
         else:
             start, why, _ = pend_sync.pop(g)
             synced(g, start, why)
-    return _Replay(finish, cause, tuple(busy), plan.offsets, cls_of, plan.local_of, cycles)
+    return _Replay(finish, cause, tuple(busy), plan.offsets, cls_of, plan.job_of, cycles)
 
 
 def critical_paths(d: Demand, bw_gbps: Sequence[float], net: Network,
@@ -416,7 +445,8 @@ def critical_paths(d: Demand, bw_gbps: Sequence[float], net: Network,
     """Per rank class, (its finish time, a longest path that ends in it). A path's time is the
     sum of its compute and collectives, and may run through other classes via receives."""
     r = _replay(d, bw_gbps, net, model)
-    out = []
+    out: list = []
+    ends = []
     for ci, rc in enumerate(d.rank_classes):
         if rc.dag is None:
             out.append((r.finish[r.offsets[ci]], ((ci, -1),)))
@@ -427,8 +457,10 @@ def critical_paths(d: Demand, bw_gbps: Sequence[float], net: Network,
             continue
         # the first node to end last, as max() picks it
         g = r.offsets[ci] + f.index(max(f))
-        out.append((r.finish[g], r.path_to(g)))
-    return out
+        out.append((r.finish[g], None))
+        ends.append(g)
+    paths = iter(r.paths_to(ends))
+    return [(t, next(paths) if p is None else p) for t, p in out]
 
 
 def predict(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> Prediction:
