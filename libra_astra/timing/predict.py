@@ -113,7 +113,9 @@ class _Plan:
     last: list = field(default_factory=list)   # [(bandwidths, network, model), its _Replay]
 
 
-_PLANS: "weakref.WeakKeyDictionary[Demand, _Plan]" = weakref.WeakKeyDictionary()
+# Per demand object (not per equal demand: a demand read again builds its plan again, as a new
+# command would); an entry goes when its demand does.
+_PLANS: dict[int, _Plan] = {}
 
 
 @contextmanager
@@ -132,10 +134,11 @@ def _no_cycle_collection() -> Iterator[None]:
 
 def _plan(d: Demand) -> _Plan:
     # Built once per demand: the optimizer replays the same demand at many bandwidths.
-    plan = _PLANS.get(d)
+    plan = _PLANS.get(id(d))
     if plan is None:
         with _no_cycle_collection():
-            plan = _PLANS[d] = _build_plan(d)
+            plan = _PLANS[id(d)] = _build_plan(d)
+        weakref.finalize(d, _PLANS.pop, id(d), None)
     return plan
 
 
