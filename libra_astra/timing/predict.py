@@ -7,7 +7,8 @@ first in the DAG gets it (ASTRA-sim issues ready nodes in ascending node id); co
 their DAG order, so a node starts at max(its dependencies' finish, its slot's free time).
 A receive also waits for the matching send of another rank class (the DAG's ``links``, from
 pipeline parallelism) and a collective shared with ranks of other classes starts when they are
-ready for it too (``syncs``), so the classes are replayed together until those waits settle.
+ready for it too (``syncs``), so all classes are replayed together, in one event-driven
+simulation over their joint graph.
 Collective durations come from a time model (model.py), normally the ``pipelined`` model with
 the simulator's chunk count, latency and local memory bandwidth.
 
