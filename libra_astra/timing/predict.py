@@ -111,7 +111,7 @@ class _Plan:
     no_dag: tuple[int, ...]             # classes replayed as one node of their no-overlap time
     job_of: list[JobNode] = field(default_factory=list)    # (class, node) of each global node
     rows: tuple | None = None           # ((network, model), every class's collective rows stacked)
-    last: list = field(default_factory=list)   # [(bandwidths, network, model), its _Replay]
+    last: tuple | None = None           # ((bandwidths, network, model), its _Replay)
 
 
 # Per demand object (not per equal demand: a demand read again builds its plan again, as a new
@@ -216,15 +216,16 @@ def _durations(d: Demand, plan: _Plan, bw_gbps: Sequence[float], net: Network, m
     # Collective times do not depend on overlap: the rows are the ones the no-overlap optimum
     # (the optimizer's start) has built already, stacked once per demand, network and model.
     model = replace(model, overlap=False)
-    if plan.rows is None or plan.rows[0] != (net, model):
+    cached = plan.rows      # one read: another thread may replace it (each value is whole)
+    if cached is None or cached[0] != (net, model):
         rows = [class_rows(rc, net, model) for rc in d.rank_classes]
         firsts = np.cumsum([0] + [r[0].shape[0] for r in rows[:-1]])
         stacked = (np.vstack([r[0] for r in rows]), np.concatenate([r[1] for r in rows]),
                    np.concatenate([r[2] + f for r, f in zip(rows, firsts)]).astype(np.int64))
-        plan.rows = ((net, model), stacked)
+        cached = plan.rows = ((net, model), stacked)
     dur = plan.base_ns.copy()
     if plan.coll_pos.size:
-        dur[plan.coll_pos] = rows_times_ns(plan.rows[1], bw_gbps)[plan.coll_idx]
+        dur[plan.coll_pos] = rows_times_ns(cached[1], bw_gbps)[plan.coll_idx]
     for ci in plan.no_dag:
         comp, comm = class_time_ns(d.rank_classes[ci], bw_gbps, net, model)
         dur[plan.offsets[ci]] = comp + comm
@@ -235,12 +236,13 @@ def _replay(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel)
     plan = _plan(d)
     key = (tuple(float(b) for b in bw_gbps), net, model)
     # The optimizer takes the critical paths at a design and then evaluates that same design.
-    if plan.last and plan.last[0] == key:
-        return plan.last[1]
+    last = plan.last
+    if last is not None and last[0] == key:
+        return last[1]
     dur = _durations(d, plan, bw_gbps, net, model)
     with _no_cycle_collection():
         r = _simulate(plan, dur, d)
-    plan.last[:] = [key, r]
+    plan.last = (key, r)
     return r
 
 
