@@ -7,7 +7,8 @@ first in the DAG gets it (ASTRA-sim issues ready nodes in ascending node id); co
 their DAG order, so a node starts at max(its dependencies' finish, its slot's free time).
 A receive also waits for the matching send of another rank class (the DAG's ``links``, from
 pipeline parallelism) and a collective shared with ranks of other classes starts when they are
-ready for it too (``syncs``), so the classes are replayed together until those waits settle.
+ready for it too (``syncs``), so all classes are replayed together, in one event-driven
+simulation over their joint graph.
 Collective durations come from a time model (model.py), normally the ``pipelined`` model with
 the simulator's chunk count, latency and local memory bandwidth.
 
@@ -16,13 +17,19 @@ A class without a DAG falls back to the no-overlap sum. The job time is the slow
 
 from __future__ import annotations
 
+import gc
 import heapq
-from dataclasses import dataclass
-from typing import Sequence
+from contextlib import contextmanager
+from itertools import chain
+import weakref
+from dataclasses import dataclass, field, replace
+from typing import Iterator, Sequence
+
+import numpy as np
 
 from ..demand.types import Demand, RankClass
 from ..model.network import Network
-from .model import TimeModel, class_time_ns, collective_times_ns
+from .model import TimeModel, class_rows, class_time_ns, rows_times_ns
 
 # A node of the job: (rank class, node index); node -1 stands for a whole class without a DAG.
 JobNode = tuple[int, int]
@@ -40,157 +47,403 @@ class Prediction:
 
 @dataclass(frozen=True)
 class _Replay:
-    finish: tuple[list[float], ...]             # per class, per node
-    cause: tuple[list[JobNode | None], ...]     # what each node waited for last
-    busy_comp: tuple[float, ...]
+    """Per node of the joint graph (classes one after the other from ``offsets[ci]``)."""
+
+    finish: list[float]
+    cause: list[int]                    # what each node waited for last, -1 for nothing
+    busy_comp: tuple[float, ...]        # per class
+    offsets: tuple[int, ...]
+    cls_of: list[int]
+    job_of: list[JobNode]               # (class, node) of each global node
+    cycles: int                         # waits dropped because ranks waited on each other in a cycle
+
+    def class_finish(self, ci: int) -> list[float]:
+        return self.finish[self.offsets[ci]:self.offsets[ci + 1]]
+
+    def paths_to(self, ends: Sequence[int]) -> list[tuple[JobNode, ...]]:
+        """The path of causes that ends in each global node of ``ends``, first node first. The
+        paths of a pipeline's classes share most of their nodes: each is walked only up to a
+        node of a path already walked."""
+        cause, job_of = self.cause, self.job_of
+        walked: list[list[int]] = []            # each path from its end back to its first node
+        seen: dict[int, tuple[int, int]] = {}   # node -> (walked path, position in it)
+        out = []
+        for g in ends:
+            ids: list[int] = []
+            while g >= 0:
+                hit = seen.get(g)
+                if hit is not None:
+                    ids += walked[hit[0]][hit[1]:]
+                    break
+                seen[g] = (len(walked), len(ids))
+                ids.append(g)
+                g = cause[g]
+            walked.append(ids)
+            ids.reverse()
+            out.append(tuple(map(job_of.__getitem__, ids)))
+            ids.reverse()
+        return out
+
+
+_COMP, _CPU, _COLL, _FREE = 0, 1, 2, 3
+_KIND_CODE = {"comp": _COMP, "cpu": _CPU, "coll": _COLL, "free": _FREE}
+# Why a node cannot take the replay's fast path (flags of _Plan.special).
+_AWAITED_READY, _AWAITED_END, _WAITS, _SYNCS = 1, 2, 4, 8
 
 
 @dataclass
-class _ClassState:
-    finish: list[float]
-    cause: list[JobNode | None]
-    ready: list[float]                  # when the node could start on this rank alone
-    ready_cause: list[JobNode | None]
-    busy: float
+class _Plan:
+    """The joint graph of a demand: every class's nodes numbered one after the other (so the
+    global order is (class, node) order), with everything that does not depend on bandwidth."""
+
+    offsets: tuple[int, ...]            # first global node of each class, and the total at the end
+    cls_of: list[int]
+    slot: list[int]                     # GPU or CPU slot (2 per class) a node takes, -1 for none
+    is_comp: list[bool]
+    children: list[list[int]]           # dependants, then the rank's next collective
+    left: list[int]                     # dependencies to finish before a node is ready
+    waits: dict[int, int]               # receive -> the send it cannot finish before
+    syncs: dict[int, list[int]]         # collective -> the same collective of other classes
+    special: bytearray                  # _AWAITED_READY | _AWAITED_END | _WAITS | _SYNCS
+    base_ns: np.ndarray                 # duration of every node that is not a collective
+    coll_pos: np.ndarray                # global nodes that are collectives ...
+    coll_idx: np.ndarray                # ... and their collective in the classes' concatenation
+    no_dag: tuple[int, ...]             # classes replayed as one node of their no-overlap time
+    job_of: list[JobNode] = field(default_factory=list)    # (class, node) of each global node
+    rows: tuple | None = None           # ((network, model), every class's collective rows stacked)
+    last: tuple | None = None           # ((bandwidths, network, model), its _Replay)
 
 
-_SLOTS = ("comp", "cpu")
+# Per demand object (not per equal demand: a demand read again builds its plan again, as a new
+# command would); an entry goes when its demand does.
+_PLANS: dict[int, _Plan] = {}
 
 
-def _replay_class(rc: RankClass, ci: int, coll_ns: list[float], preds: list[list[int]],
-                  waits: dict[int, JobNode], syncs: dict[int, list[JobNode]],
-                  prev: Sequence[_ClassState | None]) -> _ClassState:
-    """One rank of a class, event by event, the way ASTRA-sim's workload layer runs it.
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    # The replay allocates one small object per node and event and makes no reference cycles;
+    # left on, the cycle collector would walk every live object (the demand's included) many
+    # times per replay, which costs about as much as the replay itself.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
-    Per rank one GPU compute node ("comp"), one CPU op ("cpu") and one collective or send
-    ("coll") run at a time; receives and other "free" nodes take no slot. When a slot frees, the
-    ready node of that kind that comes first in the DAG (ASTRA-sim: the lowest node id) gets it.
-    Collectives and sends keep their DAG order (the emitted traces chain them). Every start is
-    the finish of some node (its last dependency or the slot's previous node), recorded as its
-    cause, so a node's finish is the length of the path of causes that ends in it."""
-    nodes = rc.dag.nodes
-    n = len(nodes)
-    finish, ready = [0.0] * n, [0.0] * n
-    cause: list[JobNode | None] = [None] * n
-    ready_cause: list[JobNode | None] = [None] * n
-    children: list[list[int]] = [[] for _ in range(n)]
-    left = [0] * n
-    for v in range(n):
-        for u in preds[v]:
-            children[u].append(v)
-        left[v] = len(preds[v])
-    last_comm = -1
-    for v, (kind, _) in enumerate(nodes):
-        if kind == "coll":
-            if last_comm >= 0:
-                children[last_comm].append(v)
-                left[v] += 1
-            last_comm = v
-    events: list[tuple[float, int]] = []
-    queue: dict[str, list[int]] = {k: [] for k in _SLOTS}
-    running = {k: False for k in _SLOTS}
-    last_on = {k: -1 for k in _SLOTS}
-    busy = 0.0
 
-    def launch(v: int, start: float, why: JobNode | None) -> None:
-        kind, value = nodes[v]
-        if kind == "coll":
-            # A collective shared with other classes starts when their ranks are ready for it too.
-            for cj, u in syncs.get(v, ()):
-                other = prev[cj]
-                if other is not None and other.ready[u] > start:
-                    start, why = other.ready[u], other.ready_cause[u]
-            dur = coll_ns[int(value)]
-        else:
-            dur = float(value)
-        end = start + dur
-        src = waits.get(v)
-        if src is not None and prev[src[0]] is not None and prev[src[0]].finish[src[1]] > end:
-            end, why = prev[src[0]].finish[src[1]], src
-        finish[v], cause[v] = end, why
-        heapq.heappush(events, (end, v))
+def _plan(d: Demand) -> _Plan:
+    # Built once per demand: the optimizer replays the same demand at many bandwidths.
+    plan = _PLANS.get(id(d))
+    if plan is None:
+        with _no_cycle_collection():
+            plan = _PLANS[id(d)] = _build_plan(d)
+        weakref.finalize(d, _PLANS.pop, id(d), None)
+    return plan
 
-    def dispatch(kind: str, now: float) -> None:
-        q = queue[kind]
-        if running[kind] or not q:
-            return
-        v = heapq.heappop(q)
-        why = ready_cause[v]
-        last = last_on[kind]
-        if last >= 0 and finish[last] > ready[v]:
-            why = (ci, last)   # it waited for the slot
-        running[kind], last_on[kind] = True, v
-        launch(v, max(now, ready[v]), why)
 
-    def make_ready(v: int, t: float, why: JobNode | None) -> None:
-        ready[v], ready_cause[v] = t, why
-        kind = nodes[v][0]
-        if kind in queue:
-            heapq.heappush(queue[kind], v)
-            dispatch(kind, t)
-        else:
-            launch(v, t, why)
+def _build_plan(d: Demand) -> _Plan:
+    classes = d.rank_classes
+    k = len(classes)
+    sizes = [len(rc.dag.nodes) if rc.dag is not None else 1 for rc in classes]
+    offsets = [0]
+    for size in sizes:
+        offsets.append(offsets[-1] + size)
+    n = offsets[-1]
+    code = np.full(n, _FREE, dtype=np.int64)
+    base = np.zeros(n)
+    value = np.zeros(n)
+    coll_base = np.zeros(n, dtype=np.int64)   # first collective of the node's class
+    cls = np.repeat(np.arange(k), sizes)
+    us, vs = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+    waits: dict[int, int] = {}
+    syncs: dict[int, list[int]] = {}
+    no_dag = []
+    first_coll = 0
+    for ci, rc in enumerate(classes):
+        off, dag = offsets[ci], rc.dag
+        if dag is None:
+            no_dag.append(ci)
+            first_coll += len(rc.collectives)
+            continue
+        end = off + sizes[ci]
+        code[off:end] = [_KIND_CODE[kind] for kind, _ in dag.nodes]
+        value[off:end] = [v for _, v in dag.nodes]
+        coll_base[off:end] = first_coll
+        # A node's children in the order a replay of its class alone visits them (dependants by
+        # node, then the next collective): ties in readiness and slot dispatch resolve alike.
+        deps = np.fromiter(chain.from_iterable(dag.deps), dtype=np.int64, count=2 * len(dag.deps))
+        deps = deps.reshape(-1, 2) + off
+        deps = deps[np.argsort(deps[:, 1], kind="stable")]
+        # the emitted traces chain a rank's collectives: each waits for the one before
+        colls = off + np.flatnonzero(code[off:end] == _COLL)
+        us += [deps[:, 0], colls[:-1]]
+        vs += [deps[:, 1], colls[1:]]
+        for v, c, u in dag.links:
+            if 0 <= c < k and 0 <= u < sizes[c]:
+                waits[off + v] = offsets[c] + u
+        for v, c, u in dag.syncs:
+            if 0 <= c < k and 0 <= u < sizes[c] and dag.nodes[v][0] == "coll":
+                syncs.setdefault(off + v, []).append(offsets[c] + u)
+        first_coll += len(rc.collectives)
+    u_all, v_all = np.concatenate(us), np.concatenate(vs)
+    order = np.argsort(u_all, kind="stable")
+    targets = v_all[order].tolist()
+    bounds = np.searchsorted(u_all[order], np.arange(n + 1)).tolist()
+    children = [targets[a:b] for a, b in zip(bounds, bounds[1:])]
+    left = np.bincount(v_all, minlength=n).tolist()
+    is_coll = code == _COLL
+    coll_pos = np.flatnonzero(is_coll)
+    base[~is_coll] = value[~is_coll]
+    slotted = (code == _COMP) | (code == _CPU)
+    slot = np.where(slotted, 2 * cls + code, -1).tolist()
+    special = bytearray(n)
+    for g, src in waits.items():
+        special[g] |= _WAITS
+        special[src] |= _AWAITED_END
+    for g, partners in syncs.items():
+        special[g] |= _SYNCS
+        for u in partners:
+            special[u] |= _AWAITED_READY
+    cls_of = cls.tolist()
+    job_of = list(zip(cls_of, (np.arange(n) - np.asarray(offsets)[cls]).tolist()))
+    return _Plan(tuple(offsets), cls_of, slot, (code == _COMP).tolist(), children, left, waits, syncs, special,
+                 base, coll_pos, coll_base[coll_pos] + value[coll_pos].astype(np.int64), tuple(no_dag), job_of)
 
-    for v in range(n):
-        if left[v] == 0:
-            make_ready(v, 0.0, None)
-    got = [0.0] * n
-    got_cause: list[JobNode | None] = [None] * n
-    while events:
-        t, u = heapq.heappop(events)
-        kind = nodes[u][0]
-        if kind in running:
-            running[kind] = False
-            if kind == "comp":
-                busy += float(nodes[u][1])
-        for v in children[u]:
-            left[v] -= 1
-            if t >= got[v]:
-                got[v], got_cause[v] = t, (ci, u)
-            if left[v] == 0:
-                make_ready(v, got[v], got_cause[v])
-        if kind in running:
-            dispatch(kind, t)
-    return _ClassState(finish, cause, ready, ready_cause, busy)
+
+def _durations(d: Demand, plan: _Plan, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> list[float]:
+    # Collective times do not depend on overlap: the rows are the ones the no-overlap optimum
+    # (the optimizer's start) has built already, stacked once per demand, network and model.
+    model = replace(model, overlap=False)
+    cached = plan.rows      # one read: another thread may replace it (each value is whole)
+    if cached is None or cached[0] != (net, model):
+        rows = [class_rows(rc, net, model) for rc in d.rank_classes]
+        firsts = np.cumsum([0] + [r[0].shape[0] for r in rows[:-1]])
+        stacked = (np.vstack([r[0] for r in rows]), np.concatenate([r[1] for r in rows]),
+                   np.concatenate([r[2] + f for r, f in zip(rows, firsts)]).astype(np.int64))
+        cached = plan.rows = ((net, model), stacked)
+    dur = plan.base_ns.copy()
+    if plan.coll_pos.size:
+        dur[plan.coll_pos] = rows_times_ns(cached[1], bw_gbps)[plan.coll_idx]
+    for ci in plan.no_dag:
+        comp, comm = class_time_ns(d.rank_classes[ci], bw_gbps, net, model)
+        dur[plan.offsets[ci]] = comp + comm
+    return dur.tolist()
 
 
 def _replay(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> _Replay:
-    classes = d.rank_classes
-    k = len(classes)
-    coll_ns = [collective_times_ns(rc, bw_gbps, net, model).tolist() for rc in classes]
-    preds, waits, syncs = [], [], []
-    for rc in classes:
-        dag = rc.dag
-        p: list[list[int]] = [[] for _ in (dag.nodes if dag else ())]
-        for u, v in (dag.deps if dag else ()):
-            p[v].append(u)
-        preds.append(p)
-        waits.append({v: (c, u) for v, c, u in (dag.links if dag else ()) if 0 <= c < k})
-        s: dict[int, list[JobNode]] = {}
-        for v, c, u in (dag.syncs if dag else ()):
-            if 0 <= c < k:
-                s.setdefault(v, []).append((c, u))
-        syncs.append(s)
-    states: list[_ClassState | None] = [None] * k
-    # Waits only lengthen times, so sweeps from zero settle after at most as many sweeps as the
-    # longest chain of cross-class waits (plus one to see nothing change). Each class is
-    # replayed with the other classes' latest states (Gauss-Seidel): a pipeline whose classes
-    # come in stage order then settles in a few sweeps instead of one per stage.
-    for _ in range(2 + sum(len(w) + len(s) for w, s in zip(waits, syncs))):
-        changed = False
-        for ci, rc in enumerate(classes):
-            if rc.dag is None:
-                comp, comm = class_time_ns(rc, bw_gbps, net, model)
-                new = _ClassState([comp + comm], [None], [0.0], [None], comp)
+    plan = _plan(d)
+    key = (tuple(float(b) for b in bw_gbps), net, model)
+    # The optimizer takes the critical paths at a design and then evaluates that same design.
+    last = plan.last
+    if last is not None and last[0] == key:
+        return last[1]
+    dur = _durations(d, plan, bw_gbps, net, model)
+    with _no_cycle_collection():
+        r = _simulate(plan, dur, d)
+    plan.last = (key, r)
+    return r
+
+
+def _simulate(plan: _Plan, dur: list[float], d: Demand) -> _Replay:
+    """All rank classes in one event-driven simulation, one event per node.
+
+    Events are taken in (time, class, node) order, so each class meets its own events in the
+    order a replay of that class alone would, and the waits across classes are met as they
+    happen: a receive whose send has not started keeps its slot, and its end is set once the
+    send's end is known; a shared collective starts once the other classes' ranks are ready for
+    it. Such an end is never earlier than the moment it becomes known, so event times never go
+    back and a node is ready at the time its last dependency ends.
+
+    Only a wait that can end at the very moment it is met (a send or shared collective that
+    takes no time) could end after later events of its class at that moment were taken: while
+    one may, those events are held back, so ties resolve as in a replay of the class alone."""
+    k = len(plan.offsets) - 1
+    n = plan.offsets[-1]
+    slot, is_comp, children, cls_of = plan.slot, plan.is_comp, plan.children, plan.cls_of
+    waits, syncs, special = plan.waits, plan.syncs, plan.special
+    left = plan.left[:]
+    finish, ready = [0.0] * n, [0.0] * n
+    cause, ready_cause = [-1] * n, [-1] * n
+    known = bytearray(n)            # the end of an awaited node is final
+    is_ready = bytearray(n)         # an awaited node is ready
+    queue: list[list[int]] = [[] for _ in range(2 * k)]
+    running = [False] * (2 * k)
+    last_on = [-1] * (2 * k)
+    busy = [d.rank_classes[ci].compute_time_ns if ci in plan.no_dag else 0.0 for ci in range(k)]
+    events: list[tuple[float, int]] = []
+    wait_on: dict[int, list[int]] = {}          # send -> receives waiting for its end
+    sync_on: dict[int, list[int]] = {}          # collective -> collectives waiting for it to be ready
+    pend_wait: dict[int, tuple[float, int]] = {}
+    pend_sync: dict[int, list] = {}
+    risky: list[set[int]] = [set() for _ in range(k)]   # waiting nodes that could end now
+    held: list[list[tuple[float, int]]] = [[] for _ in range(k)]
+    nheld = [0]
+    push, pop, pushpop = heapq.heappush, heapq.heappop, heapq.heappushpop
+
+    def lowest_end(g: int, now: float, depth: int = 0) -> float:
+        # The earliest its end can be: a node not started yet starts now at the earliest.
+        if g in pend_wait and depth < 64:
+            return max(pend_wait[g][0], lowest_end(waits[g], now, depth + 1))
+        return now + dur[g]
+
+    def defer(g: int) -> None:
+        if dur[g] == 0.0 or dur[waits.get(g, g)] == 0.0 or waits.get(g, -1) in waits:
+            risky[cls_of[g]].add(g)
+
+    def undefer(g: int) -> None:
+        c = cls_of[g]
+        if g in risky[c]:
+            risky[c].discard(g)
+            for e in held[c]:
+                push(events, e)
+            nheld[0] -= len(held[c])
+            held[c].clear()
+
+    def settle(g: int, end: float, why: int) -> None:
+        # The end of g, and of the receives that waited for it, is final.
+        stack = [(g, end, why)]
+        while stack:
+            g, end, why = stack.pop()
+            finish[g], cause[g], known[g] = end, why, 1
+            push(events, (end, g))
+            undefer(g)
+            for w in wait_on.pop(g, ()):
+                e, y = pend_wait.pop(w)
+                if end > e:
+                    e, y = end, g
+                stack.append((w, e, y))
+
+    def end_at(g: int, end: float, why: int) -> None:
+        src = waits.get(g)
+        if src is not None:
+            if not known[src]:
+                pend_wait[g] = (end, why)
+                wait_on.setdefault(src, []).append(g)
+                defer(g)
+                return
+            if finish[src] > end:
+                end, why = finish[src], src
+        settle(g, end, why)
+
+    def synced(g: int, start: float, why: int) -> None:
+        undefer(g)
+        for u in syncs[g]:
+            if ready[u] > start:
+                start, why = ready[u], ready_cause[u]
+        end_at(g, start + dur[g], why)
+
+    def launch(g: int, start: float, why: int) -> None:
+        if not special[g]:
+            end = start + dur[g]
+            finish[g], cause[g] = end, why
+            push(events, (end, g))
+        elif g in syncs:
+            missing = [u for u in syncs[g] if not is_ready[u]]
+            if missing:
+                pend_sync[g] = [start, why, len(missing)]
+                for u in missing:
+                    sync_on.setdefault(u, []).append(g)
+                defer(g)
             else:
-                new = _replay_class(rc, ci, coll_ns[ci], preds[ci], waits[ci], syncs[ci], states)
-            old = states[ci]
-            changed = changed or old is None or old.finish != new.finish or old.ready != new.ready
-            states[ci] = new
-        if not changed:
+                synced(g, start, why)
+        else:
+            end_at(g, start + dur[g], why)
+
+    def take_slot(s: int, g: int, now: float) -> None:
+        # g is the lowest ready node of slot s, which is free: ASTRA-sim issues it now.
+        why = ready_cause[g]
+        last = last_on[s]
+        if last >= 0 and finish[last] > ready[g]:
+            why = last   # it waited for the slot
+        running[s], last_on[s] = True, g
+        launch(g, max(now, ready[g]), why)
+
+    def make_ready(g: int, t: float, why: int) -> None:
+        ready[g], ready_cause[g], is_ready[g] = t, why, 1
+        for c in sync_on.pop(g, ()):
+            p = pend_sync.get(c)
+            if p is None:
+                continue   # it went on without its wait (a cycle)
+            p[2] -= 1
+            if p[2] == 0:
+                del pend_sync[c]
+                synced(c, p[0], p[1])
+        s = slot[g]
+        if s < 0:
+            launch(g, t, why)
+        elif running[s]:
+            push(queue[s], g)
+        else:
+            take_slot(s, pushpop(queue[s], g), t)
+
+    for g in range(n):
+        if left[g] == 0:
+            make_ready(g, 0.0, -1)
+    cycles = 0
+    while True:
+        while events or nheld[0]:
+            if nheld[0]:
+                first = min(h[0] for h in held if h)
+                if not events or events[0][0] > first[0]:
+                    # Nothing else happens at this moment, so the waits holding these back are
+                    # met later or wait on each other: the earliest held event goes on.
+                    t, u = pop(held[cls_of[first[1]]])
+                    nheld[0] -= 1
+                    ci = cls_of[u]
+                else:
+                    t, u = pop(events)
+                    ci = cls_of[u]
+                    if held[ci] or risky[ci] and any(g < u and lowest_end(g, t) <= t for g in risky[ci]):
+                        push(held[ci], (t, u))
+                        nheld[0] += 1
+                        continue
+            else:
+                t, u = pop(events)
+                ci = cls_of[u]
+                if risky[ci] and any(g < u and lowest_end(g, t) <= t for g in risky[ci]):
+                    push(held[ci], (t, u))
+                    nheld[0] += 1
+                    continue
+            s = slot[u]
+            if s >= 0:
+                running[s] = False
+                if is_comp[u]:
+                    busy[ci] += dur[u]
+            for v in children[u]:
+                n_left = left[v] - 1
+                left[v] = n_left
+                if n_left:
+                    continue
+                # v is ready now (its last dependency ended last); the common cases inline
+                if special[v]:
+                    make_ready(v, t, u)
+                    continue
+                ready[v], ready_cause[v] = t, u
+                s2 = slot[v]
+                if s2 < 0:
+                    end = t + dur[v]
+                    finish[v], cause[v] = end, u
+                    push(events, (end, v))
+                elif running[s2]:
+                    push(queue[s2], v)
+                else:
+                    take_slot(s2, pushpop(queue[s2], v), t)
+            if s >= 0 and not running[s] and queue[s]:
+                take_slot(s, pop(queue[s]), t)
+        if not pend_wait and not pend_sync:
             break
-    return _Replay(tuple(s.finish for s in states), tuple(s.cause for s in states),
-                   tuple(s.busy for s in states))
+        # Ranks that wait on each other in a cycle (ASTRA-sim would hang there): the first waiting
+        # node goes on without its wait, so that every node still gets a time.
+        g = min(list(pend_wait) + list(pend_sync))
+        cycles += 1
+        if g in pend_wait:
+            settle(g, *pend_wait.pop(g))
+        else:
+            start, why, _ = pend_sync.pop(g)
+            synced(g, start, why)
+    return _Replay(finish, cause, tuple(busy), plan.offsets, cls_of, plan.job_of, cycles)
 
 
 def critical_paths(d: Demand, bw_gbps: Sequence[float], net: Network,
@@ -198,27 +451,27 @@ def critical_paths(d: Demand, bw_gbps: Sequence[float], net: Network,
     """Per rank class, (its finish time, a longest path that ends in it). A path's time is the
     sum of its compute and collectives, and may run through other classes via receives."""
     r = _replay(d, bw_gbps, net, model)
-    out = []
+    out: list = []
+    ends = []
     for ci, rc in enumerate(d.rank_classes):
         if rc.dag is None:
-            out.append((r.finish[ci][0], ((ci, -1),)))
+            out.append((r.finish[r.offsets[ci]], ((ci, -1),)))
             continue
-        f = r.finish[ci]
+        f = r.class_finish(ci)
         if not f:
             out.append((0.0, ()))
             continue
-        node: JobNode | None = (ci, max(range(len(f)), key=f.__getitem__))
-        path = []
-        while node is not None:
-            path.append(node)
-            node = r.cause[node[0]][node[1]]
-        out.append((f[path[0][1]], tuple(reversed(path))))
-    return out
+        # the first node to end last, as max() picks it
+        g = r.offsets[ci] + f.index(max(f))
+        out.append((r.finish[g], None))
+        ends.append(g)
+    paths = iter(r.paths_to(ends))
+    return [(t, next(paths) if p is None else p) for t, p in out]
 
 
 def predict(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> Prediction:
     r = _replay(d, bw_gbps, net, model)
-    times = [max(f, default=0.0) for f in r.finish]
+    times = [max(r.class_finish(ci), default=0.0) for ci in range(len(d.rank_classes))]
     i = max(range(len(times)), key=times.__getitem__)
     return Prediction(times[i], tuple(times), times[i] - r.busy_comp[i],
                       any(rc.dag is not None for rc in d.rank_classes))

@@ -1,0 +1,180 @@
+"""The joint replay (one event-driven simulation over all rank classes) gives exactly the times,
+causes and critical paths of the replay it replaced (per-class replays in sweeps until nothing
+changes, kept in tests/replay_reference.py), on real and generated traces and random DAGs."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from libra_astra.demand.from_traces import demand_from_traces
+from libra_astra.demand.types import Collective, Dag, Demand, RankClass, make_collective
+from libra_astra.model.network import Dimension, Network, load_network
+from libra_astra.timing import predict as joint
+from libra_astra.timing.model import TimeModel, simulator_model
+
+import replay_reference as reference
+
+ROOT = Path(__file__).resolve().parent.parent
+REAL = ROOT / "tests" / "fixtures" / "real"
+REAL_SETS = {"ddp4": "ring4", "tpdp4": "ring2x2", "tpdp8": "ring2x4", "pipeline4": "ring4", "param_dlrm8": "ring8"}
+SAMPLES = {"gpt3_tp8_dp8/gpt3": "sample_8x8", "dlrm_16/dlrm": "sample_4x4", "resnet50_dp16/resnet50": "sample_4x4",
+           "gpt_tp2_pp2_dp4/gpt": "sample_4x4"}
+MODELS = (TimeModel("libra", overlap=True), TimeModel("pipelined", splits=4, overlap=True), simulator_model(1, 1e9))
+
+
+def bandwidths(net: Network, seed: int, count: int = 3) -> list[tuple[float, ...]]:
+    rng = random.Random(seed)
+    out = [tuple(100.0 for _ in net.dims)]
+    out += [tuple(rng.choice((1.0, 7.5, 40.0, 250.0, 3000.0)) for _ in net.dims) for _ in range(count - 1)]
+    return out
+
+
+def assert_same(d: Demand, net: Network, model: TimeModel, bw: tuple[float, ...]) -> bool:
+    """True if compared: ranks that wait on each other in a cycle have no times to agree on."""
+    old = reference.replay(d, bw, net, model)
+    new = joint._replay(d, bw, net, model)
+    if new.cycles or not old.converged:
+        return False
+    k = len(d.rank_classes)
+    assert tuple(new.class_finish(ci) for ci in range(k)) == old.finish
+    causes = tuple([None if g < 0 else new.job_of[g]
+                    for g in new.cause[new.offsets[ci]:new.offsets[ci + 1]]] for ci in range(k))
+    assert causes == old.cause
+    assert new.busy_comp == old.busy_comp
+    assert joint.critical_paths(d, bw, net, model) == reference.critical_paths(d, bw, net, model)
+    assert joint.predict(d, bw, net, model) == reference_prediction(d, bw, net, model)
+    return True
+
+
+def assert_all_same(d: Demand, net: Network, seed: int, count: int = 3) -> None:
+    for model in MODELS:
+        for bw in bandwidths(net, seed, count):
+            assert assert_same(d, net, model, bw)
+
+
+@pytest.mark.parametrize("typed", [False, True])
+@pytest.mark.parametrize("name", sorted(REAL_SETS))
+def test_real_traces(name, typed):
+    net = load_network(REAL / f"{REAL_SETS[name]}.yml")
+    d, _ = demand_from_traces(REAL / name / name, net, type_cpu_collectives=typed)
+    assert_all_same(d, net, len(name), count=2)
+
+
+@pytest.mark.parametrize("sample", sorted(SAMPLES))
+def test_shipped_traces(sample):
+    net = load_network(ROOT / "network_configs" / f"{SAMPLES[sample]}.yml")
+    prefix = ROOT / "traces" / sample
+    groups = prefix.parent / (prefix.name + ".groups.json")
+    d, _ = demand_from_traces(str(prefix), net, comm_groups=str(groups) if groups.exists() else None)
+    assert_all_same(d, net, 7)
+
+
+@pytest.mark.parametrize("tp,pp,dp,micro,placement", [
+    (1, 4, 4, 4, {"pp": [0], "dp": [1]}),
+    (2, 4, 2, 8, {"tp": [0], "pp": [0, 1], "dp": [1]}),
+    (1, 16, 1, 4, {"pp": [0, 1]}),
+    (4, 2, 2, 2, {"tp": [0], "pp": [1], "dp": [1]}),
+])
+def test_generated_pipelines(tmp_path, tp, pp, dp, micro, placement):
+    import yaml
+    from libra_astra.tracegen import generate
+
+    spec = yaml.safe_load((ROOT / "traces/gpt_tp2_pp2_dp4/spec.yml").read_text())
+    spec["model"]["layers"] = 16
+    spec["model"]["global_batch"] = micro * dp
+    spec["parallel"] = {"tp": tp, "pp": pp, "dp": dp, "sequence_parallel": tp > 1}
+    spec["placement"] = placement
+    res = generate(spec, tmp_path / "pp")
+    net = load_network(ROOT / "network_configs/sample_4x4.yml")
+    d, _ = demand_from_traces(str(res.prefix), net,
+                              comm_groups=str(res.groups_path) if res.groups_path else None)
+    assert any(rc.dag.links for rc in d.rank_classes)
+    assert_all_same(d, net, tp * 100 + pp * 10 + dp)
+
+
+def random_demand(seed: int) -> Demand:
+    """Classes with random DAGs (every node kind, zero durations included), receives that wait
+    on sends of other classes and collectives shared across classes, matched in issue order so
+    that no ranks wait on each other in a cycle."""
+    rng = random.Random(seed)
+    k = rng.randint(1, 5)
+    p2p = Collective("P2P", 2.0**20, (1, 2), (0.0, 2.0**20), (0, 1), algorithm="p2p")
+    zero = Collective("P2P", 0.0, (1, 1), (0.0, 0.0), (0, 0), algorithm="p2p")
+    shared = [make_collective(rng.choice(("ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL")),
+                              rng.choice((0.0, 2.0**16, 2.0**24)), (rng.choice((1, 2, 4)), rng.choice((1, 2))))
+              for _ in range(rng.randint(0, 4))]
+    colls = tuple(shared) + (p2p, zero)
+    classes = []
+    sends: list[list[int]] = []
+    plans: list[tuple[list, list]] = []
+    for ci in range(k):
+        n = rng.randint(1, 40)
+        nodes = []
+        for _ in range(n):
+            kind = rng.choice(("comp", "comp", "cpu", "free", "coll", "coll"))
+            if kind == "coll":
+                nodes.append(("coll", rng.randrange(len(colls))))
+            else:
+                nodes.append((kind, rng.choice((0.0, 1.0, 1e3, 5e4, 2e5))))
+        deps = sorted({(u, v) for v in range(1, n) for u in rng.sample(range(v), min(v, rng.randint(0, 3)))})
+        plans.append((nodes, deps))
+        sends.append([v for v, (kind, c) in enumerate(nodes) if kind == "coll" and c >= len(shared)])
+    no_dag = rng.randrange(k) if k > 1 and rng.random() < 0.3 else -1
+    if no_dag >= 0:
+        plans[no_dag], sends[no_dag] = ([], []), []
+    for ci, (nodes, deps) in enumerate(plans):
+        if ci == no_dag:
+            classes.append(RankClass(3e5, colls[:1], 2))   # replayed as its no-overlap time
+            continue
+        # a receive waits on a send of an earlier class only: waits cannot form a cycle
+        links = []
+        if ci > 0:
+            for v, (kind, _) in enumerate(nodes):
+                src = rng.randrange(ci)
+                if kind in ("free", "comp") and sends[src] and rng.random() < 0.3:
+                    links.append((v, src, rng.choice(sends[src])))
+        # the i-th shared collective of a class meets the i-th of every other class (issue order)
+        syncs = []
+        mine = [v for v, (kind, c) in enumerate(nodes) if kind == "coll" and c < len(shared)]
+        for cj in range(k):
+            if cj != ci:
+                theirs = [v for v, (kind, c) in enumerate(plans[cj][0]) if kind == "coll" and c < len(shared)]
+                syncs += [(a, cj, b) for a, b in zip(mine, theirs)]
+        classes.append(RankClass(sum(x for kind, x in nodes if kind == "comp"), colls, rng.randint(1, 4),
+                                 dag=Dag(tuple(nodes), tuple(deps), tuple(links), tuple(syncs))))
+    return Demand(f"random{seed}", (4, 2), tuple(classes))
+
+
+def test_random_dags():
+    net = Network("r", (Dimension("a", "Ring", 4, 500.0), Dimension("b", "Switch", 2, 700.0)))
+    compared = total = 0
+    for seed in range(200):
+        d = random_demand(seed)
+        for model in MODELS:
+            for bw in bandwidths(net, seed):
+                compared += assert_same(d, net, model, bw)
+                total += 1
+    # a random receive or shared collective can make ranks wait on each other in a cycle
+    assert compared >= 0.7 * total
+
+
+def test_the_joint_replay_is_reused_only_at_the_same_design():
+    net = Network("r", (Dimension("a", "Ring", 4, 500.0), Dimension("b", "Switch", 2, 700.0)))
+    d = random_demand(3)
+    model = MODELS[1]
+    a = joint.predict(d, (100.0, 10.0), net, model)
+    b = joint.predict(d, (10.0, 100.0), net, model)
+    assert joint.predict(d, (100.0, 10.0), net, model) == a
+    assert joint.predict(d, (10.0, 100.0), net, model) == b
+    assert joint.predict(d, (10.0, 100.0), net, MODELS[0]) == reference_prediction(d, (10.0, 100.0), net, MODELS[0])
+
+
+def reference_prediction(d, bw, net, model):
+    r = reference.replay(d, bw, net, model)
+    times = [max(f, default=0.0) for f in r.finish]
+    i = max(range(len(times)), key=times.__getitem__)
+    return joint.Prediction(times[i], tuple(times), times[i] - r.busy_comp[i],
+                            any(rc.dag is not None for rc in d.rank_classes))
