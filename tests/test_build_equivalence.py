@@ -176,3 +176,16 @@ def test_problem_on_shipped_traces(prefix, network, model):
         for c, a in zip(rc.collectives, starts):
             A_ref, g_ref = ref.collective_rows(c, net, model)
             assert np.array_equal(A[a:a + A_ref.shape[0]], A_ref) and np.array_equal(g[a:a + g_ref.shape[0]], g_ref)
+
+
+def test_merging_survives_hash_collisions(monkeypatch):
+    """With every hash equal, the rows are compared whole: the terms do not change."""
+    import libra_astra.optimize.terms as terms_mod
+    net = net3()
+    model = TimeModel()
+    colls = mixed_collectives(net, 300, seed=13)
+    dem = Demand("eq", net.npus_per_dim, (RankClass(0.0, tuple(colls)),))
+    expected = ref.merge_terms(((c, c.count) for c in colls), net, model, {})
+    monkeypatch.setattr(terms_mod, "_multipliers", lambda count: np.zeros(count, dtype=np.uint64))
+    ((_, got),) = class_terms(dem, net, model, {})
+    assert_same_terms(got, expected)
