@@ -64,7 +64,9 @@ def collective_rows_of(colls: Sequence[Collective], net: Network, model) -> Rows
     const[starts[none]] = 0.0
     if model.efficiency is not None:
         A = A / np.asarray(model.efficiency, dtype=float)
-    return Rows(A, const, starts)
+    # Row-major, as one collective's rows are: sums and products over a row then round off as
+    # they did, so times and the problem's scales stay equal to the last bit.
+    return Rows(np.ascontiguousarray(A), const, starts)
 
 
 def _pipelined(colls, net: Network, model, traffic, used, coll_of, dim_of):
