@@ -104,7 +104,9 @@ def peers_table(runs: list[dict]) -> str:
 def _ms(seconds: float) -> str:
     if seconds < 0.01:
         return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds * 1e3:.0f} ms" if seconds < 10 else f"{seconds:.1f} s" if seconds < 100 else f"{seconds:.0f} s"
+    if seconds < 1:
+        return f"{seconds * 1e3:.0f} ms"
+    return f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.1f} s"
 
 
 def replace_block(text: str, name: str, body: str) -> str:
