@@ -9,12 +9,18 @@ equality and per-dimension bounds):
   unmergeable  pipelined model, 1 split, with latency: every collective keeps its own term
   pipelined    pipelined model, 4 splits, with latency: several rows per collective
 
-Sizes 100, 1k, 10k and 100k collectives. For each problem it prints the model build time, the
-solve time, Newton steps, whether the result is certified and its relative gap, and (with
-``--baseline REV``) the same figures for the solver at git revision REV, run in the same process
-on the same built problem, as ratios. BLAS is held to one thread. Prints figures; asserts nothing.
+Sizes 100, 1k, 10k and 100k collectives. For each problem it prints the model build time
+(``build_problem`` on a demand whose rows were never built), the solve time and the ratio of the
+two, Newton steps, whether the result is certified and its relative gap. ``--old-build`` also
+times, in the same run, the build that was replaced: rows one collective at a time and merging in
+a dict (tests/reference_build.py), and prints old / new. With ``--baseline REV``, the same figures
+for the solver at git revision REV, run in the same process on the same built problem, as ratios.
+Times are CPU seconds of this process (BLAS held to one thread); the load average is printed at
+the start and the end, since the 2-core machine is shared. ``--json FILE`` writes the figures for
+tools/readme_figures.py. Prints figures; asserts nothing.
 
     python tools/bench_newton.py --sizes 100,1000,10000
+    python tools/bench_newton.py --old-build --json /tmp/newton.json
     python tools/bench_newton.py --baseline 45459e5
 """
 
@@ -26,6 +32,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")      # before numpy loads its BLAS
 
 import argparse
+import json
 import subprocess
 import sys
 import time
@@ -41,6 +48,7 @@ from libra_astra.optimize.problem import Constraints, Workload, build_problem
 from libra_astra.timing.model import TimeModel
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
 FAMILIES = {
     "random": TimeModel(),
     "unmergeable": TimeModel("pipelined", splits=1),
@@ -86,23 +94,39 @@ def convert(p, mod):
     return mod.ConvexProblem(**{k: getattr(p, k) for k in p.__dataclass_fields__})
 
 
+def old_build_s(dem, net, model) -> float:
+    """CPU seconds of the replaced build's rows and merging (the part the vectorized build does)."""
+    import reference_build
+    t = time.process_time()
+    for rc in dem.rank_classes:
+        reference_build.merge_terms(((c, c.count) for c in rc.collectives), net, model, {})
+    return time.process_time() - t
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="100,1000,10000,100000", help="comma-separated collective counts")
     ap.add_argument("--dims", default="3,8", help="comma-separated network dimension counts")
     ap.add_argument("--families", default=",".join(FAMILIES), help="comma-separated families")
     ap.add_argument("--baseline", default=None, help="git revision of solver.py to compare with")
+    ap.add_argument("--old-build", action="store_true", help="also time the replaced per-collective build")
+    ap.add_argument("--json", help="also write the figures to this JSON file (tools/readme_figures.py)")
     args = ap.parse_args()
     cost = load_cost(ROOT / "network_configs" / "cost.yml")
     base = solver_at(args.baseline) if args.baseline else None
     if args.baseline and base is None:
         print(f"(solver at {args.baseline} not available from git: baseline columns left empty)")
-    head = (f"{'family':<12}{'D':>2}{'colls':>8}{'terms':>8}{'rows':>8} | {'build s':>8}{'solve ms':>10}{'steps':>6}"
-            f"{'cert':>5}{'gap':>9}")
+    load_start = os.getloadavg()
+    print(f"load average at start: {load_start[0]:.2f} (1 min), {load_start[1]:.2f} (5 min); {os.cpu_count()} cores")
+    head = (f"{'family':<12}{'D':>2}{'colls':>8}{'terms':>8}{'rows':>8} | {'build s':>8}{'solve ms':>10}"
+            f"{'b/s':>6}{'steps':>6}{'cert':>5}{'gap':>9}")
+    if args.old_build:
+        head += f" | {'old build s':>11}{'old/new':>8}"
     if base is not None:
         head += f" | {'base steps':>10}{'cert':>5}{'base/ours time':>15}"
     print(head)
     print("-" * len(head))
+    records = []
     for fam in args.families.split(","):
         model = FAMILIES[fam]
         for D in (int(x) for x in args.dims.split(",")):
@@ -118,17 +142,30 @@ def main() -> None:
                 t = time.process_time()
                 r = solver.solve(p, b.guesses)
                 sec = time.process_time() - t
-                line = (f"{fam:<12}{D:>2}{n:>8}{p.w.shape[0]:>8}{p.owner.shape[0]:>8} | {build:>8.3f}{sec * 1e3:>10.1f}"
-                        f"{r.newton_steps:>6}{'yes' if r.success else 'NO':>5}{r.gap / abs(r.fun):>9.1e}")
+                rec = {"family": fam, "dims": D, "collectives": n, "terms": int(p.w.shape[0]),
+                       "rows": int(p.owner.shape[0]), "build_s": build, "solve_s": sec,
+                       "newton_steps": r.newton_steps, "certified": bool(r.success), "rel_gap": r.gap / abs(r.fun)}
+                line = (f"{fam:<12}{D:>2}{n:>8}{rec['terms']:>8}{rec['rows']:>8} | {build:>8.3f}{sec * 1e3:>10.1f}"
+                        f"{build / sec:>6.2f}{r.newton_steps:>6}{'yes' if r.success else 'NO':>5}{rec['rel_gap']:>9.1e}")
+                if args.old_build:
+                    rec["old_build_s"] = old_build_s(dem, net, model)
+                    line += f" | {rec['old_build_s']:>11.3f}{rec['old_build_s'] / build:>8.1f}"
                 if base is not None:
                     t = time.process_time()
                     rb = base.solve(convert(p, base), b.guesses)
                     bsec = time.process_time() - t
                     line += f" | {rb.newton_steps:>10}{'yes' if rb.success else 'NO':>5}{bsec / sec:>15.2f}"
+                records.append(rec)
                 print(line, flush=True)
+    load_end = os.getloadavg()
     print()
-    print("build s: CPU seconds of build_problem; solve ms: CPU ms of solver.solve; steps: Newton systems solved;")
-    print("cert: certified to the default relative gap 1e-9; gap: certified (objective - dual bound) / objective.")
+    print("build s: CPU seconds of build_problem; solve ms: CPU ms of solver.solve; b/s: build / solve; steps:")
+    print("Newton systems solved; cert: certified to the default relative gap 1e-9; gap: certified (objective -")
+    print("dual bound) / objective; old build s: CPU seconds of the replaced per-collective rows and merging.")
+    print(f"load average at end: {load_end[0]:.2f} (1 min), {load_end[1]:.2f} (5 min)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"bench": "newton", "cores": os.cpu_count(), "load_start": load_start[:2],
+                                               "load_end": load_end[:2], "problems": records}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -6,17 +6,21 @@ dimensions; 100 to 100k collectives), objective perf under a total-bandwidth equ
 per-dimension bounds (bw_min_gbps, bw_max_gbps in the network).
 
 End to end means from the demand to the bandwidths: ours is ``optimize`` (model build, solve,
-certificate; no baselines). A peer gets the same model rows (``timing.collective_rows``, cache
-cleared first, one term per collective as a modelling layer would write it), builds the CVXPY
-problem in epigraph form (u >= 1/B, t_k >= A_k u + g_k, z >= compute + sum count_k t_k) and solves
-it. Printed per problem: CPU seconds of each, the ratio peer / ours (> 1: we are faster), the
-relative difference of the peer's time at its bandwidths (re-evaluated by the time model) to our
-optimum (> 0: ours is better), and our certified relative gap.
+certificate; no baselines). A peer gets the same model rows, built by our vectorized row builder
+(``timing.model.class_rows``, on a copy of the class so nothing is cached; one term per collective,
+as a modelling layer would write it), builds the CVXPY problem in epigraph form (u >= 1/B,
+t_k >= A_k u + g_k, z >= compute + sum count_k t_k) and solves it. Printed per problem: CPU seconds
+of each, the ratio peer / ours (> 1: we are faster), the relative difference of the peer's time at
+its bandwidths (re-evaluated by the time model) to our optimum (> 0: ours is better), and our
+certified relative gap. Times are CPU seconds of this process (BLAS held to one thread, the peers
+single-threaded); the load average is printed at the start and the end, since the 2-core machine
+is shared. ``--json FILE`` writes the figures for tools/readme_figures.py.
 
 Needs the optional benchmark dependencies (never needed to run libra_astra)::
 
     pip install -e ".[bench]"        # or: pip install -r tools/requirements-bench.txt
     python tools/bench_peers.py --sizes 100,1000,10000
+    python tools/bench_peers.py --peers CLARABEL --sizes 100,1000,10000,100000 --json /tmp/peers.json
 
 BLAS is held to one thread. Prints figures; asserts nothing.
 """
@@ -29,10 +33,13 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")      # before numpy loads its BLAS
 
 import argparse
+import json
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from dataclasses import replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -44,7 +51,7 @@ from libra_astra.demand import synthetic  # noqa: E402
 from libra_astra.model.cost import load_cost  # noqa: E402
 from libra_astra.model.network import network_from_dict  # noqa: E402
 from libra_astra.optimize.optimizer import Constraints, Workload, evaluate, optimize  # noqa: E402
-from libra_astra.timing.model import collective_rows  # noqa: E402
+from libra_astra.timing.model import class_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = ("CLARABEL", "ECOS")
@@ -61,23 +68,13 @@ def bounded(net, total: float):
 
 def peer_solve(cp, solver: str, dem, net, model, total: float):
     """Build the rows and the CVXPY problem from the demand, solve; (bandwidths, status)."""
-    collective_rows.cache_clear()
     D = net.num_dims
-    A_parts, g_parts, owner = [], [], []
-    counts = []
-    comp = 0.0
-    for rc in dem.rank_classes:           # one class in these families
-        comp = rc.compute_time_ns
-        for k, c in enumerate(rc.collectives):
-            A, g = collective_rows(c, net, model)
-            A_parts.append(A)
-            g_parts.append(g)
-            owner.append(np.full(A.shape[0], k))
-            counts.append(c.count)
-    A = np.vstack(A_parts)
-    g = np.concatenate(g_parts)
-    owner = np.concatenate(owner)
+    (rc,) = dem.rank_classes              # one class in these families
+    comp = rc.compute_time_ns
+    A, g, starts = class_rows(replace(rc), net, model)     # a copy: rows not cached from our run
+    counts = [c.count for c in rc.collectives]
     K = len(counts)
+    owner = np.repeat(np.arange(K), np.diff(np.r_[starts, A.shape[0]]))
     # Same units as ours would use: GB/s scaled by the mean, ns by the equal-split time.
     b0 = total / D
     t0 = max(float(comp + np.asarray(counts) @ np.maximum.reduceat(A @ np.full(D, 1 / b0) + g,
@@ -101,6 +98,7 @@ def main() -> None:
     ap.add_argument("--dims", default="3,8")
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--peers", default=",".join(PEERS))
+    ap.add_argument("--json", help="also write the figures to this JSON file (tools/readme_figures.py)")
     args = ap.parse_args()
     try:
         import cvxpy as cp
@@ -108,12 +106,15 @@ def main() -> None:
         sys.exit("needs the benchmark extra: pip install -e '.[bench]' (cvxpy, clarabel, ecos)")
     peers = args.peers.split(",")
     cost = load_cost(ROOT / "network_configs" / "cost.yml")
+    load_start = os.getloadavg()
+    print(f"load average at start: {load_start[0]:.2f} (1 min), {load_start[1]:.2f} (5 min); {os.cpu_count()} cores")
     head = f"{'family':<12}{'D':>2}{'colls':>8} | {'ours s':>8}{'gap':>9}"
     for name in peers:
         head += f" | {name[:8] + ' s':>10}{'ratio':>7}{'+obj':>9}"
     print(head)
     print("-" * len(head))
     ratios: dict = {name: {} for name in peers}
+    records = []
     for fam in args.families.split(","):
         model = FAMILIES[fam]
         for D in (int(x) for x in args.dims.split(",")):
@@ -122,10 +123,11 @@ def main() -> None:
             for n in (int(x) for x in args.sizes.split(",")):
                 dem = synthetic.random_demand(net, n, seed=1)
                 w = [Workload(dem)]
-                collective_rows.cache_clear()
                 t = time.process_time()
                 r = optimize(w, net, cost, constraints=Constraints(total), model=model, baselines=False)
                 ours = time.process_time() - t
+                rec = {"family": fam, "dims": D, "collectives": n, "ours_s": ours, "rel_gap": r.rel_gap,
+                       "certified": bool(r.success), "newton_steps": r.newton_steps, "peers": {}}
                 line = f"{fam:<12}{D:>2}{n:>8} | {ours:>8.3f}{r.rel_gap:>9.1e}"
                 for name in peers:
                     t = time.process_time()
@@ -135,19 +137,28 @@ def main() -> None:
                         bw, status = None, f"error: {e}"
                     theirs = time.process_time() - t
                     if bw is None:
+                        rec["peers"][name] = {"s": theirs, "status": status}
                         line += f" | {theirs:>10.3f}{'':>7}{status[:9]:>9}"
                         continue
                     bw = np.clip(bw, [d.bw_min_gbps for d in net.dims], None)
                     val = evaluate(w, net, cost, bw, model=model).time_ns
                     ratios[name].setdefault(fam, []).append(theirs / ours)
+                    rec["peers"][name] = {"s": theirs, "ratio": theirs / ours, "status": status,
+                                          "objective_excess": (val - r.fun) / r.fun}
                     line += f" | {theirs:>10.3f}{theirs / ours:>7.2f}{(val - r.fun) / r.fun:>9.1e}"
+                records.append(rec)
                 print(line, flush=True)
+    load_end = os.getloadavg()
     print()
     print("ours s / peer s: CPU seconds end to end; ratio: peer / ours (> 1: ours faster); +obj: (peer's time at")
     print("its bandwidths - our optimum) / our optimum; gap: our certified relative duality gap.")
     for name in peers:
         for fam, rs in ratios[name].items():
             print(f"{name:<9} {fam:<12} ratio peer/ours: median {statistics.median(rs):.2f}, min {min(rs):.2f}")
+    print(f"load average at end: {load_end[0]:.2f} (1 min), {load_end[1]:.2f} (5 min)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"bench": "peers", "cores": os.cpu_count(), "load_start": load_start[:2],
+                                               "load_end": load_end[:2], "problems": records}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
-"""Regenerate the README's trace-reading, overlap and search tables from the benchmarks, so the
-figures printed there are always ones a benchmark measured.
+"""Regenerate the README's trace-reading, overlap, search, model-build and peer tables from the
+benchmarks, so the figures printed there are always ones a benchmark measured.
 
 Either give the JSON files the benchmarks wrote (``--json`` of tools/bench_trace.py,
-tools/bench_overlap.py and tools/bench_search.py), or let this script run them (slow: it generates
-the trace sets):
+tools/bench_overlap.py, tools/bench_search.py, tools/bench_newton.py and tools/bench_peers.py), or
+let this script run bench_trace itself (slow: it generates the trace sets):
+
 
     python tools/bench_trace.py --json /tmp/trace.json
     python tools/bench_trace.py --skip-mixed --gpt-prefix /tmp/gpt/gpt3 --json /tmp/trace96.json
     python tools/bench_overlap.py /tmp/gpt.demand.json --json /tmp/overlap.json
     python tools/bench_search.py --json /tmp/search.json
+    python tools/bench_newton.py --old-build --json /tmp/newton.json
+    python tools/bench_peers.py --peers CLARABEL --sizes 100,1000,10000,100000 --json /tmp/peers.json
     python tools/readme_figures.py --trace /tmp/trace.json /tmp/trace96.json --overlap /tmp/overlap.json \
-        --search /tmp/search.json
+        --search /tmp/search.json --newton /tmp/newton.json --peers /tmp/peers.json
+
 
     python tools/readme_figures.py --run      # runs bench_trace.py (mixed set, 8-layer GPT-3) itself
 
@@ -64,6 +68,63 @@ def search_table(runs: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def _load(runs: list[dict]) -> str:
+    lo = min(min(r["load_start"][0], r["load_end"][0]) for r in runs)
+    hi = max(max(r["load_start"][0], r["load_end"][0]) for r in runs)
+    return f"{lo:.1f}" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}-{hi:.1f}"
+
+
+def newton_table(runs: list[dict]) -> str:
+    """Model build and solve per family, dimensions and size (tools/bench_newton.py)."""
+    rows = ["| family | dims | collectives | terms | build | old build | old / new | solve | build / solve "
+            "| Newton steps | certified gap |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in (p for run in runs for p in run["problems"]):
+        old = r.get("old_build_s")
+        speedup = f"{old / r['build_s']:.0f}x" if old is not None else ""
+        rows.append(f"| {r['family']} | {r['dims']} | {r['collectives']:,} | {r['terms']:,} | {_ms(r['build_s'])} "
+                    f"| {_ms(old) if old is not None else ''} | {speedup} "
+                    f"| {_ms(r['solve_s'])} | {r['build_s'] / r['solve_s']:.2f} | {r['newton_steps']} "
+                    f"| {r['rel_gap']:.0e}{'' if r['certified'] else ' (not certified)'} |")
+    rows.append("")
+    rows.append(f"CPU time of one process, one BLAS thread; load average {_load(runs)} on {runs[0]['cores']} cores "
+                "(shared machine).")
+    return "\n".join(rows)
+
+
+def peers_table(runs: list[dict]) -> str:
+    """End-to-end time ratio peer / ours per family, dimensions and size (tools/bench_peers.py)."""
+    probs = [p for run in runs for p in run["problems"]]
+    peers = sorted({name for p in probs for name in p["peers"]})
+    rows = ["| family | dims | collectives | ours | " + " | ".join(f"{n} | {n} / ours" for n in peers)
+            + " | our certified gap |",
+            "|---|---|---|---|" + "---|---|" * len(peers) + "---|"]
+    for p in probs:
+        cells = []
+        for n in peers:
+            q = p["peers"].get(n)
+            if q is None:
+                cells += ["", ""]
+            elif "ratio" not in q:
+                cells += [_ms(q["s"]), q["status"]]
+            else:
+                cells += [_ms(q["s"]), f"{q['ratio']:.1f}x"]
+        rows.append(f"| {p['family']} | {p['dims']} | {p['collectives']:,} | {_ms(p['ours_s'])} | " + " | ".join(cells)
+                    + f" | {p['rel_gap']:.0e} |")
+    rows.append("")
+    rows.append(f"CPU time of one process end to end, one BLAS thread; load average {_load(runs)} on "
+                f"{runs[0]['cores']} cores (shared machine).")
+    return "\n".join(rows)
+
+
+def _ms(seconds: float) -> str:
+    if seconds < 0.01:
+        return f"{seconds * 1e3:.1f} ms"
+    if seconds < 1:
+        return f"{seconds * 1e3:.0f} ms"
+    return f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.1f} s"
+
+
 def replace_block(text: str, name: str, body: str) -> str:
     begin, end = f"<!-- figures:{name} -->", f"<!-- /figures:{name} -->"
     i, j = text.find(begin), text.find(end)
@@ -77,6 +138,8 @@ def main() -> None:
     ap.add_argument("--trace", nargs="*", default=[], help="JSON files of tools/bench_trace.py --json")
     ap.add_argument("--overlap", nargs="*", default=[], help="JSON files of tools/bench_overlap.py --json")
     ap.add_argument("--search", nargs="*", default=[], help="JSON files of tools/bench_search.py --json")
+    ap.add_argument("--newton", nargs="*", default=[], help="JSON files of tools/bench_newton.py --json")
+    ap.add_argument("--peers", nargs="*", default=[], help="JSON files of tools/bench_peers.py --json")
     ap.add_argument("--run", action="store_true", help="run tools/bench_trace.py now (default sets)")
     ap.add_argument("--check", action="store_true", help="only say whether README.md would change (exit 1 if so)")
     args = ap.parse_args()
@@ -87,8 +150,8 @@ def main() -> None:
         out = Path(tmp.name) / "trace.json"
         subprocess.run([sys.executable, str(ROOT / "tools/bench_trace.py"), "--json", str(out)], check=True)
         trace_files.append(out)
-    if not trace_files and not args.overlap and not args.search:
-        raise SystemExit("nothing to do: give --trace/--overlap/--search JSON files or --run")
+    if not (trace_files or args.overlap or args.search or args.newton or args.peers):
+        raise SystemExit("nothing to do: give --trace/--overlap/--search/--newton/--peers JSON files or --run")
     text = README.read_text()
     new = text
     if trace_files:
@@ -98,6 +161,10 @@ def main() -> None:
         new = replace_block(new, "overlap", overlap_table([json.loads(Path(p).read_text()) for p in args.overlap]))
     if args.search:
         new = replace_block(new, "search", search_table([json.loads(Path(p).read_text()) for p in args.search]))
+    if args.newton:
+        new = replace_block(new, "newton", newton_table([json.loads(Path(p).read_text()) for p in args.newton]))
+    if args.peers:
+        new = replace_block(new, "peers", peers_table([json.loads(Path(p).read_text()) for p in args.peers]))
     if args.check:
         print("README.md figures are " + ("up to date" if new == text else "out of date"))
         sys.exit(0 if new == text else 1)

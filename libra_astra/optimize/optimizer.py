@@ -25,8 +25,8 @@ from ..model.cost import CostModel
 from ..errors import InfeasibleError, LibraError
 from ..model.network import Network
 from ..timing.predict import critical_paths, predict
-from .problem import (OBJECTIVES, Constraints, ScaledProblem, Workload, build_problem, linear_rows, path_terms,
-                      unscale)
+from .problem import OBJECTIVES, Constraints, ScaledProblem, Workload, build_problem, linear_rows, unscale
+from .terms import path_terms
 from .solver import ConvexProblem, solve, term_values, unbounded_coordinates
 from ..timing.model import LIBRA, TimeModel, demand_time
 

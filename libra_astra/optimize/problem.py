@@ -19,12 +19,12 @@ from scipy.optimize import linprog
 
 from .constraints import LinearConstraint
 from ..model.cost import CostModel
-from ..demand.types import Demand
 from ..demand.workload import Workload
 from ..errors import LibraError
 from ..model.network import Network
 from .solver import ConvexProblem, SolverResult
-from ..timing.model import TimeModel, collective_rows, demand_time
+from ..timing.model import TimeModel, demand_time
+from .terms import Terms, class_terms
 
 OBJECTIVES = ("perf", "perf-per-cost", "min-cost")
 
@@ -36,55 +36,6 @@ class Constraints:
     budget_usd: float | None = None
     time_target_ns: float | None = None
     linear: tuple[LinearConstraint, ...] = ()
-
-
-def merge_terms(items, net: Network, model: TimeModel, cache: dict) -> list:
-    """Terms [(A, g, weight)] of (collective, count) items; terms equal up to scale merge."""
-    merged: dict = {}
-    for c, count in items:
-        if count <= 0:
-            continue
-        key = (c.type, c.size_bytes, c.participants, c.traffic_bytes, c.hops, c.algorithm)
-        rows = cache.get(key)
-        if rows is None:
-            A, g = collective_rows(c, net, model)
-            scale = float(A.max()) if not np.any(g) and A.max() > 0 else 1.0
-            An = A / scale
-            mkey = (An.shape, np.round(An, 12).tobytes(), g.tobytes())
-            rows = (mkey, An, g, scale)
-            cache[key] = rows
-        mkey, An, g, scale = rows
-        if mkey in merged:
-            merged[mkey][2] += count * scale
-        else:
-            merged[mkey] = [An, g, count * scale]
-    return list(merged.values())
-
-
-def class_terms(demand: Demand, net: Network, model: TimeModel, cache: dict) -> list[tuple[float, list]]:
-    """Per rank class (no overlap): compute and merged terms."""
-    return [(rc.compute_time_ns, merge_terms(((c, c.count) for c in rc.collectives), net, model, cache))
-            for rc in demand.rank_classes]
-
-
-def path_terms(demand: Demand, path: Sequence[tuple[int, int]], net: Network, model: TimeModel,
-               cache: dict) -> tuple[float, list]:
-    """Compute and merged terms of one dependency path (its nodes run in sequence). Nodes are
-    (rank class, node index); node -1 is a whole class without a dependency graph."""
-    comp = 0.0
-    colls = []
-    for ci, v in path:
-        rc = demand.rank_classes[ci]
-        if v < 0:
-            comp += rc.compute_time_ns
-            colls.extend((c, c.count) for c in rc.collectives)
-            continue
-        kind, value = rc.dag.nodes[v]
-        if kind != "coll":   # GPU compute, CPU ops and free nodes are constants
-            comp += value
-        else:
-            colls.append((rc.collectives[int(value)], 1.0))
-    return comp, merge_terms(colls, net, model, cache)
 
 
 @dataclass(frozen=True)
@@ -152,7 +103,7 @@ def _scales(net, cost, cons) -> tuple[float, float]:
 
 
 def build_problem(workloads: Sequence[Workload], net: Network, cost: CostModel, cons: Constraints, objective: str,
-           model: TimeModel, paths: Sequence[tuple[int, float, list]] | None = None) -> ScaledProblem:
+           model: TimeModel, paths: Sequence[tuple[int, float, Terms]] | None = None) -> ScaledProblem:
     """The scaled convex problem. ``paths`` (workload, compute, terms) replace the rank classes
     when the time model follows dependency graphs: each path bounds its workload's time."""
     if objective not in OBJECTIVES:
@@ -174,10 +125,12 @@ def build_problem(workloads: Sequence[Workload], net: Network, cost: CostModel, 
         cache: dict = {}
         classes = [(wi, comp, terms) for wi, w in enumerate(workloads)
                    for comp, terms in class_terms(w.demand, net, model, cache)]
-        # From the terms themselves: evaluating the demand would build every collective's rows again.
+        # From the terms themselves: evaluating the demand would time every collective again.
         slowest = np.zeros(len(workloads))
         for wi, comp, terms in classes:
-            tc = comp + sum(wt * float(np.max(An.sum(axis=1) / b0 + g)) for An, g, wt in terms)
+            at_b0 = (np.maximum.reduceat(terms.A.sum(axis=1) / b0 + terms.g_ns, terms.starts)
+                     if terms.num_terms else np.zeros(0))
+            tc = comp + sum((terms.weight * at_b0).tolist())
             slowest[wi] = max(slowest[wi], tc)
         t_eq = float(sum(w.weight * slowest[wi] for wi, w in enumerate(workloads)))
     t0 = t_eq if t_eq > 0 else 1.0
@@ -187,33 +140,40 @@ def build_problem(workloads: Sequence[Workload], net: Network, cost: CostModel, 
     n_recip = D + (1 if cc else 0)
     n = n_recip + W
     s_idx = D if cc else -1
-    A_rows, g_rows, owner, wts, tclass, cz, ce = [], [], [], [], [], [], []
-    k = 0
+    A_parts, g_parts, nrow_parts, w_parts, tclass_parts, cz, ce = [], [], [], [], [], [], []
     for q, (wi, comp, terms) in enumerate(classes):
-        items = list(terms)
+        A_parts.append(terms.A)
+        g_parts.append(terms.g_ns)
+        nrow_parts.append(np.diff(np.r_[terms.starts, terms.A.shape[0]]))
+        w_parts.append(terms.weight)
+        K_q = terms.num_terms
         if cc and comp > 0:
             # Compute C becomes C / s: a term with one row on the s coordinate.
-            items.append([np.zeros((1, D)), np.array([comp]), 1.0])
-            comp_const = 0.0
+            extra, comp_const = comp, 0.0
         else:
-            comp_const = comp
-        if not items:
-            items = [[np.zeros((1, D)), np.zeros(1), 1.0]]
-        for An, g, weight in items:
-            Ar = np.zeros((An.shape[0], n))
-            Ar[:, :D] = An / (b0 * t0)
-            gr = g / t0
-            if cc:
-                Ar[:, s_idx] = gr
-                gr = np.zeros_like(gr)
-            A_rows.append(Ar)
-            g_rows.append(gr)
-            owner.append(np.full(An.shape[0], k))
-            wts.append(weight)
-            tclass.append(q)
-            k += 1
+            extra, comp_const = (0.0 if not K_q else None), comp
+        if extra is not None:
+            A_parts.append(np.zeros((1, D)))
+            g_parts.append(np.array([extra]))
+            nrow_parts.append(np.ones(1, dtype=np.int64))
+            w_parts.append(np.ones(1))
+            K_q += 1
+        tclass_parts.append(np.full(K_q, q))
         cz.append(n_recip + wi)
         ce.append(comp_const / t0)
+    # Written in place, part by part: at 100k collectives a stacked copy costs as much as the rows.
+    A_all = np.zeros((sum(a.shape[0] for a in A_parts), n))
+    at = 0
+    for a in A_parts:
+        np.divide(a, b0 * t0, out=A_all[at:at + a.shape[0], :D])
+        at += a.shape[0]
+    g_all = np.concatenate(g_parts) / t0
+    if cc:
+        A_all[:, s_idx] = g_all
+        g_all = np.zeros_like(g_all)
+    w_all = np.concatenate(w_parts).astype(float)
+    k = w_all.shape[0]
+    owner_all = np.repeat(np.arange(k), np.concatenate(nrow_parts))
     c = np.zeros(n)
     weights = np.array([w.weight for w in workloads])
     if objective == "min-cost":
@@ -269,8 +229,8 @@ def build_problem(workloads: Sequence[Workload], net: Network, cost: CostModel, 
     E, f = _independent_rows(E, f)
     problem = ConvexProblem(
         c=c, recip=recip,
-        A=np.vstack(A_rows), g=np.concatenate(g_rows), owner=np.concatenate(owner),
-        w=np.array(wts, dtype=float), term_class=np.array(tclass), class_z=np.array(cz), class_e=np.array(ce),
+        A=A_all, g=g_all, owner=owner_all,
+        w=w_all, term_class=np.concatenate(tclass_parts), class_z=np.array(cz), class_e=np.array(ce),
         G=G, h=h, E=E, f=f,
     )
     return ScaledProblem(problem, D, b0, t0, c0, s_idx, full, n_coll, k, cost.price_usd_per_gbps(net))

@@ -20,7 +20,7 @@ which is convex in B, so the optimizer can solve every model exactly. Models:
     with F(i) the dimensions below i for all-reduce and all dimensions but i for reduce-scatter,
     all-gather and all-to-all (measured on ASTRA-sim). k = 1 gives the sum over dimensions; large
     k tends to LIBRA's max.
-    All-to-all uses the ring algorithm's link load m (p - 1) / 2 (see collective_rows).
+    All-to-all uses the ring algorithm's link load m (p - 1) / 2 (see rows.py).
 
 The job time without overlap is compute + sum of count * collective time per rank class, and the
 slowest class sets the job time.
@@ -28,16 +28,17 @@ slowest class sets the job time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
 
-from ..model import collectives as coll
 from ..demand.types import Collective, Demand, RankClass
 from ..errors import LibraError
 from ..model.network import Network
+from .rows import Rows, collective_rows_of
 
 MODELS = ("libra", "pipelined")
 
@@ -78,88 +79,30 @@ def simulator_model(splits: int, local_mem_bw_gbps: float, *, efficiency: Sequen
                      efficiency=tuple(efficiency) if efficiency is not None else None, overlap=overlap)
 
 
-def _reduced_bytes(kind: str, carried: float, p: int) -> float:
-    # Reduce steps of a ring over p members add (p-1) chunks of carried/p bytes each.
-    if kind in (coll.ALL_REDUCE, coll.REDUCE_SCATTER) and p > 1:
-        return carried * (p - 1) / p
-    return 0.0
-
-
-@lru_cache(maxsize=1 << 16)
 def collective_rows(c: Collective, net: Network, model: TimeModel = LIBRA) -> tuple[np.ndarray, np.ndarray]:
     """Rows (A, const) of one collective's time: time = max_r (A[r] @ (1/B) + const[r]).
 
-    Cached (every argument is an immutable value): evaluating a demand at many bandwidths, as the
-    baselines, the grid checks and the dependency replay do, builds each collective's rows once.
-    The arrays are read-only."""
-    A, const = _rows(c, net, model)
-    if model.efficiency is not None:
-        A = A / np.asarray(model.efficiency, dtype=float)
-    A.setflags(write=False)
-    const.setflags(write=False)
+    One row per dimension the collective uses, ascending (one zero row if it uses none). Read-only
+    arrays; a caller with many collectives takes them all at once with ``class_rows``."""
+    A, const, _ = _memo_rows(c, net, model)
     return A, const
 
 
-def _rows(c: Collective, net: Network, model: TimeModel) -> tuple[np.ndarray, np.ndarray]:
-    D = net.num_dims
-    traffic = np.asarray(c.traffic_bytes, dtype=float)
-    used = [d for d in range(D) if traffic[d] > 0]
-    if not used:
-        return np.zeros((1, D)), np.zeros(1)
-    if model.kind == "libra":
-        A = np.zeros((len(used), D))
-        for r, d in enumerate(used):
-            A[r, d] = traffic[d]
-        return A, np.zeros(len(used))
-    lat = np.array([dim.latency_ns for dim in net.dims]) if model.latency else np.zeros(D)
-    k = model.splits
-    mem = model.local_mem_bw_gbps
-    if c.algorithm != "hierarchical":
-        # One stage over all crossed dims (flat ring or P2P): the slowest crossed link sets the pace.
-        steps_lat = max(c.hops[d] * lat[d] for d in used)
-        red = 0.0
-        if mem is not None and c.algorithm == "flat_ring":
-            p = int(np.prod([max(1, x) for x in c.participants]))
-            red = 3.0 * _reduced_bytes(c.type, c.size_bytes, p) / mem
-        chunks = 1 if c.algorithm == "p2p" else k
-        A = np.zeros((len(used), D))
-        for r, d in enumerate(used):
-            A[r, d] = traffic[d]
-        return A, np.full(len(used), red + chunks * steps_lat)
-    hops = np.asarray(c.hops, dtype=float)
-    if c.type == coll.ALL_TO_ALL:
-        # ASTRA-sim's ring all-to-all forwards each block hop by hop round the ring: every link
-        # carries m (p - 1) / 2 bytes, p / 2 times the table's m (p - 1) / p, and the ring pays
-        # p (p - 1) / 2 hop latencies instead of p - 1 (both measured).
-        ring_factor = np.array([max(p, 2) / 2.0 for p in c.participants])
-        traffic = traffic * ring_factor
-        hops = hops * ring_factor
-    order = [d for d in range(D) if traffic[d] > 0]
-    carried = c.size_bytes
-    red_by_dim, lat_by_dim = {}, {}
-    for d in coll.dim_order(c.type, D):
-        p = c.participants[d]
-        if traffic[d] > 0:
-            red_by_dim[d] = 3.0 * _reduced_bytes(c.type, carried, p) / mem if mem is not None else 0.0
-            lat_by_dim[d] = hops[d] * lat[d]
-        if c.type in (coll.ALL_REDUCE, coll.REDUCE_SCATTER):
-            carried /= p
-        elif c.type == coll.ALL_GATHER:
-            carried *= p
-    # Chunks flow through the stages. As measured on ASTRA-sim, the stages that add a chunk's
-    # share to the bottleneck stage i are the lower dimensions for all-reduce and every other
-    # dimension for reduce-scatter, all-gather and all-to-all.
-    fill_all = c.type != coll.ALL_REDUCE
-    A = np.zeros((len(order), D))
-    const = np.zeros(len(order))
-    for i, d in enumerate(order):
-        A[i, d] = traffic[d]
-        const[i] = red_by_dim[d] + k * lat_by_dim[d]
-        for e in order:
-            if e != d and (fill_all or e < d):
-                A[i, e] += traffic[e] / k
-                const[i] += red_by_dim[e] / k + lat_by_dim[e]
-    return A, const
+@lru_cache(maxsize=1 << 12)
+def _memo_rows(c: Collective, net: Network, model: TimeModel) -> Rows:
+    # Cached: the loop and the checks of single collectives time the same few at many bandwidths.
+    return _frozen(collective_rows_of((c,), net, _rows_key(model)))
+
+
+def _rows_key(model: TimeModel) -> TimeModel:
+    # Rows do not depend on overlap: the overlap solve and its no-overlap start share them.
+    return replace(model, overlap=False) if model.overlap else model
+
+
+def _frozen(rows: Rows) -> Rows:
+    for a in rows:
+        a.setflags(write=False)
+    return rows
 
 
 def collective_time_ns(c: Collective, bw_gbps: Sequence[float], net: Network, model: TimeModel = LIBRA) -> float:
@@ -169,25 +112,37 @@ def collective_time_ns(c: Collective, bw_gbps: Sequence[float], net: Network, mo
     return float(np.max(_apply(A, inv) + const))
 
 
-@lru_cache(maxsize=64)
-def _class_rows(rc: RankClass, net: Network, model: TimeModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every collective's rows of one rank class stacked: (A, const, first row of each collective)."""
-    if not rc.collectives:
-        return np.zeros((0, net.num_dims)), np.zeros(0), np.zeros(0, dtype=np.int64)
-    rows = [collective_rows(c, net, model) for c in rc.collectives]
-    starts = np.cumsum([0] + [a.shape[0] for a, _ in rows[:-1]])
-    return np.vstack([a for a, _ in rows]), np.concatenate([g for _, g in rows]), starts
+# Rows of a class, kept while the class lives (by identity: hashing a class walks all its
+# collectives, which costs more than building their rows), for its last few time models.
+_CLASS_MEMO: dict[int, tuple[weakref.ref, dict]] = {}
+_MODELS_PER_CLASS = 4
 
 
-def class_rows(rc: RankClass, net: Network, model: TimeModel = LIBRA) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The stacked rows of a class for ``rows_times_ns``: a caller that times one class at many
-    bandwidths keeps them, instead of paying the cache's hash of the whole class per call."""
-    return _class_rows(rc, net, model)
+def class_rows(rc: RankClass, net: Network, model: TimeModel = LIBRA) -> Rows:
+    """Every collective's rows of one rank class stacked (``rows.Rows``: A, const, first row of
+    each collective), built for all of them at once and kept while the class lives. Read-only."""
+    key = id(rc)
+    entry = _CLASS_MEMO.get(key)
+    if entry is None or entry[0]() is not rc:
+        def forget(ref, key=key):
+            if _CLASS_MEMO.get(key, (None,))[0] is ref:
+                _CLASS_MEMO.pop(key, None)
+        entry = (weakref.ref(rc, forget), {})
+        _CLASS_MEMO[key] = entry
+    memo = entry[1]
+    mkey = (net, _rows_key(model))
+    rows = memo.get(mkey)
+    if rows is None:
+        rows = _frozen(collective_rows_of(rc.collectives, net, mkey[1]))
+        if len(memo) >= _MODELS_PER_CLASS:
+            del memo[next(iter(memo))]
+        memo[mkey] = rows
+    return rows
 
 
 def collective_times_ns(rc: RankClass, bw_gbps: Sequence[float], net: Network, model: TimeModel = LIBRA) -> np.ndarray:
     """Time of each collective of a rank class (one run each), vectorized over the class."""
-    return rows_times_ns(_class_rows(rc, net, model), bw_gbps)
+    return rows_times_ns(class_rows(rc, net, model), bw_gbps)
 
 
 def rows_times_ns(rows: tuple[np.ndarray, np.ndarray, np.ndarray], bw_gbps: Sequence[float]) -> np.ndarray:

@@ -1,0 +1,200 @@
+"""The terms of the convex program: collectives whose time rows are equal up to a positive scale
+merge into one term, weighted by the summed scale times count (exact, since s max_r(a_r v) =
+max_r(s a_r v) for s > 0).
+
+A collective's rows are scaled so their largest coefficient is 1, unless a row has a constant
+(then they stay as they are: a constant does not scale with the bandwidth terms). Two collectives
+merge when they have as many rows, the same scaled rows rounded to 12 decimals and bit-equal
+constants. A term keeps the scaled rows of its first collective; terms come in the order of their
+first collective. Everything is done with numpy over all collectives of a class (or a dependency
+path) at once: collectives are grouped by a hash of their rows, and the rows of every group are
+compared before it merges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from ..demand.types import Demand
+from ..model.network import Network
+from ..timing.model import TimeModel, class_rows
+
+
+@dataclass(frozen=True)
+class Terms:
+    """Merged terms: term k is weight[k] * max over its rows r of A[r] @ (1/B) + g_ns[r]."""
+
+    A: np.ndarray          # (M, D) bytes per scale unit, coefficients of 1/B_d (GB/s)
+    g_ns: np.ndarray       # (M,)
+    starts: np.ndarray     # (K,) first row of each term
+    weight: np.ndarray     # (K,) summed count x scale of the term's collectives
+
+    @property
+    def num_terms(self) -> int:
+        return self.starts.shape[0]
+
+
+class _Scaled(NamedTuple):
+    """Scaled rows of a sequence of collectives, and what merging compares."""
+
+    A: np.ndarray          # (M, D) rows / scale of their collective
+    g_ns: np.ndarray       # (M,)
+    starts: np.ndarray     # (N,)
+    nrows: np.ndarray      # (N,)
+    scale: np.ndarray      # (N,)
+    bits: np.ndarray       # (D + 1, M) uint64: each row's rounded scaled coefficients, then its constant
+    hash: np.ndarray       # (N,) uint64: a hash of each collective's row count and bits
+
+
+_PRIME = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _multipliers(count: int) -> np.ndarray:
+    # Fixed odd multipliers: a hash is a dot product with them, modulo 2^64.
+    rng = np.random.default_rng(0x5EED)
+    return rng.integers(1, 2 ** 62, size=count, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+
+
+def _scaled(A: np.ndarray, g: np.ndarray, starts: np.ndarray) -> _Scaled:
+    M, D = A.shape
+    N = starts.shape[0]
+    nrows = np.diff(np.r_[starts, M]).astype(np.int64)
+    if N:
+        amax = np.maximum.reduceat(A.max(axis=1, initial=0.0), starts)
+        has_const = np.logical_or.reduceat(g != 0, starts).astype(bool)
+    else:
+        amax, has_const = np.zeros(0), np.zeros(0, dtype=bool)
+    scale = np.where(~has_const & (amax > 0), amax, 1.0)
+    An = A if np.all(scale == 1.0) else A / np.repeat(scale, nrows)[:, None]
+    keys = np.empty((D + 1, M))
+    np.round(An.T, 12, out=keys[:D])
+    keys[D] = g
+    bits = keys.view(np.uint64)
+    with np.errstate(over="ignore"):
+        mult = _multipliers(D + 2)
+        row_hash = bits[0] * mult[0]
+        for j in range(1, D + 1):
+            row_hash += bits[j] * mult[j]
+        # A row's place in its collective counts: rows (a, b) and (b, a) differ.
+        place = np.arange(M, dtype=np.int64) - np.repeat(starts, nrows)
+        row_hash *= place.astype(np.uint64) * _PRIME + mult[D + 1]
+        h = np.add.reduceat(row_hash, starts) if N else np.zeros(0, np.uint64)
+        h += nrows.astype(np.uint64) * _PRIME
+    return _Scaled(An, g, starts, nrows, scale, bits, h)
+
+
+def _same_rows(s: _Scaled, a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether collectives a[i] and b[i] have the same row count and bits, for every i."""
+    if not np.array_equal(s.nrows[a], s.nrows[b]):
+        return False
+    nr = s.nrows[a]
+    within = np.arange(int(nr.sum())) - np.repeat(np.cumsum(nr) - nr, nr)
+    rows_a = np.repeat(s.starts[a], nr) + within
+    rows_b = np.repeat(s.starts[b], nr) + within
+    return bool(np.array_equal(s.bits[:, rows_a], s.bits[:, rows_b]))
+
+
+def _groups(s: _Scaled, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(position of the first item of each group, group of each item): items whose rows are
+    equal form a group; groups are numbered in the order of their first item."""
+    _, first, inv = np.unique(s.hash[items], return_index=True, return_inverse=True)
+    inv = inv.ravel()
+    dup = np.flatnonzero(first[inv] != np.arange(items.shape[0]))
+    if dup.shape[0] and not _same_rows(s, items[dup], items[first[inv[dup]]]):
+        # Two collectives share a hash without having equal rows: compare rows whole instead.
+        first, inv = _exact_groups(s, items)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.shape[0])
+    return first[order], rank[inv]
+
+
+def _exact_groups(s: _Scaled, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    inv = np.empty(items.shape[0], dtype=np.int64)
+    firsts: list[int] = []
+    nr = s.nrows[items]
+    for r in np.unique(nr).tolist():
+        sel = np.flatnonzero(nr == r)
+        rows = s.starts[items[sel]][:, None] + np.arange(r)
+        keys = s.bits[:, rows].transpose(1, 2, 0).reshape(sel.shape[0], -1)
+        _, first, k = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        inv[sel] = k.ravel() + len(firsts)
+        firsts.extend(sel[first].tolist())
+    return np.asarray(firsts, dtype=np.int64), inv
+
+
+def _merge(s: _Scaled, items: np.ndarray, count: np.ndarray) -> Terms:
+    """Terms of the collectives ``items`` (indices into ``s``, in order) run ``count`` times each."""
+    keep = count > 0
+    items, count = items[keep], count[keep]
+    first, term = _groups(s, items)
+    weight = np.bincount(term, weights=count * s.scale[items], minlength=first.shape[0])
+    rep = items[first]
+    if rep.shape[0] == s.starts.shape[0] and np.array_equal(rep, np.arange(rep.shape[0])):
+        return Terms(s.A, s.g_ns, s.starts, weight)       # nothing merged, every collective kept
+    nrows = s.nrows[rep]
+    starts = np.zeros(rep.shape[0], dtype=np.int64)
+    np.cumsum(nrows[:-1], out=starts[1:])
+    rows = np.repeat(s.starts[rep] - starts, nrows) + np.arange(int(nrows.sum()))
+    return Terms(s.A.take(rows, axis=0), s.g_ns.take(rows), starts, weight)
+
+
+def _demand_scaled(demand: Demand, net: Network, model: TimeModel, cache: dict) -> tuple[_Scaled, np.ndarray]:
+    """Scaled rows of every collective of the demand's classes (classes in order) and the index
+    of each class's first collective; kept in ``cache`` for the calls of one optimization."""
+    key = (id(demand), net, model)
+    hit = cache.get(key)
+    if hit is not None and hit[0] is demand:
+        return hit[1], hit[2]
+    parts = [class_rows(rc, net, model) for rc in demand.rank_classes]
+    sizes = np.array([p.starts.shape[0] for p in parts], dtype=np.int64)
+    first = np.zeros(len(parts), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=first[1:])
+    if len(parts) == 1:
+        A, g, starts = parts[0]
+    else:
+        row_offset = np.cumsum([0] + [p.A.shape[0] for p in parts[:-1]])
+        A = np.vstack([p.A for p in parts]) if parts else np.zeros((0, net.num_dims))
+        g = np.concatenate([p.const_ns for p in parts]) if parts else np.zeros(0)
+        starts = np.concatenate([p.starts + o for p, o in zip(parts, row_offset)]) if parts else np.zeros(0, np.int64)
+    s = _scaled(A, g, starts)
+    cache[key] = (demand, s, first)   # the demand is kept so its id names it while cached
+    return s, first
+
+
+def class_terms(demand: Demand, net: Network, model: TimeModel, cache: dict) -> list[tuple[float, Terms]]:
+    """Per rank class (no overlap): compute time and merged terms."""
+    s, first = _demand_scaled(demand, net, model, cache)
+    out = []
+    for rc, f in zip(demand.rank_classes, first.tolist()):
+        counts = np.fromiter(map(attrgetter("count"), rc.collectives), float, count=len(rc.collectives))
+        out.append((rc.compute_time_ns, _merge(s, f + np.arange(counts.shape[0]), counts)))
+    return out
+
+
+def path_terms(demand: Demand, path: Sequence[tuple[int, int]], net: Network, model: TimeModel,
+               cache: dict) -> tuple[float, Terms]:
+    """Compute time and merged terms of one dependency path (its nodes run in sequence). Nodes
+    are (rank class, node index); node -1 is a whole class without a dependency graph."""
+    s, first = _demand_scaled(demand, net, model, cache)
+    comp = 0.0
+    items: list[int] = []
+    counts: list[float] = []
+    for ci, v in path:
+        rc = demand.rank_classes[ci]
+        if v < 0:
+            comp += rc.compute_time_ns
+            items.extend(range(int(first[ci]), int(first[ci]) + len(rc.collectives)))
+            counts.extend(c.count for c in rc.collectives)
+            continue
+        kind, value = rc.dag.nodes[v]
+        if kind != "coll":   # GPU compute, CPU ops and free nodes are constants
+            comp += value
+        else:
+            items.append(int(first[ci]) + int(value))
+            counts.append(1.0)
+    return comp, _merge(s, np.asarray(items, dtype=np.int64), np.asarray(counts, dtype=float))

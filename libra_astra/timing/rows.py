@@ -1,0 +1,165 @@
+"""Time rows of many collectives at once: numpy over the collectives, one step per dimension.
+
+Collective i gets one row per dimension it uses (ascending; one zero row if it uses none) of
+``time_ns = max_r (A[r] @ (1/B) + const[r])``; timing/model.py states the models. The arithmetic
+is the one a collective-at-a-time loop does, operation for operation and in the same order, so
+the rows are equal bit for bit whatever the batch: the problem build merges collectives whose
+rows are equal, and a batch must not split or join them by round-off.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from ..model import collectives as coll
+from ..demand.types import ALGORITHMS, Collective
+from ..model.network import Network
+
+_KIND = {kind: i for i, kind in enumerate(coll.TYPES)}
+_AR, _RS, _AG, _A2A = (_KIND[k] for k in (coll.ALL_REDUCE, coll.REDUCE_SCATTER, coll.ALL_GATHER, coll.ALL_TO_ALL))
+_ALG = {name: i for i, name in enumerate(ALGORITHMS)}
+_HIER, _FLAT, _P2P = (_ALG[a] for a in ("hierarchical", "flat_ring", "p2p"))
+
+
+class Rows(NamedTuple):
+    """Stacked rows of a sequence of collectives."""
+
+    A: np.ndarray          # (M, D) bytes: coefficient of 1/B_d in GB/s (= bytes/ns)
+    const_ns: np.ndarray   # (M,)
+    starts: np.ndarray     # (N,) first row of each collective; rows of one collective are contiguous
+
+
+def _column(colls: Sequence[Collective], field: str, dtype, num_dims: int) -> np.ndarray:
+    # fromiter over the chained tuples: a third of the time of np.array on a list of tuples.
+    values = itertools.chain.from_iterable(map(operator.attrgetter(field), colls))
+    return np.fromiter(values, dtype, count=len(colls) * num_dims).reshape(len(colls), num_dims)
+
+
+def collective_rows_of(colls: Sequence[Collective], net: Network, model) -> Rows:
+    """Rows of every collective of ``colls`` under a time model (timing.model.TimeModel)."""
+    N, D = len(colls), net.num_dims
+    if not N:
+        return Rows(np.zeros((0, D)), np.zeros(0), np.zeros(0, dtype=np.int64))
+    traffic = _column(colls, "traffic_bytes", float, D)
+    used = traffic > 0
+    # A collective that uses no dimension takes no time: one zero row (on dimension 0).
+    none = ~used.any(axis=1)
+    take = used.copy()
+    take[none, 0] = True
+    coll_of, dim_of = np.nonzero(take)          # each row's collective and dimension, in row order
+    nrows = take.sum(axis=1)
+    starts = np.zeros(N, dtype=np.int64)
+    np.cumsum(nrows[:-1], out=starts[1:])
+    if model.kind == "libra":
+        A = np.zeros((coll_of.shape[0], D))
+        A[np.arange(coll_of.shape[0]), dim_of] = traffic[coll_of, dim_of]
+        const = np.zeros(coll_of.shape[0])
+    else:
+        A, const = _pipelined(colls, net, model, traffic, used, coll_of, dim_of)
+    A[starts[none]] = 0.0
+    const[starts[none]] = 0.0
+    if model.efficiency is not None:
+        A = A / np.asarray(model.efficiency, dtype=float)
+    # Row-major, as one collective's rows are: sums and products over a row then round off as
+    # they did, so times and the problem's scales stay equal to the last bit.
+    return Rows(np.ascontiguousarray(A), const, starts)
+
+
+def _pipelined(colls, net: Network, model, traffic, used, coll_of, dim_of):
+    """(M, D) rows and (M,) constants of the pipelined model for rows (collective, dimension)."""
+    N, D = traffic.shape
+    kind = np.fromiter(map(_KIND.__getitem__, map(operator.attrgetter("type"), colls)), np.int64, count=N)
+    alg = np.fromiter(map(_ALG.__getitem__, map(operator.attrgetter("algorithm"), colls)), np.int64, count=N)
+    size = np.fromiter(map(operator.attrgetter("size_bytes"), colls), float, count=N)
+    # Small integers (read as such: faster), exact as floats: the arithmetic below is then the
+    # scalar code's.
+    parts = _column(colls, "participants", np.int64, D).astype(float)
+    hops = _column(colls, "hops", np.int64, D).astype(float)
+    lat = np.array([dim.latency_ns for dim in net.dims]) if model.latency else np.zeros(D)
+    M = coll_of.shape[0]
+    flat = alg != _HIER
+    flat_row = flat[coll_of]
+    cols = (kind, alg, size, parts, traffic, hops, used)
+    args = (lat, model.splits, model.local_mem_bw_gbps)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if not flat.any():
+            return _hierarchical(*cols, coll_of, dim_of, *args)
+        A = np.empty((M, D))
+        const = np.empty(M)
+        for rows, build in ((flat_row, _flat), (~flat_row, _hierarchical)):
+            if rows.any():
+                A[rows], const[rows] = build(*cols, coll_of[rows], dim_of[rows], *args)
+    return A, const
+
+
+def _reduced_bytes(reduces: np.ndarray, carried: np.ndarray, p: np.ndarray) -> np.ndarray:
+    # Reduce steps of a ring over p members add (p-1) chunks of carried/p bytes each.
+    return np.where(reduces & (p > 1), carried * (p - 1) / p, 0.0)
+
+
+def _flat(kind, alg, size, parts, traffic, hops, used, coll_of, dim_of, lat, k, mem):
+    # One stage over all crossed dimensions (flat ring or P2P): the slowest crossed link sets the pace.
+    steps_lat = np.where(used, hops * lat, -np.inf).max(axis=1)
+    red = np.zeros(size.shape[0])
+    if mem is not None:
+        p = np.prod(np.maximum(parts, 1), axis=1)
+        red = np.where(alg == _FLAT, 3.0 * _reduced_bytes((kind == _AR) | (kind == _RS), size, p) / mem, 0.0)
+    chunks = np.where(alg == _P2P, 1, k)
+    A = np.zeros((coll_of.shape[0], traffic.shape[1]))
+    A[np.arange(coll_of.shape[0]), dim_of] = traffic[coll_of, dim_of]
+    return A, (red + chunks * steps_lat)[coll_of]
+
+
+def _hierarchical(kind, alg, size, parts, traffic, hops, used, coll_of, dim_of, lat, k, mem):
+    # One contiguous vector per dimension: every step below is a pass over the collectives or rows.
+    parts, traffic, hops, used = (np.ascontiguousarray(x.T) for x in (parts, traffic, hops, used))
+    D, N = traffic.shape
+    # ASTRA-sim's ring all-to-all forwards each block hop by hop round the ring: every link
+    # carries m (p - 1) / 2 bytes, p / 2 times the table's m (p - 1) / p, and the ring pays
+    # p (p - 1) / 2 hop latencies instead of p - 1 (both measured).
+    a2a = kind == _A2A
+    if a2a.any():
+        ring_factor = np.maximum(parts, 2) / 2.0
+        traffic = np.where(a2a, traffic * ring_factor, traffic)
+        hops = np.where(a2a, hops * ring_factor, hops)
+    reduces = (kind == _AR) | (kind == _RS)
+    red = np.zeros((D, N))
+    if mem is not None:
+        # Size carried into each dimension, in the algorithm's order of dimensions.
+        carried_in = np.empty((D, N))
+        m = size
+        for d in range(D):
+            carried_in[d] = m
+            m = np.where(reduces, m / parts[d], m)
+        gather = kind == _AG
+        if gather.any():
+            m = size
+            for d in reversed(range(D)):
+                carried_in[d] = np.where(gather, m, carried_in[d])
+                m = m * parts[d]
+        red = 3.0 * _reduced_bytes(reduces, carried_in, parts) / mem
+    stage_lat = hops * lat[:, None]
+    # Chunks flow through the stages. As measured on ASTRA-sim, the stages that add a chunk's
+    # share to the bottleneck stage d are the lower dimensions for all-reduce and every other
+    # dimension for reduce-scatter, all-gather and all-to-all.
+    M = coll_of.shape[0]
+    rows = np.arange(M)
+    adds = used.take(coll_of, axis=1)
+    adds &= (kind != _AR).take(coll_of) | (np.arange(D)[:, None] < dim_of)
+    adds[dim_of, rows] = False
+    # Multiplying by the mask is where(adds, x, 0.0) (the values are finite and >= 0), and cheaper.
+    A = (traffic / k).take(coll_of, axis=1)
+    A *= adds
+    own = dim_of * N + coll_of
+    A[dim_of, rows] = traffic.take(own)
+    # Summed one dimension at a time, in order, as the scalar code does (same round-off); the
+    # dimensions not added contribute exact zeros.
+    const = red.take(own) + k * stage_lat.take(own)
+    share = red / k + stage_lat
+    for e in range(D):
+        const += share[e].take(coll_of) * adds[e]
+    return A.T, const

@@ -1,0 +1,190 @@
+"""The vectorized model build gives the problem the collective-at-a-time build gave
+(tests/reference_build.py): the same rows bit for bit, the same merged terms in the same order,
+the same scaled problem to the last bit, on random demands, irregular groups and the shipped
+traces."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import reference_build as ref
+from libra_astra.demand import synthetic
+from libra_astra.demand.from_traces import demand_from_traces
+from libra_astra.demand.types import Collective, Dag, Demand, RankClass
+from libra_astra.model.cost import load_cost
+from libra_astra.model.network import load_network, network_from_dict
+from libra_astra.optimize.problem import Constraints, Workload, build_problem
+from libra_astra.optimize.terms import class_terms, path_terms
+from libra_astra.timing.model import TimeModel, class_rows, collective_rows
+from libra_astra.timing.rows import collective_rows_of
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL = ROOT / "tests" / "fixtures" / "real"
+COST = load_cost(ROOT / "network_configs" / "cost.yml")
+
+MODELS = [
+    TimeModel(),
+    TimeModel("pipelined", splits=1),
+    TimeModel("pipelined", splits=4),
+    TimeModel("pipelined", splits=3, local_mem_bw_gbps=1600.0, efficiency=(0.5, 0.75, 1.0)),
+    TimeModel("pipelined", splits=7, latency=False, local_mem_bw_gbps=50.0),
+]
+
+
+def net3():
+    return load_network(ROOT / "network_configs" / "paper_3d.yml")
+
+
+def net8():
+    topo = ("Ring", "FullyConnected", "Switch")
+    return network_from_dict({"name": "eq-8d", "dimensions": [
+        {"name": f"d{i}", "topology": topo[i % 3], "npus": n, "latency_ns": 100.0 * (i + 1), "cost_class": "InterNode"}
+        for i, n in enumerate((4, 2, 4, 2, 2, 4, 2, 4))]})
+
+
+def mixed_collectives(net, n: int, seed: int) -> list[Collective]:
+    """Random hierarchical collectives, some re-labelled flat ring or P2P, repeats (which merge),
+    one that uses no dimension and one that does not run (count 0)."""
+    colls = list(synthetic.random_demand(net, n, seed=seed).rank_classes[0].collectives)
+    rng = np.random.default_rng(seed)
+    for i in rng.choice(n, n // 5, replace=False).tolist():
+        colls[i] = replace(colls[i], algorithm=("flat_ring", "p2p")[i % 2])
+    colls += [replace(c, count=2.5) for c in colls[: n // 4]]                     # same rows, other count
+    colls += [replace(c, size_bytes=c.size_bytes * 3, traffic_bytes=tuple(3 * t for t in c.traffic_bytes))
+              for c in colls[: n // 4]]                                          # rows 3x: merge under the LIBRA model
+    colls.append(replace(colls[0], traffic_bytes=(0.0,) * net.num_dims))
+    colls.append(replace(colls[1], count=0.0))
+    return colls
+
+
+def model_for(net, model: TimeModel) -> TimeModel:
+    if model.efficiency is None:
+        return model
+    return replace(model, efficiency=tuple(np.linspace(0.5, 1.0, net.num_dims)))
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: f"{m.kind}-{m.splits}")
+@pytest.mark.parametrize("make_net", [net3, net8])
+def test_rows_are_those_of_one_collective_at_a_time(make_net, model):
+    net = make_net()
+    model = model_for(net, model)
+    colls = mixed_collectives(net, 400, seed=3)
+    A, g, starts = collective_rows_of(colls, net, model)
+    ends = np.r_[starts[1:], A.shape[0]]
+    for c, a, b in zip(colls, starts, ends):
+        A_ref, g_ref = ref.collective_rows(c, net, model)
+        assert np.array_equal(A[a:b], A_ref) and np.array_equal(g[a:b], g_ref), c
+        A_one, g_one = collective_rows(c, net, model)
+        assert np.array_equal(A_one, A_ref) and np.array_equal(g_one, g_ref)
+
+
+def assert_same_terms(terms, ref_terms):
+    """New Terms against the old [(An, g, weight)] list: same count, order, rows and weights."""
+    assert terms.num_terms == len(ref_terms)
+    ends = np.r_[terms.starts[1:], terms.A.shape[0]]
+    for k, (An, g, w) in enumerate(ref_terms):
+        a, b = terms.starts[k], ends[k]
+        assert np.array_equal(terms.A[a:b], An) and np.array_equal(terms.g_ns[a:b], g)
+        assert terms.weight[k] == w
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: f"{m.kind}-{m.splits}")
+@pytest.mark.parametrize("make_net", [net3, net8])
+def test_merged_terms_are_the_old_ones(make_net, model):
+    net = make_net()
+    model = model_for(net, model)
+    colls = mixed_collectives(net, 600, seed=5)
+    dem = Demand("eq", net.npus_per_dim, (RankClass(1e6, tuple(colls)), RankClass(2e6, tuple(colls[::-3]))))
+    got = class_terms(dem, net, model, {})
+    for (comp, terms), rc in zip(got, dem.rank_classes):
+        ref_terms = ref.merge_terms(((c, c.count) for c in rc.collectives), net, model, {})
+        assert comp == rc.compute_time_ns
+        assert_same_terms(terms, ref_terms)
+    if model.kind == "libra":     # rows 3x as large merge: the test compares real merging
+        assert got[0][1].num_terms < len(colls) // 2
+
+
+def test_path_terms_mix_classes_and_whole_classes():
+    net = net3()
+    model = TimeModel("pipelined", splits=4)
+    colls = mixed_collectives(net, 200, seed=7)
+    nodes = tuple(("coll", i) for i in range(len(colls))) + (("comp", 5.0),)
+    dag = Dag(nodes, ())
+    dem = Demand("eq", net.npus_per_dim, (RankClass(0.0, tuple(colls), dag=dag), RankClass(3.0, tuple(colls[:50]))))
+    path = [(0, 3), (0, len(colls)), (1, -1), (0, 3), (0, 10), (0, 250)]
+    comp, terms = path_terms(dem, path, net, model, {})
+    items = [(colls[3], 1.0)] + [(c, c.count) for c in colls[:50]] + [(colls[3], 1.0), (colls[10], 1.0),
+                                                                      (colls[250], 1.0)]
+    assert comp == 5.0 + 3.0
+    assert_same_terms(terms, ref.merge_terms(items, net, model, {}))
+
+
+def assert_same_problem(workloads, net, model):
+    """build_problem's perf problem against the old term-by-term assembly (one workload)."""
+    (w,) = workloads
+    cons = Constraints(100.0 * net.num_dims)
+    b = build_problem(workloads, net, COST, cons, "perf", model)
+    p = b.problem
+    classes = [(rc.compute_time_ns, ref.merge_terms(((c, c.count) for c in rc.collectives), net, model, {}))
+               for rc in w.demand.rank_classes]
+    A, g, owner, wts, tclass, ce, t0 = ref.class_problem_rows(classes, net.num_dims, b.b0)
+    # Equal to the last bit: a different round-off sends the interior-point method on another path.
+    assert b.t0 == t0
+    D = net.num_dims
+    assert p.A.shape == (A.shape[0], D + 1) and not p.A[:, D:].any()
+    assert np.array_equal(p.A[:, :D], A) and np.array_equal(p.g, g) and np.array_equal(p.class_e, ce)
+    assert np.array_equal(p.owner, owner) and np.array_equal(p.w, wts) and np.array_equal(p.term_class, tclass)
+    assert b.num_terms == wts.shape[0]
+
+
+@pytest.mark.parametrize("model", MODELS[:3], ids=lambda m: f"{m.kind}-{m.splits}")
+@pytest.mark.parametrize("make_net", [net3, net8])
+def test_problem_on_random_demands(make_net, model):
+    net = make_net()
+    assert_same_problem([Workload(synthetic.random_demand(net, 2000, seed=11))], net, model)
+
+
+SHIPPED = [
+    (ROOT / "traces/gpt3_tp8_dp8/gpt3", "sample_8x8.yml"),
+    (ROOT / "traces/gpt_tp2_pp2_dp4/gpt", "sample_4x4.yml"),
+    (ROOT / "traces/dlrm_16/dlrm", "sample_4x4.yml"),
+    (ROOT / "traces/resnet50_dp16/resnet50", "sample_4x4.yml"),
+    (REAL / "param_dlrm8/param_dlrm8", REAL / "ring8.yml"),
+    (REAL / "pipeline4/pipeline4", REAL / "ring4.yml"),
+    (REAL / "tpdp8/tpdp8", REAL / "ring2x4.yml"),
+]
+
+
+@pytest.mark.parametrize("model", [MODELS[0], MODELS[2], TimeModel("pipelined", splits=4, local_mem_bw_gbps=1600.0)],
+                         ids=["libra", "pipelined", "pipelined-mem"])
+@pytest.mark.parametrize("prefix,network", SHIPPED, ids=lambda x: Path(x).name)
+def test_problem_on_shipped_traces(prefix, network, model):
+    net = load_network(ROOT / "network_configs" / network)
+    groups = Path(str(prefix) + ".groups.json")
+    # gloo's collectives are CPU ops unless typed (tests/fixtures/real/README.md)
+    dem, _ = demand_from_traces(prefix, net, comm_groups=groups if groups.exists() else None,
+                                type_cpu_collectives=REAL in Path(prefix).parents)
+    assert any(rc.collectives for rc in dem.rank_classes)
+    assert_same_problem([Workload(dem)], net, model)
+    for rc in dem.rank_classes:
+        A, g, starts = class_rows(rc, net, model)
+        for c, a in zip(rc.collectives, starts):
+            A_ref, g_ref = ref.collective_rows(c, net, model)
+            assert np.array_equal(A[a:a + A_ref.shape[0]], A_ref) and np.array_equal(g[a:a + g_ref.shape[0]], g_ref)
+
+
+def test_merging_survives_hash_collisions(monkeypatch):
+    """With every hash equal, the rows are compared whole: the terms do not change."""
+    import libra_astra.optimize.terms as terms_mod
+    net = net3()
+    model = TimeModel()
+    colls = mixed_collectives(net, 300, seed=13)
+    dem = Demand("eq", net.npus_per_dim, (RankClass(0.0, tuple(colls)),))
+    expected = ref.merge_terms(((c, c.count) for c in colls), net, model, {})
+    monkeypatch.setattr(terms_mod, "_multipliers", lambda count: np.zeros(count, dtype=np.uint64))
+    ((_, got),) = class_terms(dem, net, model, {})
+    assert_same_terms(got, expected)
