@@ -282,3 +282,43 @@ def test_surrogate_start_is_a_relaxation_and_changes_nothing(monkeypatch):
     with_sur = solve(b.problem, b.guesses)
     check_certificate(with_sur)
     assert with_sur.fun == pytest.approx(without.fun, rel=2e-9)
+
+
+def test_first_start_judged_by_progress_not_a_step_budget(monkeypatch):
+    # With thousands of terms the first start hands over to the surrogate once it stalls or runs
+    # past _COLD steps; a run still closing in (mu falling tenfold within a few steps) goes on.
+    from libra_astra.demand import synthetic
+    from libra_astra.model.cost import cost_from_dict
+    from libra_astra.model.network import network_from_dict
+    from libra_astra.optimize.problem import Constraints, Workload, build_problem
+    from libra_astra.timing.model import TimeModel
+
+    net = network_from_dict({"name": "s", "dimensions": [
+        {"name": f"d{i}", "topology": "Ring", "npus": 4, "latency_ns": 300.0 * (i + 1), "cost_class": "x"}
+        for i in range(3)]})
+    cost = cost_from_dict({"unit_prices_usd_per_gbps": {"x": {"link": 1.0}}})
+    b = build_problem([Workload(synthetic.random_demand(net, 3000, seed=3))], net, cost, Constraints(300.0), "perf",
+                      TimeModel("pipelined", splits=1))
+    calls = []
+    real = solver._surrogate
+    monkeypatch.setattr(solver, "_surrogate", lambda p: calls.append(1) or real(p))
+    monkeypatch.setattr(solver, "_SURROGATE", 10 ** 9)           # never: the plain method's steps
+    plain = solve(b.problem, b.guesses)
+    check_certificate(plain)
+    assert plain.newton_steps > 3 and not calls
+    monkeypatch.setattr(solver, "_SURROGATE", 1000)
+    monkeypatch.setattr(solver, "_COLD", 3)                      # a budget the plain run exceeds
+    monkeypatch.setattr(solver, "_STALL_MIN", 10 ** 9)           # (the stall rule off)
+    monkeypatch.setattr(solver, "_FAST", 1.0)                    # any fall in mu counts as closing in
+    r = solve(b.problem, b.guesses)
+    assert not calls and r.newton_steps == plain.newton_steps and r.fun == plain.fun
+    monkeypatch.setattr(solver, "_FAST", 0.0)                    # none does: cut at the budget
+    r = solve(b.problem, b.guesses)
+    check_certificate(r)
+    assert calls == [1] and r.fun == pytest.approx(plain.fun, rel=2e-9)
+    monkeypatch.setattr(solver, "_FAST", 1.0)
+    monkeypatch.setattr(solver, "_STALL_MIN", 3)
+    monkeypatch.setattr(solver, "_STALL_DROP", 0.0)              # every run reads as stalled
+    r = solve(b.problem, b.guesses)
+    check_certificate(r)
+    assert calls == [1, 1] and r.fun == pytest.approx(plain.fun, rel=2e-9)

@@ -56,7 +56,11 @@ _EARLY = 100.0      # try the certificate once u.y <= _EARLY * the gap asked for
 _V_MARGIN = 1.0     # start with x_j v_j = 1 + _V_MARGIN
 _V_WARM = 0.01      # ... from a surrogate's near-optimal bandwidths
 _SURROGATE = 2000   # terms from which a merged surrogate may give a second start
-_COLD = 15          # ... after this many Newton steps from the first start
+_COLD = 15          # ... after this many Newton steps from the first start, unless mu still falls fast
+_STALL_MIN = 4      # ... or sooner, from this many steps on, once the first start stalls:
+_STALL_DROP = 0.5   # mu above this fraction of its value _STALL_WIN steps before
+_STALL_WIN = 3
+_FAST = 0.1         # past _COLD the first start goes on while mu falls below this fraction in _STALL_WIN steps
 
 
 @dataclass(frozen=True)
@@ -336,7 +340,7 @@ def solve(p: ConvexProblem, guesses: list[np.ndarray] | None = None, *, rel_gap:
     x0 = _starting_point(p, guesses or [])
     limit = min(max_newton, 100)
     many = p.w.shape[0] >= _SURROGATE
-    run = _primal_dual(p, lay, x0, rel_gap, min(limit, _COLD) if many else limit)
+    run = _primal_dual(p, lay, x0, rel_gap, limit, cold=_COLD if many else None)
     sur = _surrogate(p) if many and run.status != 0 else None
     if many and run.status != 0 and sur is None:
         run = _Run.merge(run, _primal_dual(p, lay, x0, rel_gap, limit - run.steps))
@@ -567,7 +571,7 @@ def _v_start(p: ConvexProblem, lay: _Layout, x: np.ndarray, delta: float = _V_MA
 
 
 def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, max_iter: int,
-                 v_margin: float = _V_MARGIN) -> _Run:
+                 v_margin: float = _V_MARGIN, cold: int | None = None) -> _Run:
     """Mehrotra predictor-corrector in (x, v, t), strictly feasible iterates."""
     J, om, o_phi = lay.J, lay.omega, lay.o_phi
     ri = lay.ri[x[lay.ri] > 0]          # an unused coordinate the equalities pin at 0 stays there
@@ -578,6 +582,7 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
     best = _Run(x.copy(), math.inf, -math.inf, 1, 0)
     steps = 0
     floor_hits = 0
+    mus: list[float] = []
     while steps < max_iter:
         gap = float(u @ y)
         target = rel_gap * _scale(float(p.c @ x))
@@ -593,8 +598,16 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
                 if floor_hits >= 3:
                     best.status = 0 if best.gap <= 1e-7 * _scale(best.primal) else 1
                     break
-        steps += 1
         mu = gap / m
+        # With a surrogate start to fall back on (cold is set), a fixed step budget either cuts a
+        # run that is a few steps from certified (mu falling tenfold per few steps) or wastes steps
+        # on one that stalls (many short steps while the bottleneck pattern moves): judge progress.
+        if cold is not None:
+            ago = mus[-_STALL_WIN] if len(mus) >= _STALL_WIN else math.inf     # inf: no history yet
+            if (steps >= _STALL_MIN and mu > _STALL_DROP * ago) or (steps >= cold and mu > _FAST * min(ago, mu)):
+                break
+        mus.append(mu)
+        steps += 1
         nt = _Newton(p, lay, x, v, u, y)
         d = nt.d
         # Predictor (affine scaling): complementarity 0.
