@@ -139,3 +139,36 @@ def test_cli_help_has_examples():
     for cmd in ("emit", "simulate"):
         r = runner.invoke(cli(), [cmd, "--help"])
         assert r.exit_code == 0 and "Examples" in r.output and f"libra-astra {cmd}" in r.output
+
+
+def test_run_that_cannot_fit_in_memory_is_refused_before_the_simulator_starts(run_dir, fake, monkeypatch):
+    from libra_astra.astra import run as run_mod
+
+    nodes = json.loads((run_dir / "manifest.json").read_text())["workload_stats"]["nodes_written"]
+    assert nodes > 0
+    monkeypatch.setattr(run_mod, "available_memory_bytes", lambda: nodes * run_mod.SIM_BYTES_PER_NODE - 1)
+    exe = fake("real_ring8_allreduce.stdout")
+    with pytest.raises(LibraError) as e:
+        simulate(run_dir, exe)
+    need_gb = nodes * run_mod.SIM_BYTES_PER_NODE / 1e9
+    assert str(e.value) == (
+        f"{run_dir}: ASTRA-sim would need about {need_gb:.1f} GB to hold the {nodes:,} nodes of this run (1.6 KB a "
+        f"node) and this machine has {need_gb:.1f} GB available, so it would be killed for lack of memory; emit a "
+        "shorter workload (fewer layers or iterations), run it on a larger machine, or pass --no-memory-check to "
+        "try anyway")
+    assert not (run_dir / "sim").exists()
+    r = CliRunner().invoke(simulate_command, [str(run_dir), "--astra-sim", exe])
+    assert r.exit_code != 0 and "--no-memory-check to try anyway" in r.output
+    # enough memory, or the check turned off: the run goes ahead
+    assert simulate(run_dir, exe, check_memory=False).simulated_time_ns == 17_500_015
+    monkeypatch.setattr(run_mod, "available_memory_bytes", lambda: nodes * run_mod.SIM_BYTES_PER_NODE)
+    assert simulate(run_dir, exe, overwrite=True).simulated_time_ns == 17_500_015
+
+
+def test_available_memory_is_read_from_this_machine():
+    from libra_astra.astra.run import available_memory_bytes
+
+    have = available_memory_bytes()
+    if not Path("/proc/meminfo").exists():
+        pytest.skip("no /proc/meminfo: the check is off on this system")
+    assert isinstance(have, int) and have > 0

@@ -83,7 +83,11 @@ def emit_command(design: str, out_dir: str, workload: str | None, splits: int | 
               help="Stop the simulator after this many seconds.")
 @click.option("--force", is_flag=True, help="Replace the results of an earlier run (RUN_DIR/sim).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def simulate_command(run_dir: str, binary: str | None, timeout_s: float, force: bool, as_json: bool) -> None:
+@click.option("--no-memory-check", is_flag=True,
+              help="Start even when the simulator would need more memory than is available (about 1.6 KB "
+                   "per ET node; it is then likely to be killed).")
+def simulate_command(run_dir: str, binary: str | None, timeout_s: float, force: bool, as_json: bool,
+                     no_memory_check: bool) -> None:
     """Run ASTRA-sim on RUN_DIR (made by `libra-astra emit`) and report every rank's time.
 
     Output goes to RUN_DIR/sim (stdout.txt, stderr.txt, log/, result.json). A run fails unless
@@ -98,7 +102,7 @@ def simulate_command(run_dir: str, binary: str | None, timeout_s: float, force: 
 
     with Progress("simulate") as p:
         p.note(f"running ASTRA-sim on {run_dir}")
-        res = simulate(run_dir, binary, timeout_s=timeout_s, overwrite=force)
+        res = simulate(run_dir, binary, timeout_s=timeout_s, overwrite=force, check_memory=not no_memory_check)
     if as_json:
         click.echo(json.dumps(res.to_dict(), indent=1))
         return
