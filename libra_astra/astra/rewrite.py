@@ -125,6 +125,64 @@ def _physical_mask(value, num_dims: int, where: str) -> list[bool]:
     return mask[:num_dims]
 
 
+def rewrite_collective(n: pb.Node, rank: int, lnet: LogicalNetwork, groups: Mapping[int, Sequence[int]],
+                       group_masks: Mapping[int, tuple[bool, ...] | None], where: str, stats: WorkloadStats,
+                       splits: int = 1) -> str | None:
+    """Rewrite one collective in place (see the module docstring); returns its communicator group
+    id, None for an all-rank collective. The result depends on the node's attributes and, through
+    the membership check alone, on ``rank``."""
+    phys_dims = lnet.physical.num_dims
+    all_true = [True] * lnet.num_dims
+    at = f"{where}: node {n.id} ({n.name!r})"
+    attrs = cio.node_attrs(n)
+    ctype = attrs.get("comm_type")
+    if not isinstance(ctype, int) or isinstance(ctype, bool):
+        raise LibraError(f"{at}: collective without an integer comm_type; fix the trace")
+    if ctype in _REFUSED:
+        raise LibraError(f"{at}: ASTRA-sim cannot simulate {_REFUSED[ctype]} collectives (it aborts); "
+                         f"replace them in the trace, e.g. by ALL_REDUCE")
+    size = attrs.get("comm_size")
+    if ctype == pb.REDUCE_SCATTER_BLOCK or ctype == pb.BARRIER:
+        name = "REDUCE_SCATTER_BLOCK" if ctype == pb.REDUCE_SCATTER_BLOCK else "BARRIER"
+        stats.converted_types[name] = stats.converted_types.get(name, 0) + 1
+        ctype, size = (pb.REDUCE_SCATTER, size) if ctype == pb.REDUCE_SCATTER_BLOCK else (pb.ALL_REDUCE, 0)
+    elif ctype not in _SIMULATED:
+        raise LibraError(f"{at}: unknown comm_type {ctype}; fix the trace")
+    drop = ["is_cpu_op", "involved_dim", "pg_name", "comm_type", "comm_size"]
+    add = [cio.make_attr("is_cpu_op", "bool_val", False), cio.make_attr("comm_type", "int64_val", ctype)]
+    if size is not None or ctype != pb.BROADCAST:  # a broadcast is replayed from its duration
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise LibraError(f"{at}: collective without a non-negative integer comm_size; fix the trace")
+        add.append(cio.make_attr("comm_size", "int64_val", split_size(size, splits, stats)))
+    pg = attrs.get("pg_name")
+    key = normalize_key(None if pg is None else str(pg))
+    gid = None if key == ALL_RANKS else key.strip()
+    if gid is None:
+        mask = lnet.from_physical_mask(_physical_mask(attrs.get("involved_dim"), phys_dims, at))
+    else:
+        if not gid.isdigit() or int(gid) not in groups:
+            raise LibraError(f"{at}: uses communicator group {gid!r}, which the design's comm_groups "
+                             f"file does not define; add it or point the design to the right file")
+        if rank not in groups[int(gid)]:
+            raise LibraError(f"{at}: rank {rank} runs a collective on group {gid}, which does not contain it; "
+                             f"fix the trace or the comm_groups file")
+        mask = group_masks[int(gid)]
+        if mask is None:
+            stats.flat_ring_collectives += 1
+            add += [cio.make_attr("pg_name", "string_val", gid),
+                    cio.make_attr("involved_dim", "bool_list", all_true)]
+            set_attrs(n, drop, add)
+            stats.collectives += 1
+            return gid
+        stats.group_collectives_to_dims += 1
+    if not any(mask):
+        stats.trivial_collectives_to_comp += 1
+        to_zero_comp(n)
+        return gid
+    add.append(cio.make_attr("involved_dim", "bool_list", list(mask)))
+    set_attrs(n, drop, add)
+    stats.collectives += 1
+    return gid
 
 
 def rewrite_rank(meta: pb.GlobalMetadata, nodes: list[pb.Node], rank: int, lnet: LogicalNetwork,
@@ -132,61 +190,9 @@ def rewrite_rank(meta: pb.GlobalMetadata, nodes: list[pb.Node], rank: int, lnet:
                  where: str, stats: WorkloadStats, splits: int = 1) -> bytes:
     """Rewrite one rank's nodes in place (see the module docstring); returns the ET file bytes."""
     kept = relink(nodes, stats)
-    phys_dims = lnet.physical.num_dims
-    all_true = [True] * lnet.num_dims
     for n in kept:
-        if n.type != pb.COMM_COLL_NODE:
-            continue
-        at = f"{where}: node {n.id} ({n.name!r})"
-        attrs = cio.node_attrs(n)
-        ctype = attrs.get("comm_type")
-        if not isinstance(ctype, int) or isinstance(ctype, bool):
-            raise LibraError(f"{at}: collective without an integer comm_type; fix the trace")
-        if ctype in _REFUSED:
-            raise LibraError(f"{at}: ASTRA-sim cannot simulate {_REFUSED[ctype]} collectives (it aborts); "
-                             f"replace them in the trace, e.g. by ALL_REDUCE")
-        size = attrs.get("comm_size")
-        if ctype == pb.REDUCE_SCATTER_BLOCK or ctype == pb.BARRIER:
-            name = "REDUCE_SCATTER_BLOCK" if ctype == pb.REDUCE_SCATTER_BLOCK else "BARRIER"
-            stats.converted_types[name] = stats.converted_types.get(name, 0) + 1
-            ctype, size = (pb.REDUCE_SCATTER, size) if ctype == pb.REDUCE_SCATTER_BLOCK else (pb.ALL_REDUCE, 0)
-        elif ctype not in _SIMULATED:
-            raise LibraError(f"{at}: unknown comm_type {ctype}; fix the trace")
-        drop = ["is_cpu_op", "involved_dim", "pg_name", "comm_type", "comm_size"]
-        add = [cio.make_attr("is_cpu_op", "bool_val", False), cio.make_attr("comm_type", "int64_val", ctype)]
-        if size is not None or ctype != pb.BROADCAST:  # a broadcast is replayed from its duration
-            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-                raise LibraError(f"{at}: collective without a non-negative integer comm_size; fix the trace")
-            add.append(cio.make_attr("comm_size", "int64_val", split_size(size, splits, stats)))
-        pg = attrs.get("pg_name")
-        key = normalize_key(None if pg is None else str(pg))
-        gid = None if key == ALL_RANKS else key.strip()
-        if gid is None:
-            mask = lnet.from_physical_mask(_physical_mask(attrs.get("involved_dim"), phys_dims, at))
-        else:
-            if not gid.isdigit() or int(gid) not in groups:
-                raise LibraError(f"{at}: uses communicator group {gid!r}, which the design's comm_groups "
-                                 f"file does not define; add it or point the design to the right file")
-            if rank not in groups[int(gid)]:
-                raise LibraError(f"{at}: rank {rank} runs a collective on group {gid}, which does not contain it; "
-                                 f"fix the trace or the comm_groups file")
-            mask = group_masks[int(gid)]
-            if mask is None:
-                stats.flat_ring_collectives += 1
-                add += [cio.make_attr("pg_name", "string_val", gid),
-                        cio.make_attr("involved_dim", "bool_list", all_true)]
-                set_attrs(n, drop, add)
-                stats.collectives += 1
-                continue
-            stats.group_collectives_to_dims += 1
-        if not any(mask):
-            stats.trivial_collectives_to_comp += 1
-            to_zero_comp(n)
-            continue
-        add.append(cio.make_attr("involved_dim", "bool_list", list(mask)))
-        set_attrs(n, drop, add)
-        stats.collectives += 1
-
+        if n.type == pb.COMM_COLL_NODE:
+            rewrite_collective(n, rank, lnet, groups, group_masks, where, stats, splits)
     order = _issue_order(kept, where)
     prev = None
     for i in order:
