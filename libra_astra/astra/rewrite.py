@@ -29,7 +29,7 @@ from ..demand.groups import ALL_RANKS, normalize_key
 from ..errors import LibraError
 from ..traces import chakra_io as cio
 from ..traces.cpu_collectives import infer_peers, rank_groups, typed_rank
-from ..traces.files import find_rank_files
+from ..traces.files import find_rank_files, read_file_bytes
 from ..traces.graph import cycle_error, file_first_order
 from ..traces.schema import COMM_TYPE_NAMES, pb
 from .logical import LogicalNetwork
@@ -214,31 +214,74 @@ def rewrite_rank(meta: pb.GlobalMetadata, nodes: list[pb.Node], rank: int, lnet:
     return cio.encode_et(out, meta)
 
 
+# Files are rewritten on their bytes in batches of about this size: numpy's per-call cost is paid per batch.
+_BATCH_BYTES = 8 << 20
+
+
 def rewrite_traces(prefix: str | Path, out_prefix: Path, lnet: LogicalNetwork,
                    groups: Mapping[int, Sequence[int]], group_masks: Mapping[int, tuple[bool, ...] | None],
                    splits: int = 1, on_progress: Callable[[int, int], None] | None = None,
-                   type_cpu_collectives: bool = False) -> WorkloadStats:
+                   type_cpu_collectives: bool = False, byte_level: bool = True) -> WorkloadStats:
     """Rewrite ``PREFIX.r.et`` for every rank r of the network into ``out_prefix.r.et``
     (``on_progress(ranks_done, ranks)`` after each); with ``type_cpu_collectives`` the gloo
-    collectives are typed first (traces/cpu_collectives.py)."""
+    collectives are typed first (traces/cpu_collectives.py).
+
+    Files are rewritten on their bytes (:mod:`.rewrite_bytes`) where that gives the same output,
+    else node by node with the schema; ``byte_level=False`` takes the schema path for every file
+    (the reference the byte-level path is tested against)."""
+    from .rewrite_bytes import Rewriter
     stats = WorkloadStats()
     n = lnet.npus_count
     found = find_rank_files(prefix)
+    fast = Rewriter(lnet, groups, group_masks, splits, type_cpu_collectives) if byte_level else None
+    batch: list[tuple[int, Path, bytes]] = []
+
+    def flush() -> None:
+        got = (fast.rewrite([b for _, _, b in batch], [r for r, _, _ in batch], [str(p) for _, p, _ in batch])
+               if fast is not None else [None] * len(batch))
+        for (r, src, buf), done in zip(batch, got):
+            if done is None:
+                data = _schema_rank(buf, src, r, n, lnet, groups, group_masks, stats, splits, type_cpu_collectives)
+            else:
+                data = done[0]
+                stats.add(done[1])
+            Path(f"{out_prefix}.{r}.et").write_bytes(data)
+            if on_progress is not None:
+                on_progress(r + 1, n)
+        batch.clear()
+
+    size = 0
     for r in range(n):
-        src = found.get(r)
-        if src is None:
-            raise LibraError(f"{prefix}.{r}.et: trace file for rank {r} not found; the network has {n} NPUs "
-                             f"and ASTRA-sim needs one file per NPU")
-        meta, nodes = cio.read_et(src)
-        if type_cpu_collectives:
-            typed_rank(nodes, r, n, str(src))
-        infer_peers(nodes, r, rank_groups(nodes, str(src)))
-        data = rewrite_rank(meta, nodes, r, lnet, groups, group_masks, str(src), stats, splits)
-        Path(f"{out_prefix}.{r}.et").write_bytes(data)
-        if on_progress is not None:
-            on_progress(r + 1, n)
+        try:
+            src = found.get(r)
+            if src is None:
+                raise LibraError(f"{prefix}.{r}.et: trace file for rank {r} not found; the network has {n} NPUs "
+                                 f"and ASTRA-sim needs one file per NPU")
+            if not Path(src).is_file():
+                raise LibraError(f"{src}: ET file not found")
+            buf = read_file_bytes(src)
+        except LibraError:
+            flush()     # the ranks before this one are rewritten (and may fail) first, as one by one
+            raise
+        batch.append((r, src, buf))
+        size += len(buf)
+        if size >= _BATCH_BYTES or fast is None:
+            flush()
+            size = 0
+    flush()
     extra = sorted(r for r in found if r >= n)
     if extra:
         raise LibraError(f"{found[extra[0]]}: the trace has more ranks than the network's {n} NPUs; "
                          f"use a network of the trace's size")
     return stats
+
+
+def _schema_rank(buf: bytes, src: Path, r: int, n: int, lnet: LogicalNetwork, groups: Mapping[int, Sequence[int]],
+                 group_masks: Mapping[int, tuple[bool, ...] | None], stats: WorkloadStats, splits: int,
+                 type_cpu_collectives: bool) -> bytes:
+    """One rank file rewritten node by node with the schema."""
+    meta, nodes = cio.parse_et(buf, src)
+    if type_cpu_collectives:
+        typed_rank(nodes, r, n, str(src))
+    infer_peers(nodes, r, rank_groups(nodes, str(src)))
+    return rewrite_rank(meta, nodes, r, lnet, groups, group_masks, str(src), stats, splits)
