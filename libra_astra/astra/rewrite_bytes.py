@@ -63,7 +63,7 @@ class Rewriter:
     group_masks: Mapping[int, tuple[bool, ...] | None]
     splits: int = 1
     type_cpu_collectives: bool = False
-    _blocks: dict[bytes, frozenset[str]] = field(default_factory=dict)   # verified block -> attr names
+    _blocks: dict[bytes, tuple[bool, bool]] = field(default_factory=dict)   # verified block -> peers named
     _colls: dict[bytes, _Coll] = field(default_factory=dict)
     _io: set[bytes] = field(default_factory=set)
     _members: dict[str, frozenset[int]] = field(default_factory=dict)
@@ -92,20 +92,25 @@ class Rewriter:
 
     # ------------------------------------------------------------------ what distinct bytes mean
 
-    def block(self, blk: bytes) -> frozenset[str]:
-        """Names of the attributes in a block, once it is known to be what the schema writes."""
-        names = self._blocks.get(blk)
-        if names is None:
+    def block(self, blk: bytes) -> tuple[bool, bool]:
+        """(has comm_src, has comm_dst) of an attribute block, once it is known to be what the
+        schema writes (all the rewrite needs to know of blocks that are not collectives')."""
+        got = self._blocks.get(blk)
+        if got is None:
             try:
                 node = pb.Node.FromString(blk)
             except Exception:   # protobuf raises assorted errors on bad bytes
                 raise _Bad from None
             if node.SerializeToString() != blk:
                 raise _Bad
-            names = frozenset(a.name for a in node.attr)
+            if b"comm_s" in blk or b"comm_d" in blk:
+                names = {a.name for a in node.attr}
+                got = ("comm_src" in names, "comm_dst" in names)
+            else:
+                got = (False, False)
             if len(self._blocks) < _CACHE_LIMIT:
-                self._blocks[blk] = names
-        return names
+                self._blocks[blk] = got
+        return got
 
     def check_io(self, span: bytes) -> None:
         """inputs/outputs fields must parse and be what the schema writes."""
@@ -182,25 +187,28 @@ class _Run:
         self._check_names()
         self._check_io()
         group, reps = nb.distinct_spans(self.arr, b.attr_start, b.ends)
-        names: list[frozenset[str] | None] = []
+        peers: list[tuple[bool, bool] | None] = []
         for j in reps:
             try:
-                names.append(self.rw.block(b.buf[int(b.attr_start[j]):int(b.ends[j])]))
+                peers.append(self.rw.block(b.buf[int(b.attr_start[j]):int(b.ends[j])]))
             except _Bad:
-                names.append(None)
-        failed = np.asarray([x is None for x in names] + [False])
+                peers.append(None)
+        failed = np.asarray([x is None for x in peers] + [False])
         self.mark(np.nonzero(failed[group])[0])
         # what infer_peers would change (a send or receive without its peer) needs the schema path;
         # group -1 (no attribute block) picks the last entry
-        no_dst = np.asarray([x is not None and "comm_dst" not in x for x in names] + [True])
-        no_src = np.asarray([x is not None and "comm_src" not in x for x in names] + [True])
+        no_src = np.asarray([x is not None and not x[0] for x in peers] + [True])
+        no_dst = np.asarray([x is not None and not x[1] for x in peers] + [True])
         self.mark(np.nonzero(((b.types == pb.COMM_SEND_NODE) & no_dst[group])
                              | ((b.types == pb.COMM_RECV_NODE) & no_src[group]))[0])
         self._metadata()
 
         keys = self._keys(b.ids)
-        order_by_key = np.argsort(keys, kind="stable")
-        sorted_keys = keys[order_by_key]
+        if keys.size < 2 or bool((keys[1:] > keys[:-1]).all()):
+            order_by_key, sorted_keys = np.arange(keys.size, dtype=np.int64), keys   # the usual case
+        else:
+            order_by_key = np.argsort(keys, kind="stable")
+            sorted_keys = keys[order_by_key]
         dup = np.nonzero(sorted_keys[1:] == sorted_keys[:-1])[0]
         # duplicate ids: the schema path's dicts decide which node counts
         self.mark(order_by_key[dup])
@@ -307,7 +315,7 @@ class _Run:
         n = keys.size
         need = np.zeros(n, bool)
         dangling = np.zeros(self.nf, np.int64)
-        for owner, k, _ in (ctrl_keys, data_keys):
+        for owner, k, ptr_ in (ctrl_keys, data_keys):
             if k.size == 0:
                 continue
             pos = np.minimum(np.searchsorted(sorted_keys, k), max(n - 1, 0))
@@ -315,11 +323,15 @@ class _Run:
             dangling += np.bincount(self.b.files[owner[~present & ~dropped[owner]]], minlength=self.nf)
             target_dropped = np.zeros(k.size, bool)
             target_dropped[present] = dropped[order_by_key[pos[present]]]
-            odd = ~present | target_dropped | (k == keys[owner])
-            s = np.lexsort((k, owner))
-            dup = np.zeros(k.size, bool)
-            dup[s[1:]] = (owner[s[1:]] == owner[s[:-1]]) & (k[s[1:]] == k[s[:-1]])
-            need[owner[odd | dup]] = True
+            need[owner[~present | target_dropped | (k == keys[owner])]] = True
+            # a dependency named twice in one field: only fields of several dependencies can
+            ptr = np.diff(ptr_)
+            many = np.nonzero(ptr[owner] > 1)[0]
+            if many.size:
+                o, kk = owner[many], k[many]
+                s = np.lexsort((kk, o))
+                dup = (o[s[1:]] == o[s[:-1]]) & (kk[s[1:]] == kk[s[:-1]])
+                need[o[s[1:]][dup]] = True
         need &= ~dropped
         changed: dict[int, tuple[list[int], list[int]]] = {}
         if not need.any():
@@ -545,9 +557,7 @@ class _Run:
         st, ln = st.ravel(), ln.ravel()
         nz = ln > 0
         st, ln = st[nz], ln[nz]
-        first = np.zeros(ln.size, np.int64)
-        np.cumsum(ln[:-1], out=first[1:])
-        idx = np.repeat(st - first, ln) + np.arange(int(ln.sum()), dtype=np.int64)
+        idx = _gather_index(st, ln, pool.size)
         # where each file's nodes end in the output (order runs file after file)
         ends = np.zeros(k + 1, np.int64)
         np.cumsum(node_len, out=ends[1:])
@@ -594,6 +604,24 @@ class _Run:
             s.nodes_written = max(int(written[f]), 1)
             out.append((self.metas[f] + nodes, s))
         return out
+
+
+def _gather_index(st: np.ndarray, ln: np.ndarray, size: int) -> np.ndarray:
+    """Indices of the bytes of segments [st, st + ln) one after another (all ln > 0): a running
+    sum of ones with a jump at each segment's start, cheaper than repeat + arange."""
+    dt = np.int32 if size < 2**31 else np.int64
+    total = int(ln.sum())
+    step = np.ones(total, dt)
+    if total == 0:
+        return step
+    first = np.zeros(ln.size, np.int64)
+    np.cumsum(ln[:-1], out=first[1:])
+    prev_end = np.empty(ln.size, np.int64)
+    prev_end[0] = 0
+    prev_end[1:] = st[:-1] + ln[:-1] - 1
+    step[first] = (st - prev_end).astype(dt)
+    step[0] = st[0]
+    return np.cumsum(step, dtype=dt)
 
 
 def _field(csr: tuple[np.ndarray, np.ndarray, np.ndarray], i: int) -> list[int]:
