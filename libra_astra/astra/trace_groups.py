@@ -11,7 +11,6 @@ result as in its summary's ``metadata_groups``.
 from __future__ import annotations
 
 import hashlib
-import re
 from pathlib import Path
 from typing import Collection
 
@@ -23,9 +22,9 @@ from ..traces.process_groups import metadata_groups
 from ..traces.schema import pb
 from . import node_bytes as nb
 
-# Node.type = 1 in any encoding a parser accepts: the one-byte tag then 1 (0x81 starts a
-# non-minimal 1), or a non-minimal tag (0x98 0x80.. 0x00).
-_MAYBE_METADATA = re.compile(rb"\x18[\x01\x81]|\x98[\x80-\xff]*\x00")
+# Node.type = 1 as a serializer writes it (tag 0x18, then 1), or with 1 in a longer varint
+# (0x81 0x80 .. 0x00); a tag itself in a longer varint than needed is not looked for.
+_METADATA_TYPE = (b"\x18\x01", b"\x18\x81")
 
 
 def _metadata_nodes(buf: bytes, where: str) -> list[pb.Node]:
@@ -53,7 +52,7 @@ def trace_metadata_groups(prefix: str | Path, npus: int, file_groups: Collection
     seen: set[bytes] = set()
     for p in rank_files(prefix, npus, f"{npus} NPUs"):
         buf = read_file_bytes(p)
-        if not _MAYBE_METADATA.search(buf):
+        if not any(t in buf for t in _METADATA_TYPE):
             continue
         digest = hashlib.blake2b(buf, digest_size=20).digest()
         if digest in seen:
