@@ -457,8 +457,8 @@ class _Run:
         idx = np.nonzero(coll & (group >= 0) & ~self.bad[b.files])[0]
         if idx.size == 0:
             return colls
-        pairs = np.unique(np.stack([group[idx], b.files[idx]], axis=1), axis=0)
-        for g, f in pairs.tolist():
+        pairs = np.unique(group[idx] * self.nf + b.files[idx])
+        for g, f in zip((pairs // self.nf).tolist(), (pairs % self.nf).tolist()):
             if self.bad[f]:
                 continue
             j = reps[g]
@@ -557,7 +557,7 @@ class _Run:
         st, ln = st.ravel(), ln.ravel()
         nz = ln > 0
         st, ln = st[nz], ln[nz]
-        idx = _gather_index(st, ln, pool.size)
+        idx = _gather_index(st, ln)
         # where each file's nodes end in the output (order runs file after file)
         ends = np.zeros(k + 1, np.int64)
         np.cumsum(node_len, out=ends[1:])
@@ -606,22 +606,18 @@ class _Run:
         return out
 
 
-def _gather_index(st: np.ndarray, ln: np.ndarray, size: int) -> np.ndarray:
+def _gather_index(st: np.ndarray, ln: np.ndarray) -> np.ndarray:
     """Indices of the bytes of segments [st, st + ln) one after another (all ln > 0): a running
     sum of ones with a jump at each segment's start, cheaper than repeat + arange."""
-    dt = np.int32 if size < 2**31 else np.int64
     total = int(ln.sum())
-    step = np.ones(total, dt)
+    step = np.ones(total, np.int64)
     if total == 0:
         return step
     first = np.zeros(ln.size, np.int64)
     np.cumsum(ln[:-1], out=first[1:])
-    prev_end = np.empty(ln.size, np.int64)
-    prev_end[0] = 0
-    prev_end[1:] = st[:-1] + ln[:-1] - 1
-    step[first] = (st - prev_end).astype(dt)
+    step[first[1:]] = st[1:] - (st[:-1] + ln[:-1] - 1)
     step[0] = st[0]
-    return np.cumsum(step, dtype=dt)
+    return np.cumsum(step, out=step)
 
 
 def _field(csr: tuple[np.ndarray, np.ndarray, np.ndarray], i: int) -> list[int]:
