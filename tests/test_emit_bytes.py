@@ -229,3 +229,19 @@ def test_emit_with_a_known_demand_does_not_read_it_again(tmp_path, monkeypatch, 
     assert bool(stats.get("group_collectives_to_dims")) == typed
     for f in files:
         assert (tmp_path / "b" / f).read_bytes() == (tmp_path / "a" / f).read_bytes(), f
+
+
+def test_names_beyond_ascii_and_invalid_utf8(tmp_path, monkeypatch):
+    spy = Spy(monkeypatch)
+    prefix = tmp_path / "in" / "job"
+    prefix.parent.mkdir()
+    write_set(prefix, 4, lambda r: [cio.comp_node(1, "grad·Σ", 1), coll(2, "ALL_REDUCE", 8, data=[1]),
+                                    node(3, "", pb.COMP_NODE, data=[2], dur=1)])
+    both_paths(tmp_path / "ok", prefix, net_of(("Ring", 4)))
+    assert spy.done == 4 and spy.back == 0
+    # a name that is not UTF-8: the schema's parse refuses the file, and so does emit
+    body = pb.Node(id=4, name="zz", type=pb.COMP_NODE, duration_micros=1).SerializeToString().replace(b"zz", b"\xff\xfe")
+    Path(f"{prefix}.1.et").write_bytes(Path(f"{prefix}.1.et").read_bytes() + cio.frame(body))
+    design = Design("d", net_of(("Ring", 4)), (10.0,), workloads=(WorkloadRef("job", traces=str(prefix)),))
+    with pytest.raises(LibraError, match=r"job.1.et: corrupt message at byte offset"):
+        emit_mod.emit(design, tmp_path / "run")

@@ -236,20 +236,20 @@ class _Run:
     def _check_names(self) -> None:
         """Names must be UTF-8, as the schema's parse requires."""
         at, ln = self.b.names
-        total = int(ln.sum())
-        if total == 0:
+        named = np.nonzero(ln > 0)[0]
+        if named.size == 0:
             return
+        at, ln = at[named], ln[named]
         first = np.zeros(ln.size, np.int64)
         np.cumsum(ln[:-1], out=first[1:])
-        byte = self.arr[np.repeat(at - first, ln) + np.arange(total, dtype=np.int64)]
+        byte = self.arr[np.repeat(at - first, ln) + np.arange(int(ln.sum()), dtype=np.int64)]
         if int(byte.max()) < 0x80:
             return
-        wide = np.nonzero(np.add.reduceat((byte >= 0x80).astype(np.int64), first) * (ln > 0))[0]
-        for i in wide.tolist():
+        for k in np.nonzero(np.add.reduceat((byte >= 0x80).astype(np.int64), first))[0].tolist():
             try:
-                self.b.buf[int(at[i]):int(at[i] + ln[i])].decode("utf-8")
+                self.b.buf[int(at[k]):int(at[k] + ln[k])].decode("utf-8")
             except UnicodeDecodeError:
-                self.mark(np.asarray([i]))
+                self.mark(named[k:k + 1])
 
     def _check_io(self) -> None:
         at, end = self.b.io
