@@ -7,7 +7,9 @@ Measures, in one run, per trace set (CPU time of this process, best of --repeat 
      least read and write);
   2. ``emit`` of a design on those traces, given the demand as ``loop`` gives it (the demand is
      read beforehand, not timed): the rewritten rank files, configuration and manifest;
-  3. with --schema, the node-by-node schema path of the rewrite alone (what emit did before).
+  3. the rewrite of the rank files alone (emit without its configuration files, manifest and
+     prediction, which dominate on small sets);
+  4. with --schema, the node-by-node schema path of the rewrite alone (what emit did before).
 Prints nodes/s of each and the ratio emit / baseline (target >= 0.5).
 
 Sets: a ~1 M-node mixed set whose rank files all differ (tools/bench_trace.py's), the 4,096-rank
@@ -89,7 +91,7 @@ def bench_set(label: str, prefix: Path, net: Network, groups: Path | None, work:
     demand, _ = demand_from_traces(prefix, net, comm_groups=groups)
     ref = WorkloadRef(prefix.name, traces=str(prefix), comm_groups=str(groups) if groups else None)
     design = Design("bench", net, tuple(100.0 for _ in net.dims), workloads=(ref,))
-    t_bare = t_emit = t_schema = float("inf")
+    t_bare = t_emit = t_rewrite = t_schema = float("inf")
     nodes = 0
     for k in range(repeat):
         # every run writes into a new directory: rewriting files in place makes the file system
@@ -103,19 +105,26 @@ def bench_set(label: str, prefix: Path, net: Network, groups: Path | None, work:
         t_emit = min(t_emit, t)
         written = res.stats.get("nodes_written", 0)
         shutil.rmtree(work / f"emit{k}")
+        d = work / f"rewrite{k}"
+        d.mkdir()
+        t, _ = timed(_rewrite, design, prefix, d, demand, True)
+        t_rewrite = min(t_rewrite, t)
+        shutil.rmtree(d)
         if schema:
             d = work / f"schema{k}"
             d.mkdir()
-            t, _ = timed(_schema_rewrite, design, prefix, d, demand)
+            t, _ = timed(_rewrite, design, prefix, d, demand, False)
             t_schema = min(t_schema, t)
             shutil.rmtree(d)
     out = {"label": label, "ranks": n, "nodes": nodes, "nodes_written": written, "size_mb": size_mb,
-           "bare_s": t_bare, "emit_s": t_emit, "ratio": t_bare / t_emit,
+           "bare_s": t_bare, "emit_s": t_emit, "ratio": t_bare / t_emit, "rewrite_s": t_rewrite,
            "bare_knodes_s": nodes / t_bare / 1e3, "emit_knodes_s": nodes / t_emit / 1e3}
     print(f"\n{label}: {n:,} ranks, {nodes:,} nodes, {size_mb:.1f} MB of ET (CPU time, best of {repeat})")
     print(f"  bare parse + serialize {t_bare:8.3f} s   {out['bare_knodes_s']:8.0f} k nodes/s")
     print(f"  emit                   {t_emit:8.3f} s   {out['emit_knodes_s']:8.0f} k nodes/s   "
           f"ratio {out['ratio']:.2f} (target >= 0.5)")
+    print(f"  rewrite of the files   {t_rewrite:8.3f} s   {nodes / t_rewrite / 1e3:8.0f} k nodes/s   "
+          f"ratio {t_bare / t_rewrite:.2f}")
     if schema:
         out["schema_s"] = t_schema
         out["schema_knodes_s"] = nodes / t_schema / 1e3
@@ -124,13 +133,13 @@ def bench_set(label: str, prefix: Path, net: Network, groups: Path | None, work:
     return out
 
 
-def _schema_rewrite(design: Design, prefix: Path, out: Path, demand):
-    """The rewrite alone, node by node with the schema, on emit's own plan of the workload."""
+def _rewrite(design: Design, prefix: Path, out: Path, demand, byte_level: bool):
+    """The rewrite alone (on the bytes, or node by node with the schema) on emit's own plan of the workload."""
     import importlib
 
     emit_mod = importlib.import_module("libra_astra.astra.emit")   # the package re-exports emit() as emit
     w = emit_mod._load_workload(design, design.workloads[0], demand)
-    return rewrite_traces(prefix, out / "w", w.lnet, w.groups, w.masks, byte_level=False)
+    return rewrite_traces(prefix, out / "w", w.lnet, w.groups, w.masks, byte_level=byte_level)
 
 
 def main() -> None:
