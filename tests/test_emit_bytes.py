@@ -240,7 +240,8 @@ def test_names_beyond_ascii_and_invalid_utf8(tmp_path, monkeypatch):
     both_paths(tmp_path / "ok", prefix, net_of(("Ring", 4)))
     assert spy.done == 4 and spy.back == 0
     # a name that is not UTF-8: the schema's parse refuses the file, and so does emit
-    body = pb.Node(id=4, name="zz", type=pb.COMP_NODE, duration_micros=1).SerializeToString().replace(b"zz", b"\xff\xfe")
+    body = pb.Node(id=4, name="zz", type=pb.COMP_NODE, duration_micros=1).SerializeToString()
+    body = body.replace(b"zz", b"\xff\xfe")
     Path(f"{prefix}.1.et").write_bytes(Path(f"{prefix}.1.et").read_bytes() + cio.frame(body))
     design = Design("d", net_of(("Ring", 4)), (10.0,), workloads=(WorkloadRef("job", traces=str(prefix)),))
     with pytest.raises(LibraError, match=r"job.1.et: corrupt message at byte offset"):

@@ -240,16 +240,30 @@ def varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out, length
 
 
-def distinct_spans(arr: np.ndarray, at: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, list[int]]:
-    """Spans ``arr[at:end]`` grouped by content: a group number per span (-1 for empty ones) and a
+def distinct_spans(buf: bytes, at: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """Spans ``buf[at:end]`` grouped by content: a group number per span (-1 for empty ones) and a
     representative span per group.
 
     Spans of one length are hashed in bulk and grouped by hash; a span whose bytes differ from its
-    group's first (a hash collision) gets a group of its own."""
+    group's first (a hash collision) gets a group of its own. Lengths with few spans (PyTorch
+    traces have many lengths, each rare) are grouped by a dictionary instead: numpy's per-call
+    cost would exceed the per-span one."""
+    arr = np.frombuffer(buf, dtype=np.uint8)
     length = end - at
     group = np.full(at.size, -1, np.int64)
     reps: list[int] = []
-    for size in np.unique(length[length > 0]).tolist():
+    sizes, counts = np.unique(length[length > 0], return_counts=True)
+    few = sizes[counts < _FEW]
+    if few.size:
+        seen: dict[bytes, int] = {}
+        sel = np.nonzero(np.isin(length, few))[0]
+        for j, a, e in zip(sel.tolist(), at[sel].tolist(), end[sel].tolist()):
+            g = seen.get(buf[a:e])
+            if g is None:
+                g = seen[buf[a:e]] = len(reps)
+                reps.append(j)
+            group[j] = g
+    for size in sizes[counts >= _FEW].tolist():
         sel = np.nonzero(length == size)[0]
         words = -(-size // 8)
         rows = np.zeros((sel.size, words * 8), dtype=np.uint8)
@@ -267,3 +281,7 @@ def distinct_spans(arr: np.ndarray, at: np.ndarray, end: np.ndarray) -> tuple[np
             group[j] = len(reps)
             reps.append(j)
     return group, reps
+
+
+# Below this many spans of one length, a dictionary groups them faster than numpy.
+_FEW = 256

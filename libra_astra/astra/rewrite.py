@@ -229,7 +229,7 @@ def rewrite_traces(prefix: str | Path, out_prefix: Path, lnet: LogicalNetwork,
     Files are rewritten on their bytes (:mod:`.rewrite_bytes`) where that gives the same output,
     else node by node with the schema; ``byte_level=False`` takes the schema path for every file
     (the reference the byte-level path is tested against)."""
-    from .rewrite_bytes import Rewriter
+    from .rewrite_bytes import Rewriter   # here, not at the top: it builds on this module
     stats = WorkloadStats()
     n = lnet.npus_count
     found = find_rank_files(prefix)

@@ -186,7 +186,7 @@ class _Run:
         self._read_metas()
         self._check_names()
         self._check_io()
-        group, reps = nb.distinct_spans(self.arr, b.attr_start, b.ends)
+        group, reps = nb.distinct_spans(b.buf, b.attr_start, b.ends)
         peers: list[tuple[bool, bool] | None] = []
         for j in reps:
             try:
@@ -255,7 +255,7 @@ class _Run:
         at, end = self.b.io
         if not bool((end > at).any()):
             return
-        group, reps = nb.distinct_spans(self.arr, at, end)
+        group, reps = nb.distinct_spans(self.b.buf, at, end)
         for g, j in enumerate(reps):
             try:
                 self.rw.check_io(self.b.buf[int(at[j]):int(end[j])])
