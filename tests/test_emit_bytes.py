@@ -246,3 +246,20 @@ def test_names_beyond_ascii_and_invalid_utf8(tmp_path, monkeypatch):
     design = Design("d", net_of(("Ring", 4)), (10.0,), workloads=(WorkloadRef("job", traces=str(prefix)),))
     with pytest.raises(LibraError, match=r"job.1.et: corrupt message at byte offset"):
         emit_mod.emit(design, tmp_path / "run")
+
+
+def test_a_file_handed_back_leaves_the_rest_of_its_batch_on_the_byte_path(tmp_path, monkeypatch):
+    spy = Spy(monkeypatch)
+    prefix = tmp_path / "in" / "job"
+    prefix.parent.mkdir()
+
+    def nodes_of(r):
+        out = [cio.comp_node(1, "a", 3), coll(2, "ALL_REDUCE", 64, data=[1]), coll(3, "ALL_GATHER", 8, data=[1])]
+        if r == 2:    # a send without its peer: infer_peers gives it one, on the schema path only
+            out.append(node(4, "send", pb.COMM_SEND_NODE, data=[3]))
+            out[-1].attr.append(cio.make_attr("comm_size", "int64_val", 8))
+        return out
+
+    write_set(prefix, 4, nodes_of)
+    both_paths(tmp_path, prefix, net_of(("Ring", 4)))
+    assert spy.done == 3 and spy.back == 1
