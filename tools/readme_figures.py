@@ -1,20 +1,22 @@
 #!/usr/bin/env python3
-"""Regenerate the README's trace-reading, overlap, search, model-build and peer tables from the
-benchmarks, so the figures printed there are always ones a benchmark measured.
+"""Regenerate the README's trace-reading, emit, overlap, search, model-build and peer tables from
+the benchmarks, so the figures printed there are always ones a benchmark measured.
 
 Either give the JSON files the benchmarks wrote (``--json`` of tools/bench_trace.py,
-tools/bench_overlap.py, tools/bench_search.py, tools/bench_newton.py and tools/bench_peers.py), or
-let this script run bench_trace itself (slow: it generates the trace sets):
+tools/bench_emit.py, tools/bench_overlap.py, tools/bench_search.py, tools/bench_newton.py and
+tools/bench_peers.py), or let this script run bench_trace itself (slow: it generates the trace sets):
 
 
     python tools/bench_trace.py --json /tmp/trace.json
     python tools/bench_trace.py --skip-mixed --gpt-prefix /tmp/gpt/gpt3 --json /tmp/trace96.json
+    python tools/bench_emit.py --json /tmp/emit.json
+    python tools/bench_emit.py --skip-mixed --skip-real --gpt-prefix /tmp/gpt/gpt3 --repeat 1 --json /tmp/emit96.json
     python tools/bench_overlap.py /tmp/gpt.demand.json --json /tmp/overlap.json
     python tools/bench_search.py --json /tmp/search.json
     python tools/bench_newton.py --old-build --json /tmp/newton.json
     python tools/bench_peers.py --peers CLARABEL --sizes 100,1000,10000,100000 --json /tmp/peers.json
-    python tools/readme_figures.py --trace /tmp/trace.json /tmp/trace96.json --overlap /tmp/overlap.json \
-        --search /tmp/search.json --newton /tmp/newton.json --peers /tmp/peers.json
+    python tools/readme_figures.py --trace /tmp/trace.json /tmp/trace96.json --emit /tmp/emit.json /tmp/emit96.json \
+        --overlap /tmp/overlap.json --search /tmp/search.json --newton /tmp/newton.json --peers /tmp/peers.json
 
 
     python tools/readme_figures.py --run      # runs bench_trace.py (mixed set, 8-layer GPT-3) itself
@@ -43,6 +45,19 @@ def trace_table(sets: list[dict]) -> str:
         rows.append(f"| {s['label']}: {s['ranks']:,} ranks, {s['nodes'] / 1e6:.2f} M nodes, {s['size_mb']:.1f} MB "
                     f"| {s['bare_knodes_s']:,.0f} k nodes/s | {s['demand_knodes_s']:,.0f} k nodes/s "
                     f"| {s['ratio']:.2f} | {s['bare_peak_mib']:.0f} / {s['demand_peak_mib']:.0f} MiB |")
+    return "\n".join(rows)
+
+
+def emit_table(sets: list[dict]) -> str:
+    rows = ["| trace set | bare protobuf parse + serialize | emit | ratio | emit CPU time | rank files alone |",
+            "|---|---|---|---|---|---|"]
+    # the large sets first: on the small real ones emit's fixed costs dominate
+    for s in sorted(sets, key=lambda s: -s["nodes"]):
+        nodes = f"{s['nodes'] / 1e6:.2f} M" if s["nodes"] >= 100_000 else f"{s['nodes']:,}"
+        size = f"{s['size_mb']:.1f} MB" if s["size_mb"] >= 1 else f"{s['size_mb'] * 1e3:.0f} kB"
+        rows.append(f"| {s['label']}: {s['ranks']:,} ranks, {nodes} nodes, {size} "
+                    f"| {s['bare_knodes_s']:,.0f} k nodes/s | {s['emit_knodes_s']:,.0f} k nodes/s "
+                    f"| {s['ratio']:.2f} | {_ms(s['emit_s'])} | {_ms(s['rewrite_s'])} |")
     return "\n".join(rows)
 
 
@@ -136,6 +151,7 @@ def replace_block(text: str, name: str, body: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", nargs="*", default=[], help="JSON files of tools/bench_trace.py --json")
+    ap.add_argument("--emit", nargs="*", default=[], help="JSON files of tools/bench_emit.py --json")
     ap.add_argument("--overlap", nargs="*", default=[], help="JSON files of tools/bench_overlap.py --json")
     ap.add_argument("--search", nargs="*", default=[], help="JSON files of tools/bench_search.py --json")
     ap.add_argument("--newton", nargs="*", default=[], help="JSON files of tools/bench_newton.py --json")
@@ -150,13 +166,15 @@ def main() -> None:
         out = Path(tmp.name) / "trace.json"
         subprocess.run([sys.executable, str(ROOT / "tools/bench_trace.py"), "--json", str(out)], check=True)
         trace_files.append(out)
-    if not (trace_files or args.overlap or args.search or args.newton or args.peers):
-        raise SystemExit("nothing to do: give --trace/--overlap/--search/--newton/--peers JSON files or --run")
+    if not (trace_files or args.emit or args.overlap or args.search or args.newton or args.peers):
+        raise SystemExit("nothing to do: give --trace/--emit/--overlap/--search/--newton/--peers JSON files or --run")
     text = README.read_text()
     new = text
     if trace_files:
         sets = [s for p in trace_files for s in json.loads(p.read_text())["sets"]]
         new = replace_block(new, "trace", trace_table(sets))
+    if args.emit:
+        new = replace_block(new, "emit", emit_table([s for p in args.emit for s in json.loads(Path(p).read_text())["sets"]]))
     if args.overlap:
         new = replace_block(new, "overlap", overlap_table([json.loads(Path(p).read_text()) for p in args.overlap]))
     if args.search:

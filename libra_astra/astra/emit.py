@@ -40,7 +40,7 @@ import stat
 from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .. import __version__
 from .. import limits, publish
@@ -61,6 +61,7 @@ from .manifest import BINARY_ENV, DEFAULT_BINARY, Manifest, SimulatorCall, write
 from .rewrite import rewrite_traces
 from .stats import WorkloadStats
 from .synthesize import synthesize
+from .trace_groups import trace_metadata_groups
 
 SCHEDULING_POLICIES = ("LIFO", "FIFO")
 
@@ -222,22 +223,31 @@ def _load_workload(design: Design, wl: WorkloadRef, demand: Demand | None) -> _I
     prediction_unavailable = ""
     if wl.traces:
         source = "traces"
-        if wl.comm_groups:
-            groups = {int(k): v for k, v in load_comm_groups(wl.comm_groups).items()}
-        try:
-            got, summary = demand_from_traces(wl.traces, net, comm_groups=wl.comm_groups,
-                                              type_cpu_collectives=wl.type_cpu_collectives)
-        except LibraError as err:
-            # The rewrite tolerates some of what the demand reader refuses; emit anyway and say
-            # why there is no prediction.
-            prediction_unavailable = str(err)
+        file_groups = load_comm_groups(wl.comm_groups) if wl.comm_groups else {}
+        groups = {int(k): v for k, v in file_groups.items()}
+        meta_groups: Mapping[str, tuple[int, ...]] = {}
+        if demand is None:
+            try:
+                demand, summary = demand_from_traces(wl.traces, net, comm_groups=wl.comm_groups,
+                                                     type_cpu_collectives=wl.type_cpu_collectives)
+            except LibraError as err:
+                # The rewrite tolerates some of what the demand reader refuses; emit anyway and say
+                # why there is no prediction.
+                prediction_unavailable = str(err)
+            else:
+                meta_groups = summary.metadata_groups
         else:
-            demand = demand if demand is not None else got
-            # Process groups recorded in the traces' METADATA are the groups the collectives
-            # name: the simulator needs them in its comm-group file.
-            for key, members in summary.metadata_groups.items():
-                if key.isdigit() and int(key) > 0 and int(key) not in groups:
-                    groups[int(key)] = tuple(members)
+            # The caller's demand is the traces' (it read them, or made them): only the groups
+            # are left to read, as the demand reader would have found them.
+            try:
+                meta_groups = trace_metadata_groups(wl.traces, net.npus_count, file_groups)
+            except LibraError:
+                pass
+        # Process groups recorded in the traces' METADATA are the groups the collectives
+        # name: the simulator needs them in its comm-group file.
+        for key, members in meta_groups.items():
+            if key.isdigit() and int(key) > 0 and int(key) not in groups:
+                groups[int(key)] = tuple(members)
         lnet, masks = plan_for_groups(net, bw, groups)
     elif wl.demand:
         source = "demand"
@@ -273,8 +283,9 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None
     max_repeats
         Most runs of one demand collective with a large ``count`` (synthesis only).
     demand
-        The workload's demand, if the caller has it (spares reading the traces again for the
-        prediction recorded in the manifest).
+        The workload's demand, if the caller has it (the traces' demand, as ``loop`` read it or
+        ``search`` built it from the spec): the traces are then not read again for the
+        prediction recorded in the manifest, only scanned for METADATA process groups.
     on_progress
         Called as ``on_progress(ranks_written, ranks)`` while the workload files are written.
 

@@ -29,7 +29,7 @@ from ..demand.groups import ALL_RANKS, normalize_key
 from ..errors import LibraError
 from ..traces import chakra_io as cio
 from ..traces.cpu_collectives import infer_peers, rank_groups, typed_rank
-from ..traces.files import find_rank_files
+from ..traces.files import find_rank_files, read_file_bytes
 from ..traces.graph import cycle_error, file_first_order
 from ..traces.schema import COMM_TYPE_NAMES, pb
 from .logical import LogicalNetwork
@@ -125,6 +125,64 @@ def _physical_mask(value, num_dims: int, where: str) -> list[bool]:
     return mask[:num_dims]
 
 
+def rewrite_collective(n: pb.Node, rank: int, lnet: LogicalNetwork, groups: Mapping[int, Sequence[int]],
+                       group_masks: Mapping[int, tuple[bool, ...] | None], where: str, stats: WorkloadStats,
+                       splits: int = 1) -> str | None:
+    """Rewrite one collective in place (see the module docstring); returns its communicator group
+    id, None for an all-rank collective. The result depends on the node's attributes and, through
+    the membership check alone, on ``rank``."""
+    phys_dims = lnet.physical.num_dims
+    all_true = [True] * lnet.num_dims
+    at = f"{where}: node {n.id} ({n.name!r})"
+    attrs = cio.node_attrs(n)
+    ctype = attrs.get("comm_type")
+    if not isinstance(ctype, int) or isinstance(ctype, bool):
+        raise LibraError(f"{at}: collective without an integer comm_type; fix the trace")
+    if ctype in _REFUSED:
+        raise LibraError(f"{at}: ASTRA-sim cannot simulate {_REFUSED[ctype]} collectives (it aborts); "
+                         f"replace them in the trace, e.g. by ALL_REDUCE")
+    size = attrs.get("comm_size")
+    if ctype == pb.REDUCE_SCATTER_BLOCK or ctype == pb.BARRIER:
+        name = "REDUCE_SCATTER_BLOCK" if ctype == pb.REDUCE_SCATTER_BLOCK else "BARRIER"
+        stats.converted_types[name] = stats.converted_types.get(name, 0) + 1
+        ctype, size = (pb.REDUCE_SCATTER, size) if ctype == pb.REDUCE_SCATTER_BLOCK else (pb.ALL_REDUCE, 0)
+    elif ctype not in _SIMULATED:
+        raise LibraError(f"{at}: unknown comm_type {ctype}; fix the trace")
+    drop = ["is_cpu_op", "involved_dim", "pg_name", "comm_type", "comm_size"]
+    add = [cio.make_attr("is_cpu_op", "bool_val", False), cio.make_attr("comm_type", "int64_val", ctype)]
+    if size is not None or ctype != pb.BROADCAST:  # a broadcast is replayed from its duration
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise LibraError(f"{at}: collective without a non-negative integer comm_size; fix the trace")
+        add.append(cio.make_attr("comm_size", "int64_val", split_size(size, splits, stats)))
+    pg = attrs.get("pg_name")
+    key = normalize_key(None if pg is None else str(pg))
+    gid = None if key == ALL_RANKS else key.strip()
+    if gid is None:
+        mask = lnet.from_physical_mask(_physical_mask(attrs.get("involved_dim"), phys_dims, at))
+    else:
+        if not gid.isdigit() or int(gid) not in groups:
+            raise LibraError(f"{at}: uses communicator group {gid!r}, which the design's comm_groups "
+                             f"file does not define; add it or point the design to the right file")
+        if rank not in groups[int(gid)]:
+            raise LibraError(f"{at}: rank {rank} runs a collective on group {gid}, which does not contain it; "
+                             f"fix the trace or the comm_groups file")
+        mask = group_masks[int(gid)]
+        if mask is None:
+            stats.flat_ring_collectives += 1
+            add += [cio.make_attr("pg_name", "string_val", gid),
+                    cio.make_attr("involved_dim", "bool_list", all_true)]
+            set_attrs(n, drop, add)
+            stats.collectives += 1
+            return gid
+        stats.group_collectives_to_dims += 1
+    if not any(mask):
+        stats.trivial_collectives_to_comp += 1
+        to_zero_comp(n)
+        return gid
+    add.append(cio.make_attr("involved_dim", "bool_list", list(mask)))
+    set_attrs(n, drop, add)
+    stats.collectives += 1
+    return gid
 
 
 def rewrite_rank(meta: pb.GlobalMetadata, nodes: list[pb.Node], rank: int, lnet: LogicalNetwork,
@@ -132,61 +190,9 @@ def rewrite_rank(meta: pb.GlobalMetadata, nodes: list[pb.Node], rank: int, lnet:
                  where: str, stats: WorkloadStats, splits: int = 1) -> bytes:
     """Rewrite one rank's nodes in place (see the module docstring); returns the ET file bytes."""
     kept = relink(nodes, stats)
-    phys_dims = lnet.physical.num_dims
-    all_true = [True] * lnet.num_dims
     for n in kept:
-        if n.type != pb.COMM_COLL_NODE:
-            continue
-        at = f"{where}: node {n.id} ({n.name!r})"
-        attrs = cio.node_attrs(n)
-        ctype = attrs.get("comm_type")
-        if not isinstance(ctype, int) or isinstance(ctype, bool):
-            raise LibraError(f"{at}: collective without an integer comm_type; fix the trace")
-        if ctype in _REFUSED:
-            raise LibraError(f"{at}: ASTRA-sim cannot simulate {_REFUSED[ctype]} collectives (it aborts); "
-                             f"replace them in the trace, e.g. by ALL_REDUCE")
-        size = attrs.get("comm_size")
-        if ctype == pb.REDUCE_SCATTER_BLOCK or ctype == pb.BARRIER:
-            name = "REDUCE_SCATTER_BLOCK" if ctype == pb.REDUCE_SCATTER_BLOCK else "BARRIER"
-            stats.converted_types[name] = stats.converted_types.get(name, 0) + 1
-            ctype, size = (pb.REDUCE_SCATTER, size) if ctype == pb.REDUCE_SCATTER_BLOCK else (pb.ALL_REDUCE, 0)
-        elif ctype not in _SIMULATED:
-            raise LibraError(f"{at}: unknown comm_type {ctype}; fix the trace")
-        drop = ["is_cpu_op", "involved_dim", "pg_name", "comm_type", "comm_size"]
-        add = [cio.make_attr("is_cpu_op", "bool_val", False), cio.make_attr("comm_type", "int64_val", ctype)]
-        if size is not None or ctype != pb.BROADCAST:  # a broadcast is replayed from its duration
-            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-                raise LibraError(f"{at}: collective without a non-negative integer comm_size; fix the trace")
-            add.append(cio.make_attr("comm_size", "int64_val", split_size(size, splits, stats)))
-        pg = attrs.get("pg_name")
-        key = normalize_key(None if pg is None else str(pg))
-        gid = None if key == ALL_RANKS else key.strip()
-        if gid is None:
-            mask = lnet.from_physical_mask(_physical_mask(attrs.get("involved_dim"), phys_dims, at))
-        else:
-            if not gid.isdigit() or int(gid) not in groups:
-                raise LibraError(f"{at}: uses communicator group {gid!r}, which the design's comm_groups "
-                                 f"file does not define; add it or point the design to the right file")
-            if rank not in groups[int(gid)]:
-                raise LibraError(f"{at}: rank {rank} runs a collective on group {gid}, which does not contain it; "
-                                 f"fix the trace or the comm_groups file")
-            mask = group_masks[int(gid)]
-            if mask is None:
-                stats.flat_ring_collectives += 1
-                add += [cio.make_attr("pg_name", "string_val", gid),
-                        cio.make_attr("involved_dim", "bool_list", all_true)]
-                set_attrs(n, drop, add)
-                stats.collectives += 1
-                continue
-            stats.group_collectives_to_dims += 1
-        if not any(mask):
-            stats.trivial_collectives_to_comp += 1
-            to_zero_comp(n)
-            continue
-        add.append(cio.make_attr("involved_dim", "bool_list", list(mask)))
-        set_attrs(n, drop, add)
-        stats.collectives += 1
-
+        if n.type == pb.COMM_COLL_NODE:
+            rewrite_collective(n, rank, lnet, groups, group_masks, where, stats, splits)
     order = _issue_order(kept, where)
     prev = None
     for i in order:
@@ -208,31 +214,74 @@ def rewrite_rank(meta: pb.GlobalMetadata, nodes: list[pb.Node], rank: int, lnet:
     return cio.encode_et(out, meta)
 
 
+# Files are rewritten on their bytes in batches of about this size: numpy's per-call cost is paid per batch.
+_BATCH_BYTES = 8 << 20
+
+
 def rewrite_traces(prefix: str | Path, out_prefix: Path, lnet: LogicalNetwork,
                    groups: Mapping[int, Sequence[int]], group_masks: Mapping[int, tuple[bool, ...] | None],
                    splits: int = 1, on_progress: Callable[[int, int], None] | None = None,
-                   type_cpu_collectives: bool = False) -> WorkloadStats:
+                   type_cpu_collectives: bool = False, byte_level: bool = True) -> WorkloadStats:
     """Rewrite ``PREFIX.r.et`` for every rank r of the network into ``out_prefix.r.et``
     (``on_progress(ranks_done, ranks)`` after each); with ``type_cpu_collectives`` the gloo
-    collectives are typed first (traces/cpu_collectives.py)."""
+    collectives are typed first (traces/cpu_collectives.py).
+
+    Files are rewritten on their bytes (:mod:`.rewrite_bytes`) where that gives the same output,
+    else node by node with the schema; ``byte_level=False`` takes the schema path for every file
+    (the reference the byte-level path is tested against)."""
+    from .rewrite_bytes import Rewriter   # here, not at the top: it builds on this module
     stats = WorkloadStats()
     n = lnet.npus_count
     found = find_rank_files(prefix)
+    fast = Rewriter(lnet, groups, group_masks, splits, type_cpu_collectives) if byte_level else None
+    batch: list[tuple[int, Path, bytes]] = []
+
+    def flush() -> None:
+        got = (fast.rewrite([b for _, _, b in batch], [r for r, _, _ in batch], [str(p) for _, p, _ in batch])
+               if fast is not None else [None] * len(batch))
+        for (r, src, buf), done in zip(batch, got):
+            if done is None:
+                data = _schema_rank(buf, src, r, n, lnet, groups, group_masks, stats, splits, type_cpu_collectives)
+            else:
+                data = done[0]
+                stats.add(done[1])
+            Path(f"{out_prefix}.{r}.et").write_bytes(data)
+            if on_progress is not None:
+                on_progress(r + 1, n)
+        batch.clear()
+
+    size = 0
     for r in range(n):
-        src = found.get(r)
-        if src is None:
-            raise LibraError(f"{prefix}.{r}.et: trace file for rank {r} not found; the network has {n} NPUs "
-                             f"and ASTRA-sim needs one file per NPU")
-        meta, nodes = cio.read_et(src)
-        if type_cpu_collectives:
-            typed_rank(nodes, r, n, str(src))
-        infer_peers(nodes, r, rank_groups(nodes, str(src)))
-        data = rewrite_rank(meta, nodes, r, lnet, groups, group_masks, str(src), stats, splits)
-        Path(f"{out_prefix}.{r}.et").write_bytes(data)
-        if on_progress is not None:
-            on_progress(r + 1, n)
+        try:
+            src = found.get(r)
+            if src is None:
+                raise LibraError(f"{prefix}.{r}.et: trace file for rank {r} not found; the network has {n} NPUs "
+                                 f"and ASTRA-sim needs one file per NPU")
+            if not Path(src).is_file():
+                raise LibraError(f"{src}: ET file not found")
+            buf = read_file_bytes(src)
+        except LibraError:
+            flush()     # the ranks before this one are rewritten (and may fail) first, as one by one
+            raise
+        batch.append((r, src, buf))
+        size += len(buf)
+        if size >= _BATCH_BYTES or fast is None:
+            flush()
+            size = 0
+    flush()
     extra = sorted(r for r in found if r >= n)
     if extra:
         raise LibraError(f"{found[extra[0]]}: the trace has more ranks than the network's {n} NPUs; "
                          f"use a network of the trace's size")
     return stats
+
+
+def _schema_rank(buf: bytes, src: Path, r: int, n: int, lnet: LogicalNetwork, groups: Mapping[int, Sequence[int]],
+                 group_masks: Mapping[int, tuple[bool, ...] | None], stats: WorkloadStats, splits: int,
+                 type_cpu_collectives: bool) -> bytes:
+    """One rank file rewritten node by node with the schema."""
+    meta, nodes = cio.parse_et(buf, src)
+    if type_cpu_collectives:
+        typed_rank(nodes, r, n, str(src))
+    infer_peers(nodes, r, rank_groups(nodes, str(src)))
+    return rewrite_rank(meta, nodes, r, lnet, groups, group_masks, str(src), stats, splits)

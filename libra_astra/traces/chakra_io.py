@@ -220,7 +220,13 @@ def read_et(path: str | Path) -> tuple[pb.GlobalMetadata, list[pb.Node]]:
     p = Path(path)
     if not p.is_file():
         raise LibraError(f"{p}: ET file not found")
-    f = io.BytesIO(read_file_bytes(p))
+    return parse_et(read_file_bytes(p), p)
+
+
+def parse_et(data: bytes, path: str | Path) -> tuple[pb.GlobalMetadata, list[pb.Node]]:
+    """:func:`read_et` of bytes already read (and gunzipped) from ``path``."""
+    p = Path(path)
+    f = io.BytesIO(data)
     meta = pb.GlobalMetadata()
     nodes = []
     at = 0
