@@ -14,6 +14,8 @@ network file, and linear constraints from text (constraints.py).
 from __future__ import annotations
 
 import math
+from itertools import chain
+from operator import attrgetter
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
@@ -392,11 +394,7 @@ def _with_baselines(out: OptimizeResult, workloads, net, cost, cons, model) -> O
     bw = np.array(out.bw_gbps)
     total = float(bw.sum())
     D = net.num_dims
-    traffic = np.zeros(D)
-    for w in workloads:
-        for rc in w.demand.rank_classes:
-            for c in rc.collectives:
-                traffic += w.weight * c.count * np.array(c.traffic_bytes) * rc.num_ranks
+    traffic = baseline_traffic(workloads, D)
     equal = np.full(D, total / D)
     if traffic.sum() > 0:
         prop = np.maximum(traffic / traffic.sum() * total, 1e-9 * total)
@@ -407,6 +405,23 @@ def _with_baselines(out: OptimizeResult, workloads, net, cost, cons, model) -> O
         "TrafficProportional": evaluate(workloads, net, cost, prop, cons, model),
     }
     return OptimizeResult(**{**out.__dict__, "baselines": base})
+
+
+def baseline_traffic(workloads: Sequence[Workload], D: int) -> np.ndarray:
+    """Bytes per dimension of all workloads (weight x count x traffic x ranks of every collective),
+    accumulated collective by collective in order (cumsum is sequential), so the proportional
+    split is the one a loop over the collectives gives, to the last bit."""
+    parts = [np.zeros((1, D))]
+    for w in workloads:
+        for rc in w.demand.rank_classes:
+            n = len(rc.collectives)
+            if not n:
+                continue
+            counts = np.fromiter(map(attrgetter("count"), rc.collectives), float, count=n)
+            traffic = np.fromiter(chain.from_iterable(map(attrgetter("traffic_bytes"), rc.collectives)), float,
+                                  count=n * D).reshape(n, D)
+            parts.append((w.weight * counts)[:, None] * traffic * rc.num_ranks)
+    return np.cumsum(np.concatenate(parts), axis=0)[-1]
 
 
 def pareto(workloads: Sequence[Workload], net: Network, cost: CostModel, budgets_usd: Sequence[float], *,

@@ -22,6 +22,7 @@ import numpy as np
 from ..demand.types import Demand
 from ..model.network import Network
 from ..timing.model import TimeModel, class_rows
+from ..timing.predict import node_table
 
 
 @dataclass(frozen=True)
@@ -181,20 +182,33 @@ def path_terms(demand: Demand, path: Sequence[tuple[int, int]], net: Network, mo
     """Compute time and merged terms of one dependency path (its nodes run in sequence). Nodes
     are (rank class, node index); node -1 is a whole class without a dependency graph."""
     s, first = _demand_scaled(demand, net, model, cache)
-    comp = 0.0
-    items: list[int] = []
-    counts: list[float] = []
-    for ci, v in path:
-        rc = demand.rank_classes[ci]
-        if v < 0:
-            comp += rc.compute_time_ns
-            items.extend(range(int(first[ci]), int(first[ci]) + len(rc.collectives)))
-            counts.extend(c.count for c in rc.collectives)
-            continue
-        kind, value = rc.dag.nodes[v]
-        if kind != "coll":   # GPU compute, CPU ops and free nodes are constants
-            comp += value
-        else:
-            items.append(int(first[ci]) + int(value))
-            counts.append(1.0)
-    return comp, _merge(s, np.asarray(items, dtype=np.int64), np.asarray(counts, dtype=float))
+    offsets, value, coll_item = node_table(demand)
+    p = np.asarray(path, dtype=np.int64).reshape(-1, 2)
+    ci, v = p[:, 0], p[:, 1]
+    whole = v < 0
+    g = offsets[ci] + np.where(whole, 0, v)
+    item = np.where(whole, -1, coll_item[g])
+    is_coll = item >= 0
+    # Compute time summed in path order, from 0.0, as a loop over the nodes adds it (cumsum is
+    # sequential): GPU compute, CPU ops and free nodes are constants, a whole class its compute.
+    comp_ns = np.where(whole, 0.0, value[g])
+    if whole.any():
+        comp_ns[whole] = [demand.rank_classes[c].compute_time_ns for c in ci[whole].tolist()]
+    keep = ~is_coll
+    comp = float(np.cumsum(np.r_[0.0, comp_ns[keep]])[-1])
+    if not whole.any():
+        items = item[is_coll]
+        counts = np.ones(items.shape[0])
+    else:
+        # A whole class stands for all its collectives, in order, each run its count times.
+        sizes = np.array([len(rc.collectives) for rc in demand.rank_classes], dtype=np.int64)
+        lengths = np.where(whole, sizes[ci], is_coll.astype(np.int64))
+        begin = np.where(whole, first[ci], item)
+        ends = np.cumsum(lengths)
+        items = np.repeat(begin - (ends - lengths), lengths) + np.arange(int(ends[-1]) if ends.size else 0)
+        counts = np.ones(items.shape[0])
+        in_whole = np.repeat(whole, lengths)
+        every = np.fromiter((c.count for rc in demand.rank_classes for c in rc.collectives), float,
+                            count=int(sizes.sum()))
+        counts[in_whole] = every[items[in_whole]]
+    return comp, _merge(s, items, counts)

@@ -112,6 +112,7 @@ class _Plan:
     job_of: list[JobNode] = field(default_factory=list)    # (class, node) of each global node
     rows: tuple | None = None           # ((network, model), every class's collective rows stacked)
     last: tuple | None = None           # ((bandwidths, network, model), its _Replay)
+    node_table: tuple | None = None     # node_table(), once asked for
 
 
 # Per demand object (not per equal demand: a demand read again builds its plan again, as a new
@@ -141,6 +142,18 @@ def _plan(d: Demand) -> _Plan:
             plan = _PLANS[id(d)] = _build_plan(d)
         weakref.finalize(d, _PLANS.pop, id(d), None)
     return plan
+
+
+def node_table(d: Demand) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first global node of each class and the total, each global node's duration if it is not
+    a collective, each global node's collective in the classes' concatenation or -1): what a
+    dependency path's nodes stand for, from the plan the replays built already."""
+    plan = _plan(d)
+    if plan.node_table is None:
+        item = np.full(plan.offsets[-1], -1, dtype=np.int64)
+        item[plan.coll_pos] = plan.coll_idx
+        plan.node_table = (np.asarray(plan.offsets, dtype=np.int64), plan.base_ns, item)
+    return plan.node_table
 
 
 def _build_plan(d: Demand) -> _Plan:
