@@ -230,18 +230,20 @@ def _linear_feasible(net: Network, cost: CostModel, cons: Constraints) -> bool:
 
 
 def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_for=None, start_bw=None,
-                 max_rounds=MAX_PATH_ROUNDS):
+                 max_rounds=MAX_PATH_ROUNDS, cache=None):
     """(built problem, solver result, bandwidths, number of dependency paths used).
 
     ``start_bw``: bandwidths whose critical paths seed the path generation (a min-cost start
-    meets the target only with overlap); by default the no-overlap optimum seeds it."""
+    meets the target only with overlap); by default the no-overlap optimum seeds it. ``cache``
+    holds the scaled rows of the demands, shared by the no-overlap start and the paths."""
+    cache = {} if cache is None else cache
     # perf's dimensions without an upper bound (decided on the first build) and the caps found
     # to leave the optimum unchanged.
     state: dict = {}
 
     def build(paths, caps=()):
         c = replace(cons, linear=cons.linear + tuple(caps))
-        return build_problem(workloads, net, cost, c, objective, model, paths)
+        return build_problem(workloads, net, cost, c, objective, model, paths, cache)
 
     def guesses(b):
         return [start_for(b)] if start_for else b.guesses
@@ -270,8 +272,8 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
     if start_bw is not None:
         bw = np.asarray(start_bw, dtype=float)
     else:
-        _, _, bw, _ = _solve_model(workloads, net, cost, cons, objective, replace(model, overlap=False), rel_gap)
-    cache: dict = {}
+        _, _, bw, _ = _solve_model(workloads, net, cost, cons, objective, replace(model, overlap=False), rel_gap,
+                                   cache=cache)
     paths: dict = {}
     total_time = 0.0
     steps = 0

@@ -13,7 +13,7 @@ compared before it merges.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import attrgetter
 from typing import NamedTuple, Sequence
 
@@ -147,7 +147,8 @@ def _merge(s: _Scaled, items: np.ndarray, count: np.ndarray) -> Terms:
 def _demand_scaled(demand: Demand, net: Network, model: TimeModel, cache: dict) -> tuple[_Scaled, np.ndarray]:
     """Scaled rows of every collective of the demand's classes (classes in order) and the index
     of each class's first collective; kept in ``cache`` for the calls of one optimization."""
-    key = (id(demand), net, model)
+    # Rows do not depend on overlap: the overlap optimize's paths reuse its no-overlap start's.
+    key = (id(demand), net, replace(model, overlap=False))
     hit = cache.get(key)
     if hit is not None and hit[0] is demand:
         return hit[1], hit[2]
