@@ -18,11 +18,11 @@ from libra_astra.demand.types import Collective, Dag, Demand, RankClass
 from libra_astra.model.cost import load_cost
 from libra_astra.model.network import load_network, network_from_dict
 from libra_astra.optimize.problem import Constraints, Workload, build_problem
-from libra_astra.optimize.terms import class_terms, path_terms
+from libra_astra.optimize.terms import class_terms, node_path_terms, path_terms
 from libra_astra.timing.model import TimeModel, class_rows, collective_rows
 from libra_astra.timing.rows import collective_rows_of
 from libra_astra.optimize.optimizer import baseline_traffic
-from libra_astra.timing.predict import critical_paths
+from libra_astra.timing.predict import critical_path_nodes, critical_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "tests" / "fixtures" / "real"
@@ -169,8 +169,17 @@ def test_critical_path_terms_and_baseline_traffic_on_traces(prefix, network):
     dem, _ = demand_from_traces(prefix, net, comm_groups=groups if groups.exists() else None,
                                 type_cpu_collectives=REAL in Path(prefix).parents)
     for bw in ([100.0] * net.num_dims, np.linspace(20.0, 200.0, net.num_dims).tolist()):
-        for _, path in critical_paths(dem, bw, net, model):
+        pairs, nodes = critical_paths(dem, bw, net, model), critical_path_nodes(dem, bw, net, model)
+        assert len(pairs) == len(nodes) == len(dem.rank_classes)
+        for (t, path), (t_n, ids) in zip(pairs, nodes):
+            assert t == t_n and len(path) == len(ids)
             assert_same_path_terms(dem, path, net, model)
+            # the optimizer's route: global nodes straight from the replay
+            comp, terms = node_path_terms(dem, np.array(ids, dtype=np.int64), net, model, {})
+            comp_ref, ref_terms = path_terms(dem, path, net, model, {})
+            assert comp == comp_ref
+            assert np.array_equal(terms.A, ref_terms.A) and np.array_equal(terms.g_ns, ref_terms.g_ns)
+            assert np.array_equal(terms.starts, ref_terms.starts) and np.array_equal(terms.weight, ref_terms.weight)
     workloads = [Workload(dem, weight=1.0), Workload(dem, weight=0.3)]
     got = baseline_traffic(workloads, net.num_dims)
     want = ref.baseline_traffic(workloads, net.num_dims)

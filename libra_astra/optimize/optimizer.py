@@ -26,9 +26,9 @@ from .constraints import LinearConstraint
 from ..model.cost import CostModel
 from ..errors import InfeasibleError, LibraError
 from ..model.network import Network
-from ..timing.predict import critical_paths, predict
+from ..timing.predict import critical_path_nodes, predict
 from .problem import OBJECTIVES, Constraints, ScaledProblem, Workload, build_problem, linear_rows, unscale
-from .terms import path_terms
+from .terms import node_path_terms
 from .solver import ConvexProblem, solve, term_values, unbounded_coordinates
 from ..timing.model import LIBRA, TimeModel, demand_time
 
@@ -281,10 +281,13 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
     for _ in range(max_rounds + 1):
         added = 0
         for wi, w in enumerate(workloads):
-            for _, path in critical_paths(w.demand, bw, net, model):
-                key = (wi, path)
+            # As global nodes of the replay's graph: the same paths as (class, node) pairs, cheaper
+            # to walk, key and merge.
+            for _, nodes in critical_path_nodes(w.demand, bw, net, model):
+                path = np.array(nodes, dtype=np.int64)
+                key = (wi, path.tobytes())
                 if key not in paths:
-                    comp, terms = path_terms(w.demand, path, net, model, cache)
+                    comp, terms = node_path_terms(w.demand, path, net, model, cache)
                     paths[key] = (wi, comp, terms)
                     added += 1
         if not added and b is not None:

@@ -182,21 +182,28 @@ def path_terms(demand: Demand, path: Sequence[tuple[int, int]], net: Network, mo
                cache: dict) -> tuple[float, Terms]:
     """Compute time and merged terms of one dependency path (its nodes run in sequence). Nodes
     are (rank class, node index); node -1 is a whole class without a dependency graph."""
-    s, first = _demand_scaled(demand, net, model, cache)
-    offsets, value, coll_item = node_table(demand)
+    offsets = node_table(demand)[0]
     p = np.asarray(path, dtype=np.int64).reshape(-1, 2)
-    ci, v = p[:, 0], p[:, 1]
-    whole = v < 0
-    g = offsets[ci] + np.where(whole, 0, v)
-    item = np.where(whole, -1, coll_item[g])
+    # a class without a DAG is its one node in the joint graph
+    return node_path_terms(demand, offsets[p[:, 0]] + np.maximum(p[:, 1], 0), net, model, cache)
+
+
+def node_path_terms(demand: Demand, nodes: np.ndarray, net: Network, model: TimeModel,
+                    cache: dict) -> tuple[float, Terms]:
+    """``path_terms`` of a path given as global nodes of the replay's joint graph (``node_table``)."""
+    s, first = _demand_scaled(demand, net, model, cache)
+    _, value, coll_item, whole_of = node_table(demand)
+    g = np.asarray(nodes, dtype=np.int64)
+    ci = whole_of[g]
+    whole = ci >= 0
+    item = coll_item[g]
     is_coll = item >= 0
     # Compute time summed in path order, from 0.0, as a loop over the nodes adds it (cumsum is
     # sequential): GPU compute, CPU ops and free nodes are constants, a whole class its compute.
-    comp_ns = np.where(whole, 0.0, value[g])
+    comp_ns = value[g]
     if whole.any():
         comp_ns[whole] = [demand.rank_classes[c].compute_time_ns for c in ci[whole].tolist()]
-    keep = ~is_coll
-    comp = float(np.cumsum(np.r_[0.0, comp_ns[keep]])[-1])
+    comp = float(np.cumsum(np.r_[0.0, comp_ns[~is_coll]])[-1])
     if not whole.any():
         items = item[is_coll]
         counts = np.ones(items.shape[0])
