@@ -137,3 +137,38 @@ def class_problem_rows(classes, D: int, b0: float):
         ce.append(comp / t0)
     return (np.vstack(A_rows), np.concatenate(g_rows), np.concatenate(owner), np.array(wts, dtype=float),
             np.array(tclass), np.array(ce), t0)
+
+
+def path_items(demand, path) -> tuple[float, list]:
+    """Compute time and [(collective index in the classes' concatenation, count)] of a dependency
+    path, node by node, as path_terms gathered them before it was vectorized."""
+    first, at = [], 0
+    for rc in demand.rank_classes:
+        first.append(at)
+        at += len(rc.collectives)
+    comp = 0.0
+    items, counts = [], []
+    for ci, v in path:
+        rc = demand.rank_classes[ci]
+        if v < 0:
+            comp += rc.compute_time_ns
+            items.extend(range(first[ci], first[ci] + len(rc.collectives)))
+            counts.extend(c.count for c in rc.collectives)
+            continue
+        kind, value = rc.dag.nodes[v]
+        if kind != "coll":
+            comp += value
+        else:
+            items.append(first[ci] + int(value))
+            counts.append(1.0)
+    return comp, list(zip(items, counts))
+
+
+def baseline_traffic(workloads, D: int) -> np.ndarray:
+    """The baselines' bytes per dimension, one collective at a time (the loop it replaced)."""
+    traffic = np.zeros(D)
+    for w in workloads:
+        for rc in w.demand.rank_classes:
+            for c in rc.collectives:
+                traffic += w.weight * c.count * np.array(c.traffic_bytes) * rc.num_ranks
+    return traffic

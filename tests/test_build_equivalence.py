@@ -18,9 +18,11 @@ from libra_astra.demand.types import Collective, Dag, Demand, RankClass
 from libra_astra.model.cost import load_cost
 from libra_astra.model.network import load_network, network_from_dict
 from libra_astra.optimize.problem import Constraints, Workload, build_problem
-from libra_astra.optimize.terms import class_terms, path_terms
+from libra_astra.optimize.terms import class_terms, node_path_terms, path_terms
 from libra_astra.timing.model import TimeModel, class_rows, collective_rows
 from libra_astra.timing.rows import collective_rows_of
+from libra_astra.optimize.optimizer import baseline_traffic
+from libra_astra.timing.predict import critical_path_nodes, critical_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "tests" / "fixtures" / "real"
@@ -121,6 +123,67 @@ def test_path_terms_mix_classes_and_whole_classes():
                                                                       (colls[250], 1.0)]
     assert comp == 5.0 + 3.0
     assert_same_terms(terms, ref.merge_terms(items, net, model, {}))
+
+
+def assert_same_path_terms(dem, path, net, model):
+    """path_terms against the node-by-node gathering it replaced, merged by the old merge."""
+    comp, terms = path_terms(dem, path, net, model, {})
+    colls = [c for rc in dem.rank_classes for c in rc.collectives]
+    comp_ref, items = ref.path_items(dem, path)
+    assert comp == comp_ref    # summed in the same order: equal to the last bit
+    assert_same_terms(terms, ref.merge_terms(((colls[i], n) for i, n in items), net, model, {}))
+
+
+def test_path_terms_of_random_paths_are_the_old_ones():
+    """Paths through two DAG classes, a class without a DAG, repeated nodes and empty paths."""
+    net = net3()
+    model = TimeModel("pipelined", splits=4)
+    colls = mixed_collectives(net, 300, seed=9)
+    rng = np.random.default_rng(9)
+    nodes = [("coll", i) for i in range(len(colls))]
+    nodes += [(("comp", "cpu", "free")[i % 3], float(rng.uniform(0, 1e4))) for i in range(200)]
+    order = rng.permutation(len(nodes))
+    dag = Dag(tuple(nodes[i] for i in order), ())
+    dag2 = Dag(tuple(nodes[i] for i in order[::2]), ())
+    dem = Demand("eq", net.npus_per_dim, (RankClass(0.0, tuple(colls), dag=dag), RankClass(7.5, tuple(colls[:40])),
+                                           RankClass(0.0, tuple(colls), dag=dag2)))
+    for trial in range(20):
+        P = int(rng.integers(0, 400))
+        path = [(c, int(rng.integers(0, len(dem.rank_classes[c].dag.nodes)))) for c in rng.choice([0, 2], P).tolist()]
+        if trial % 3 == 0:
+            for _ in range(2):
+                path.insert(int(rng.integers(0, len(path) + 1)), (1, -1))
+        assert_same_path_terms(dem, tuple(path), net, model)
+    assert_same_path_terms(dem, (), net, model)
+
+
+@pytest.mark.parametrize("prefix,network", [SH for SH in [
+    (ROOT / "traces/gpt_tp2_pp2_dp4/gpt", "sample_4x4.yml"),
+    (REAL / "pipeline4/pipeline4", REAL / "ring4.yml"),
+    (REAL / "param_dlrm8/param_dlrm8", REAL / "ring8.yml")]], ids=lambda x: Path(x).name)
+def test_critical_path_terms_and_baseline_traffic_on_traces(prefix, network):
+    """The critical paths the overlap optimize adds, and the baselines' traffic, on traces."""
+    net = load_network(ROOT / "network_configs" / network)
+    model = TimeModel("pipelined", splits=4, overlap=True)
+    groups = Path(str(prefix) + ".groups.json")
+    dem, _ = demand_from_traces(prefix, net, comm_groups=groups if groups.exists() else None,
+                                type_cpu_collectives=REAL in Path(prefix).parents)
+    for bw in ([100.0] * net.num_dims, np.linspace(20.0, 200.0, net.num_dims).tolist()):
+        pairs, nodes = critical_paths(dem, bw, net, model), critical_path_nodes(dem, bw, net, model)
+        assert len(pairs) == len(nodes) == len(dem.rank_classes)
+        for (t, path), (t_n, ids) in zip(pairs, nodes):
+            assert t == t_n and len(path) == len(ids)
+            assert_same_path_terms(dem, path, net, model)
+            # the optimizer's route: global nodes straight from the replay
+            comp, terms = node_path_terms(dem, np.array(ids, dtype=np.int64), net, model, {})
+            comp_ref, ref_terms = path_terms(dem, path, net, model, {})
+            assert comp == comp_ref
+            assert np.array_equal(terms.A, ref_terms.A) and np.array_equal(terms.g_ns, ref_terms.g_ns)
+            assert np.array_equal(terms.starts, ref_terms.starts) and np.array_equal(terms.weight, ref_terms.weight)
+    workloads = [Workload(dem, weight=1.0), Workload(dem, weight=0.3)]
+    got = baseline_traffic(workloads, net.num_dims)
+    want = ref.baseline_traffic(workloads, net.num_dims)
+    assert got.any() and np.array_equal(got, want)
 
 
 def assert_same_problem(workloads, net, model):

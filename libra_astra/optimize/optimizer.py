@@ -14,6 +14,8 @@ network file, and linear constraints from text (constraints.py).
 from __future__ import annotations
 
 import math
+from itertools import chain
+from operator import attrgetter
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
@@ -24,9 +26,9 @@ from .constraints import LinearConstraint
 from ..model.cost import CostModel
 from ..errors import InfeasibleError, LibraError
 from ..model.network import Network
-from ..timing.predict import critical_paths, predict
+from ..timing.predict import critical_path_nodes, predict
 from .problem import OBJECTIVES, Constraints, ScaledProblem, Workload, build_problem, linear_rows, unscale
-from .terms import path_terms
+from .terms import node_path_terms
 from .solver import ConvexProblem, solve, term_values, unbounded_coordinates
 from ..timing.model import LIBRA, TimeModel, demand_time
 
@@ -228,18 +230,20 @@ def _linear_feasible(net: Network, cost: CostModel, cons: Constraints) -> bool:
 
 
 def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_for=None, start_bw=None,
-                 max_rounds=MAX_PATH_ROUNDS):
+                 max_rounds=MAX_PATH_ROUNDS, cache=None):
     """(built problem, solver result, bandwidths, number of dependency paths used).
 
     ``start_bw``: bandwidths whose critical paths seed the path generation (a min-cost start
-    meets the target only with overlap); by default the no-overlap optimum seeds it."""
+    meets the target only with overlap); by default the no-overlap optimum seeds it. ``cache``
+    holds the scaled rows of the demands, shared by the no-overlap start and the paths."""
+    cache = {} if cache is None else cache
     # perf's dimensions without an upper bound (decided on the first build) and the caps found
     # to leave the optimum unchanged.
     state: dict = {}
 
     def build(paths, caps=()):
         c = replace(cons, linear=cons.linear + tuple(caps))
-        return build_problem(workloads, net, cost, c, objective, model, paths)
+        return build_problem(workloads, net, cost, c, objective, model, paths, cache)
 
     def guesses(b):
         return [start_for(b)] if start_for else b.guesses
@@ -268,8 +272,8 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
     if start_bw is not None:
         bw = np.asarray(start_bw, dtype=float)
     else:
-        _, _, bw, _ = _solve_model(workloads, net, cost, cons, objective, replace(model, overlap=False), rel_gap)
-    cache: dict = {}
+        _, _, bw, _ = _solve_model(workloads, net, cost, cons, objective, replace(model, overlap=False), rel_gap,
+                                   cache=cache)
     paths: dict = {}
     total_time = 0.0
     steps = 0
@@ -277,10 +281,13 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
     for _ in range(max_rounds + 1):
         added = 0
         for wi, w in enumerate(workloads):
-            for _, path in critical_paths(w.demand, bw, net, model):
-                key = (wi, path)
+            # As global nodes of the replay's graph: the same paths as (class, node) pairs, cheaper
+            # to walk, key and merge.
+            for _, nodes in critical_path_nodes(w.demand, bw, net, model):
+                path = np.array(nodes, dtype=np.int64)
+                key = (wi, path.tobytes())
                 if key not in paths:
-                    comp, terms = path_terms(w.demand, path, net, model, cache)
+                    comp, terms = node_path_terms(w.demand, path, net, model, cache)
                     paths[key] = (wi, comp, terms)
                     added += 1
         if not added and b is not None:
@@ -392,11 +399,7 @@ def _with_baselines(out: OptimizeResult, workloads, net, cost, cons, model) -> O
     bw = np.array(out.bw_gbps)
     total = float(bw.sum())
     D = net.num_dims
-    traffic = np.zeros(D)
-    for w in workloads:
-        for rc in w.demand.rank_classes:
-            for c in rc.collectives:
-                traffic += w.weight * c.count * np.array(c.traffic_bytes) * rc.num_ranks
+    traffic = baseline_traffic(workloads, D)
     equal = np.full(D, total / D)
     if traffic.sum() > 0:
         prop = np.maximum(traffic / traffic.sum() * total, 1e-9 * total)
@@ -407,6 +410,23 @@ def _with_baselines(out: OptimizeResult, workloads, net, cost, cons, model) -> O
         "TrafficProportional": evaluate(workloads, net, cost, prop, cons, model),
     }
     return OptimizeResult(**{**out.__dict__, "baselines": base})
+
+
+def baseline_traffic(workloads: Sequence[Workload], D: int) -> np.ndarray:
+    """Bytes per dimension of all workloads (weight x count x traffic x ranks of every collective),
+    accumulated collective by collective in order (cumsum is sequential), so the proportional
+    split is the one a loop over the collectives gives, to the last bit."""
+    parts = [np.zeros((1, D))]
+    for w in workloads:
+        for rc in w.demand.rank_classes:
+            n = len(rc.collectives)
+            if not n:
+                continue
+            counts = np.fromiter(map(attrgetter("count"), rc.collectives), float, count=n)
+            traffic = np.fromiter(chain.from_iterable(map(attrgetter("traffic_bytes"), rc.collectives)), float,
+                                  count=n * D).reshape(n, D)
+            parts.append((w.weight * counts)[:, None] * traffic * rc.num_ranks)
+    return np.cumsum(np.concatenate(parts), axis=0)[-1]
 
 
 def pareto(workloads: Sequence[Workload], net: Network, cost: CostModel, budgets_usd: Sequence[float], *,

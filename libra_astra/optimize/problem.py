@@ -103,9 +103,11 @@ def _scales(net, cost, cons) -> tuple[float, float]:
 
 
 def build_problem(workloads: Sequence[Workload], net: Network, cost: CostModel, cons: Constraints, objective: str,
-           model: TimeModel, paths: Sequence[tuple[int, float, Terms]] | None = None) -> ScaledProblem:
+           model: TimeModel, paths: Sequence[tuple[int, float, Terms]] | None = None,
+           cache: dict | None = None) -> ScaledProblem:
     """The scaled convex problem. ``paths`` (workload, compute, terms) replace the rank classes
-    when the time model follows dependency graphs: each path bounds its workload's time."""
+    when the time model follows dependency graphs: each path bounds its workload's time.
+    ``cache`` keeps the demands' scaled rows for later builds and path terms of one optimization."""
     if objective not in OBJECTIVES:
         raise LibraError(f"unknown objective {objective!r}; use one of {list(OBJECTIVES)}")
     if not workloads:
@@ -122,7 +124,7 @@ def build_problem(workloads: Sequence[Workload], net: Network, cost: CostModel, 
         classes = list(paths)
         t_eq = sum(w.weight * demand_time(w.demand, [b0] * D, net, model).total_ns for w in workloads)
     else:
-        cache: dict = {}
+        cache = {} if cache is None else cache
         classes = [(wi, comp, terms) for wi, w in enumerate(workloads)
                    for comp, terms in class_terms(w.demand, net, model, cache)]
         # From the terms themselves: evaluating the demand would time every collective again.

@@ -13,7 +13,7 @@ compared before it merges.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import attrgetter
 from typing import NamedTuple, Sequence
 
@@ -22,6 +22,7 @@ import numpy as np
 from ..demand.types import Demand
 from ..model.network import Network
 from ..timing.model import TimeModel, class_rows
+from ..timing.predict import node_table
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,8 @@ def _merge(s: _Scaled, items: np.ndarray, count: np.ndarray) -> Terms:
 def _demand_scaled(demand: Demand, net: Network, model: TimeModel, cache: dict) -> tuple[_Scaled, np.ndarray]:
     """Scaled rows of every collective of the demand's classes (classes in order) and the index
     of each class's first collective; kept in ``cache`` for the calls of one optimization."""
-    key = (id(demand), net, model)
+    # Rows do not depend on overlap: the overlap optimize's paths reuse its no-overlap start's.
+    key = (id(demand), net, replace(model, overlap=False))
     hit = cache.get(key)
     if hit is not None and hit[0] is demand:
         return hit[1], hit[2]
@@ -180,21 +182,41 @@ def path_terms(demand: Demand, path: Sequence[tuple[int, int]], net: Network, mo
                cache: dict) -> tuple[float, Terms]:
     """Compute time and merged terms of one dependency path (its nodes run in sequence). Nodes
     are (rank class, node index); node -1 is a whole class without a dependency graph."""
+    offsets = node_table(demand)[0]
+    p = np.asarray(path, dtype=np.int64).reshape(-1, 2)
+    # a class without a DAG is its one node in the joint graph
+    return node_path_terms(demand, offsets[p[:, 0]] + np.maximum(p[:, 1], 0), net, model, cache)
+
+
+def node_path_terms(demand: Demand, nodes: np.ndarray, net: Network, model: TimeModel,
+                    cache: dict) -> tuple[float, Terms]:
+    """``path_terms`` of a path given as global nodes of the replay's joint graph (``node_table``)."""
     s, first = _demand_scaled(demand, net, model, cache)
-    comp = 0.0
-    items: list[int] = []
-    counts: list[float] = []
-    for ci, v in path:
-        rc = demand.rank_classes[ci]
-        if v < 0:
-            comp += rc.compute_time_ns
-            items.extend(range(int(first[ci]), int(first[ci]) + len(rc.collectives)))
-            counts.extend(c.count for c in rc.collectives)
-            continue
-        kind, value = rc.dag.nodes[v]
-        if kind != "coll":   # GPU compute, CPU ops and free nodes are constants
-            comp += value
-        else:
-            items.append(int(first[ci]) + int(value))
-            counts.append(1.0)
-    return comp, _merge(s, np.asarray(items, dtype=np.int64), np.asarray(counts, dtype=float))
+    _, value, coll_item, whole_of = node_table(demand)
+    g = np.asarray(nodes, dtype=np.int64)
+    ci = whole_of[g]
+    whole = ci >= 0
+    item = coll_item[g]
+    is_coll = item >= 0
+    # Compute time summed in path order, from 0.0, as a loop over the nodes adds it (cumsum is
+    # sequential): GPU compute, CPU ops and free nodes are constants, a whole class its compute.
+    comp_ns = value[g]
+    if whole.any():
+        comp_ns[whole] = [demand.rank_classes[c].compute_time_ns for c in ci[whole].tolist()]
+    comp = float(np.cumsum(np.r_[0.0, comp_ns[~is_coll]])[-1])
+    if not whole.any():
+        items = item[is_coll]
+        counts = np.ones(items.shape[0])
+    else:
+        # A whole class stands for all its collectives, in order, each run its count times.
+        sizes = np.array([len(rc.collectives) for rc in demand.rank_classes], dtype=np.int64)
+        lengths = np.where(whole, sizes[ci], is_coll.astype(np.int64))
+        begin = np.where(whole, first[ci], item)
+        ends = np.cumsum(lengths)
+        items = np.repeat(begin - (ends - lengths), lengths) + np.arange(int(ends[-1]) if ends.size else 0)
+        counts = np.ones(items.shape[0])
+        in_whole = np.repeat(whole, lengths)
+        every = np.fromiter((c.count for rc in demand.rank_classes for c in rc.collectives), float,
+                            count=int(sizes.sum()))
+        counts[in_whole] = every[items[in_whole]]
+    return comp, _merge(s, items, counts)

@@ -61,10 +61,14 @@ class _Replay:
         return self.finish[self.offsets[ci]:self.offsets[ci + 1]]
 
     def paths_to(self, ends: Sequence[int]) -> list[tuple[JobNode, ...]]:
-        """The path of causes that ends in each global node of ``ends``, first node first. The
-        paths of a pipeline's classes share most of their nodes: each is walked only up to a
-        node of a path already walked."""
-        cause, job_of = self.cause, self.job_of
+        """The path of causes that ends in each global node of ``ends``, first node first."""
+        job_of = self.job_of
+        return [tuple(map(job_of.__getitem__, ids)) for ids in self.path_nodes(ends)]
+
+    def path_nodes(self, ends: Sequence[int]) -> list[list[int]]:
+        """``paths_to`` as global nodes. The paths of a pipeline's classes share most of their
+        nodes: each is walked only up to a node of a path already walked."""
+        cause = self.cause
         walked: list[list[int]] = []            # each path from its end back to its first node
         seen: dict[int, tuple[int, int]] = {}   # node -> (walked path, position in it)
         out = []
@@ -79,9 +83,7 @@ class _Replay:
                 ids.append(g)
                 g = cause[g]
             walked.append(ids)
-            ids.reverse()
-            out.append(tuple(map(job_of.__getitem__, ids)))
-            ids.reverse()
+            out.append(ids[::-1])
         return out
 
 
@@ -112,6 +114,7 @@ class _Plan:
     job_of: list[JobNode] = field(default_factory=list)    # (class, node) of each global node
     rows: tuple | None = None           # ((network, model), every class's collective rows stacked)
     last: tuple | None = None           # ((bandwidths, network, model), its _Replay)
+    node_table: tuple | None = None     # node_table(), once asked for
 
 
 # Per demand object (not per equal demand: a demand read again builds its plan again, as a new
@@ -141,6 +144,21 @@ def _plan(d: Demand) -> _Plan:
             plan = _PLANS[id(d)] = _build_plan(d)
         weakref.finalize(d, _PLANS.pop, id(d), None)
     return plan
+
+
+def node_table(d: Demand) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """What each global node of the joint graph stands for, from the plan the replays built
+    already: (first global node of each class and the total, each node's duration if it is not
+    a collective, each node's collective in the classes' concatenation or -1, the class a node
+    stands for whole (a class without a DAG) or -1)."""
+    plan = _plan(d)
+    if plan.node_table is None:
+        item = np.full(plan.offsets[-1], -1, dtype=np.int64)
+        item[plan.coll_pos] = plan.coll_idx
+        whole = np.full(plan.offsets[-1], -1, dtype=np.int64)
+        whole[[plan.offsets[ci] for ci in plan.no_dag]] = plan.no_dag
+        plan.node_table = (np.asarray(plan.offsets, dtype=np.int64), plan.base_ns, item, whole)
+    return plan.node_table
 
 
 def _build_plan(d: Demand) -> _Plan:
@@ -450,22 +468,32 @@ def critical_paths(d: Demand, bw_gbps: Sequence[float], net: Network,
                    model: TimeModel) -> list[tuple[float, tuple[JobNode, ...]]]:
     """Per rank class, (its finish time, a longest path that ends in it). A path's time is the
     sum of its compute and collectives, and may run through other classes via receives."""
+    job_of = _plan(d).job_of
+    return [(t, ((ci, -1),) if d.rank_classes[ci].dag is None else tuple(map(job_of.__getitem__, ids)))
+            for ci, (t, ids) in enumerate(critical_path_nodes(d, bw_gbps, net, model))]
+
+
+def critical_path_nodes(d: Demand, bw_gbps: Sequence[float], net: Network,
+                        model: TimeModel) -> list[tuple[float, list[int]]]:
+    """``critical_paths`` with each path as global nodes of the joint graph (``node_table``; a
+    class without a DAG is its one node): the optimizer keys and merges paths by these, without
+    building the (class, node) pairs."""
     r = _replay(d, bw_gbps, net, model)
     out: list = []
     ends = []
     for ci, rc in enumerate(d.rank_classes):
         if rc.dag is None:
-            out.append((r.finish[r.offsets[ci]], ((ci, -1),)))
+            out.append((r.finish[r.offsets[ci]], [r.offsets[ci]]))
             continue
         f = r.class_finish(ci)
         if not f:
-            out.append((0.0, ()))
+            out.append((0.0, []))
             continue
         # the first node to end last, as max() picks it
         g = r.offsets[ci] + f.index(max(f))
         out.append((r.finish[g], None))
         ends.append(g)
-    paths = iter(r.paths_to(ends))
+    paths = iter(r.path_nodes(ends))
     return [(t, next(paths) if p is None else p) for t, p in out]
 
 
