@@ -104,6 +104,64 @@ def test_reader_matches_schema_parse(seed):
     check_program(reader, prog, nodes)
 
 
+def _per_block_reader():
+    """A reader that always takes the per-block attribute decode (the path before the bulk one)."""
+    r = TraceReader()
+    r._blocks_bulk = lambda *a, **k: None
+    return r
+
+
+def _outcome(reader, bufs):
+    try:
+        progs = reader.parse_many(bufs, [f"t.{i}.et" for i in range(len(bufs))])
+    except LibraError as e:
+        return "error", str(e)
+    arrays = [[getattr(p, f).tolist() for f in ("node_ids", "types", "duration_micros", "attr", "dep_ptr",
+                                                 "dep_index")] + [p.digest, p.dangling] for p in progs]
+    return arrays, list(reader.attrs.rows)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_bulk_attribute_decode_equals_the_per_block_decode(seed):
+    # several files in one batch; odd seeds damage one attribute block (a length, a tag, a value)
+    rng = random.Random(1000 + seed)
+    bufs = []
+    for f in range(rng.randint(1, 4)):
+        count = rng.randint(1, 200)
+        ids = sorted(rng.sample(range(1, 10**9), count))
+        nodes = [random_node(rng, i, ids) for i in range(count)]
+        for n in nodes[: rng.randint(0, count)]:  # blocks that repeat across nodes and files
+            if rng.random() < 0.5:
+                del n.attr[:]
+                n.attr.add(name="comm_size", int64_val=4096)
+                n.attr.add(name="comm_tag", int64_val=rng.randint(0, 2**40))  # unwanted, unique
+                n.attr.add(name="is_cpu_op", bool_val=False)
+        frames = [cio.encode_metadata()]
+        for n in nodes:
+            raw = bytearray(n.SerializeToString())
+            if seed % 2 and n.attr and rng.random() < 0.05:
+                at = len(raw) - rng.randint(1, len(n.attr[-1].SerializeToString()) + 2)
+                raw[at] = rng.choice([0x80, 0xFF, 0x0A, 0x52, 0x00, raw[at] ^ 1])
+            frames.append(framed(bytes(raw)) if raw else framed(b"\x08\x01"))
+        bufs.append(b"".join(frames))
+    assert _outcome(TraceReader(), bufs) == _outcome(_per_block_reader(), bufs)
+
+
+def test_bulk_attribute_decode_runs_on_plain_traces_and_steps_aside_otherwise():
+    calls = []
+    reader = TraceReader()
+    bulk = reader._blocks_bulk
+    reader._blocks_bulk = lambda *a, **k: calls.append(bulk(*a, **k)) or calls[-1]
+    nodes = [cio.comp_node(1, "c", 5), cio.coll_node(2, "ar", "ALL_REDUCE", 1024, data_deps=[1])]
+    reader.parse(encode(nodes), "t.0.et")
+    assert calls[-1] is not None
+    # a 3-byte attribute length is legal protobuf but not plain: the per-block decode takes it
+    long = pb.Node(id=3, type=pb.COMP_NODE, attr=[pb.AttributeProto(name="op_schema", string_val="x" * 20000)])
+    prog = reader.parse(encode(nodes + [long]), "t.0.et")
+    assert calls[-1] is None
+    assert prog.num_nodes == 3
+
+
 def test_out_of_order_and_unpacked_fields_take_the_schema_path():
     # concatenated serialized pieces merge: attributes first, then id/type/deps
     a = pb.Node(attr=[pb.AttributeProto(name="comm_size", int64_val=4096),

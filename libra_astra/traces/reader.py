@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import LibraError
 from .attrs import _WANTED, _WANTED_BYTES, AttrTable, NodeAttrs, _attr_value, _attrs_from_protos, _normalize
@@ -88,6 +89,34 @@ def _generic_node(frame: bytes, where: str) -> tuple[int, int, int, list[int], N
     deps = list(node.data_deps) + list(node.ctrl_deps)
     attrs = _attrs_from_protos(node.attr, f"{where} node {node.id}")
     return node.id, node.type, node.duration_micros, deps, attrs, node
+
+
+def _rows(arr: np.ndarray, start: np.ndarray, size: int) -> np.ndarray:
+    """The byte strings ``arr[start:start + size]`` as the rows of a (len(start), size) array.
+
+    Rows of a sliding-window view are gathered as whole rows: no (n, size) index array."""
+    return sliding_window_view(arr, size)[start]
+
+
+def _distinct(arr: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Group the byte strings ``arr[start:start + length]`` by content, exactly (no hashing).
+
+    Returns (index of each group's first member, group of each string); groups are numbered in
+    no particular order."""
+    firsts_l, inv = [], np.empty(start.size, dtype=np.int64)
+    base = 0
+    for size in np.unique(length).tolist():
+        sel = np.nonzero(length == size)[0]
+        if size == 0:
+            u_first, u_inv = np.zeros(1, dtype=np.int64), np.zeros(sel.size, dtype=np.int64)
+        else:
+            rows = _rows(arr, start[sel], size)
+            _, u_first, u_inv = np.unique(rows.view(np.dtype((np.void, size))).reshape(-1),
+                                          return_index=True, return_inverse=True)
+        firsts_l.append(sel[u_first])
+        inv[sel] = u_inv.reshape(-1) + base
+        base += u_first.size
+    return np.concatenate(firsts_l), inv
 
 
 class TraceReader:
@@ -249,7 +278,7 @@ class TraceReader:
             sel = np.nonzero(length == size)[0]
             words = -(-size // 8)
             rows = np.zeros((sel.size, words * 8), dtype=np.uint8)
-            rows[:, :size] = arr[bs[sel][:, None] + np.arange(size, dtype=np.int64)]
+            rows[:, :size] = _rows(arr, bs[sel], size)
             w64 = rows.view(np.uint64)
             h = w64[:, 0].copy()
             for k in range(1, words):  # array arithmetic wraps modulo 2**64, as a hash should
@@ -260,13 +289,126 @@ class TraceReader:
             groups.append((sel, first, inv, same))
             todo.append(sel[first])
             todo.append(sel[~same])
-        found = {j: lookup(j) for j in np.sort(np.concatenate(todo)).tolist()}
+        order = np.sort(np.concatenate(todo))
+        ids = self._blocks_bulk(arr, bs[order], be[order], idx[order], where)
+        if ids is None:  # something unusual in a block: the per-block decode below decides, as it always did
+            ids = np.asarray([lookup(j) for j in order.tolist()], dtype=np.int64)
+        found = np.empty(bs.size, dtype=np.int64)
+        found[order] = ids
         for sel, first, inv, same in groups:
-            ids = np.asarray([found[j] for j in sel[first].tolist()], dtype=np.int64)
-            got[sel[same]] = ids[inv[same]]
-            for j in sel[~same].tolist():
-                got[j] = found[j]
+            got[sel[same]] = found[sel[first]][inv[same]]
+            got[sel[~same]] = found[sel[~same]]
         return got
+
+    def _blocks_bulk(self, arr: np.ndarray, bs: np.ndarray, be: np.ndarray, idx: np.ndarray,
+                     where) -> np.ndarray | None:
+        """Attribute ids of the distinct blocks ``arr[bs:be]`` (in node order), decoded together.
+
+        Why: generated traces give every send and receive a unique ``comm_tag``, so nearly every
+        such block is distinct and decoding blocks one by one in Python (:meth:`_block`) cost
+        more than the whole bare parse. Here the attributes of all blocks are split with numpy,
+        the unwanted ones are dropped by their name bytes, each distinct wanted attribute is
+        decoded once (:meth:`_single`, cached across batches) and each distinct sequence of
+        wanted attributes is interned once, in first-seen order (so row ids match the
+        per-block decode). Returns None when any block is not plain (a tag other than ``attr``,
+        a length of 3+ bytes, a torn attribute, or an attribute the schema rejects or that
+        raises): the caller then runs the per-block decode, which keeps every result and error
+        exactly as before.
+        """
+        m = bs.size
+        if m == 0:
+            return np.zeros(0, dtype=np.int64)
+        t_attr = wire.TAGS.attr
+        last = arr.size - 1
+        cur = bs.copy()
+        alive = np.arange(m, dtype=np.int64)
+        a_blk, a_k, a_s, a_e = [], [], [], []
+        k = 0
+        while True:
+            live = cur[alive] < be[alive]
+            alive = alive[live]
+            if alive.size == 0:
+                break
+            c, end = cur[alive], be[alive]
+            b1 = arr[np.minimum(c + 1, last)].astype(np.int64)
+            b2 = arr[np.minimum(c + 2, last)].astype(np.int64)
+            two = b1 >= 0x80
+            ok = (arr[c] == t_attr) & (c + 1 < end) & (~two | ((c + 2 < end) & (b2 < 0x80)))
+            if not ok.all():
+                return None
+            body = c + 2 + two
+            aend = body + np.where(two, (b1 & 0x7F) | (b2 << 7), b1)
+            if (aend > end).any():
+                return None
+            a_blk.append(alive)
+            a_k.append(np.full(alive.size, k, dtype=np.int64))
+            a_s.append(body)
+            a_e.append(aend)
+            cur[alive] = aend
+            k += 1
+        if not a_blk:  # only empty blocks (cannot happen: a block holds at least one attr tag)
+            return np.zeros(m, dtype=np.int64)
+        ablk, ak = np.concatenate(a_blk), np.concatenate(a_k)
+        ast, aen = np.concatenate(a_s), np.concatenate(a_e)
+        # node order, then attribute order: first sight below follows the per-block decode's order
+        o = np.lexsort((ak, ablk))
+        ablk, ast, aen = ablk[o], ast[o], aen[o]
+        alen = aen - ast
+        # the name (field 1, written first) decides most attributes without decoding them, as in _single
+        nl = arr[np.minimum(ast + 1, last)].astype(np.int64)
+        quick = (alen >= 2) & (arr[np.minimum(ast, last)] == 0x0A) & (nl < 0x80) & (2 + nl <= alen)
+        wanted = ~quick
+        qi = np.nonzero(quick)[0]
+        if qi.size:
+            firsts, inv = _distinct(arr, ast[qi] + 2, nl[qi])
+            keep = np.asarray([bytes(arr[int(s):int(s) + int(n)]) in _WANTED_BYTES
+                               for s, n in zip((ast[qi] + 2)[firsts].tolist(), nl[qi][firsts].tolist())], dtype=bool)
+            wanted[qi] = keep[inv]
+        wi = np.nonzero(wanted)[0]
+        sid = np.zeros(0, dtype=np.int64)
+        hits: list[tuple] = []
+        if wi.size:
+            firsts, inv = _distinct(arr, ast[wi], alen[wi])
+            cache = self.attrs.single
+            # decode distinct attributes in first-seen order (errors then name the first node)
+            hits = [()] * firsts.size
+            for g in np.argsort(firsts, kind="stable").tolist():
+                j = int(wi[firsts[g]])
+                ab = arr[int(ast[j]):int(aen[j])].tobytes()
+                hit = cache.get(ab)
+                if hit is None:
+                    node = int(idx[int(ablk[j])])
+                    try:
+                        hit = self._single(ab, lambda node=node: where(node))
+                    except LibraError:
+                        return None
+                    if hit is None:
+                        return None
+                    if len(cache) < _BLOCK_CACHE_LIMIT:
+                        cache[ab] = hit
+                hits[g] = hit
+            useful = np.asarray([bool(h) for h in hits], dtype=bool)[inv]
+            wi, sid = wi[useful], inv[useful]
+        # per block, the sequence of its wanted attributes (-1 padded); one NodeAttrs per distinct sequence
+        wb = ablk[wi]
+        count = np.bincount(wb, minlength=m)
+        width = int(count.max()) if count.size else 0
+        if width == 0:
+            return np.zeros(m, dtype=np.int64)
+        start = np.zeros(m, dtype=np.int64)
+        np.cumsum(count[:-1], out=start[1:])
+        seq = np.full((m, width), -1, dtype=np.int64)
+        seq[wb, np.arange(wb.size, dtype=np.int64) - start[wb]] = sid
+        rows, first, inv = np.unique(seq, axis=0, return_index=True, return_inverse=True)
+        ids = np.zeros(rows.shape[0], dtype=np.int64)
+        intern = self.attrs.intern
+        for r in np.argsort(first, kind="stable").tolist():
+            vals: dict[str, Any] = {}
+            for g in rows[r].tolist():
+                if g >= 0:
+                    vals[hits[g][0]] = hits[g][1]
+            ids[r] = intern(NodeAttrs(**vals)) if vals else 0
+        return ids[inv.reshape(-1)]
 
     def _global_metadata(self, buf: bytes, where: str) -> tuple[str, int]:
         try:
