@@ -366,3 +366,25 @@ def test_attribute_of_the_wrong_type():
         TraceReader().parse(cio.encode_et([node]), "bad.0.et")
     assert str(e.value) == ("bad.0.et: node 2: attribute involved_dim must be a bool_list, got 3; "
                             "fix the trace generator")
+
+
+def test_byte_row_grouping_is_exact_even_when_hashes_collide():
+    import numpy as np
+    from libra_astra.traces.reader import _distinct
+    c = 0x9E3779B97F4A7C15
+    m = (1 << 64) - 1
+    w0a, w1a, w0b = 12345, 678, 999
+    w1b = ((w0a * c & m) ^ w1a) ^ (w0b * c & m)  # the same word hash as (w0a, w1a)
+    words = [(w0a, w1a), (w0b, w1b), (w0a, w1a), (w0b, w1b), (1, 2)]
+    rows = b"".join(int(a).to_bytes(8, "little") + int(b).to_bytes(8, "little") for a, b in words)
+    rng = random.Random(5)
+    tail = bytes(rng.choice(b"ab") for _ in range(60))  # short strings of several lengths, with repeats
+    arr = np.frombuffer(rows + tail, dtype=np.uint8)
+    starts = [16 * i for i in range(5)] + [80 + i for i in range(50)]
+    lens = [16] * 5 + [rng.randint(0, 9) for _ in range(50)]
+    first, inv = _distinct(arr, np.asarray(starts, dtype=np.int64), np.asarray(lens, dtype=np.int64))
+    data = arr.tobytes()
+    strings = [data[s:s + n] for s, n in zip(starts, lens)]
+    for i, s in enumerate(strings):
+        assert strings[first[inv[i]]] == s and first[inv[i]] <= i
+    assert len(set(inv.tolist())) == len(set(strings))

@@ -98,8 +98,38 @@ def _rows(arr: np.ndarray, start: np.ndarray, size: int) -> np.ndarray:
     return sliding_window_view(arr, size)[start]
 
 
+def _group_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exact grouping of the rows of a (k, size) uint8 array: (first member of each group, group of
+    each row), groups numbered in no particular order.
+
+    Rows of up to 8 bytes are compared as one integer; longer rows by a hash of their 8-byte words,
+    checked against their group's first row: rows that differ from it (a collision) are grouped
+    again by their bytes, so the result never depends on the hash."""
+    k, size = rows.shape
+    words = -(-size // 8)
+    if size % 8:
+        padded = np.zeros((k, words * 8), dtype=np.uint8)
+        padded[:, :size] = rows
+    else:
+        padded = np.ascontiguousarray(rows)
+    w64 = padded.view(np.uint64)
+    h = w64[:, 0].copy()
+    for j in range(1, words):  # array arithmetic wraps modulo 2**64, as a hash should
+        h = (h * np.uint64(0x9E3779B97F4A7C15)) ^ w64[:, j]
+    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    if words > 1:
+        other = np.nonzero(~(w64 == w64[first[inv]]).all(axis=1))[0]
+        if other.size:
+            _, f2, i2 = np.unique(padded[other].view(np.dtype((np.void, words * 8))).reshape(-1),
+                                  return_index=True, return_inverse=True)
+            inv[other] = i2.reshape(-1) + first.size
+            first = np.concatenate((first, other[f2]))
+    return first, inv
+
+
 def _distinct(arr: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Group the byte strings ``arr[start:start + length]`` by content, exactly (no hashing).
+    """Group the byte strings ``arr[start:start + length]`` by content, exactly.
 
     Returns (index of each group's first member, group of each string); groups are numbered in
     no particular order."""
@@ -110,11 +140,9 @@ def _distinct(arr: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[n
         if size == 0:
             u_first, u_inv = np.zeros(1, dtype=np.int64), np.zeros(sel.size, dtype=np.int64)
         else:
-            rows = _rows(arr, start[sel], size)
-            _, u_first, u_inv = np.unique(rows.view(np.dtype((np.void, size))).reshape(-1),
-                                          return_index=True, return_inverse=True)
+            u_first, u_inv = _group_rows(_rows(arr, start[sel], size))
         firsts_l.append(sel[u_first])
-        inv[sel] = u_inv.reshape(-1) + base
+        inv[sel] = u_inv + base
         base += u_first.size
     return np.concatenate(firsts_l), inv
 
@@ -253,10 +281,10 @@ class TraceReader:
                    where) -> np.ndarray:
         """Attribute id of each block ``buf[bs:be]`` (-1: the node needs the schema's parse).
 
-        Traces repeat a few distinct blocks millions of times, so blocks of one length are
-        grouped by a hash of their bytes in bulk and only one block per group is looked up
-        (decoded on first sight); a block that differs from its group's (a hash collision)
-        is looked up on its own."""
+        Traces repeat a few distinct blocks millions of times, so blocks are grouped by their
+        bytes in bulk and only the first block of each group is decoded: all together
+        (:meth:`_blocks_bulk`), or one by one (looked up, decoded on first sight) when a block
+        is not plain."""
         blocks = self.attrs.blocks
         got = np.full(bs.size, -1, dtype=np.int64)
         length = be - bs
@@ -273,32 +301,14 @@ class TraceReader:
             return a
 
         # Look blocks up in node order, so attribute ids (and errors) come in first-seen order.
-        groups, todo = [], []
-        for size in np.unique(length).tolist():
-            sel = np.nonzero(length == size)[0]
-            words = -(-size // 8)
-            rows = np.zeros((sel.size, words * 8), dtype=np.uint8)
-            rows[:, :size] = _rows(arr, bs[sel], size)
-            w64 = rows.view(np.uint64)
-            h = w64[:, 0].copy()
-            for k in range(1, words):  # array arithmetic wraps modulo 2**64, as a hash should
-                h = (h * np.uint64(0x9E3779B97F4A7C15)) ^ w64[:, k]
-            _, first, inv = np.unique(h, return_index=True, return_inverse=True)
-            inv = inv.reshape(-1)
-            same = (w64 == w64[first[inv]]).all(axis=1)
-            groups.append((sel, first, inv, same))
-            todo.append(sel[first])
-            todo.append(sel[~same])
-        order = np.sort(np.concatenate(todo))
+        first, inv = _distinct(arr, bs, length)
+        order = np.sort(first)
         ids = self._blocks_bulk(arr, bs[order], be[order], idx[order], where)
         if ids is None:  # something unusual in a block: the per-block decode below decides, as it always did
             ids = np.asarray([lookup(j) for j in order.tolist()], dtype=np.int64)
         found = np.empty(bs.size, dtype=np.int64)
         found[order] = ids
-        for sel, first, inv, same in groups:
-            got[sel[same]] = found[sel[first]][inv[same]]
-            got[sel[~same]] = found[sel[~same]]
-        return got
+        return found[first][inv]
 
     def _blocks_bulk(self, arr: np.ndarray, bs: np.ndarray, be: np.ndarray, idx: np.ndarray,
                      where) -> np.ndarray | None:
