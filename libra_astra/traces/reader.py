@@ -39,7 +39,7 @@ from .graph import resolve_deps
 from .process_groups import metadata_groups
 from .schema import METADATA_NODE, need_chakra, pb
 from . import wire
-from .wire import _frames, _varint_more, _walk
+from .wire import _bodies, _frames, _heads, _varint_more, _walk
 
 
 
@@ -203,25 +203,17 @@ class TraceReader:
 
     def parse_many(self, bufs: Sequence[bytes], wheres: Sequence[str]) -> list[RankProgram]:
         """Decode several rank files at once (their messages are walked together)."""
-        versions, starts_l, ends_l, heads_l = [], [], [], []
-        base = 0
-        for buf, where in zip(bufs, wheres):
-            if len(buf) == 0:
-                raise LibraError(f"{where}: empty file; a trace file starts with a GlobalMetadata message")
-            version, pos = self._global_metadata(buf, where)
-            s, e, h = _frames(buf, pos, where)
-            versions.append(version)
-            starts_l.append(s + base)
-            ends_l.append(e + base)
-            heads_l.append(h)
-            base += len(buf)
         buf = bufs[0] if len(bufs) == 1 else b"".join(bufs)
-        starts, ends = np.concatenate(starts_l), np.concatenate(ends_l)
-        counts = np.asarray([x.size for x in starts_l], dtype=np.int64)
-        first = np.zeros(len(bufs) + 1, dtype=np.int64)
-        np.cumsum(counts, out=first[1:])
-        n = starts.size
         arr = np.frombuffer(buf, dtype=np.uint8)
+        framed = None
+        try:
+            framed = self._frames_together(bufs, wheres, arr)
+        except LibraError:
+            pass
+        if framed is None:  # a damaged file: frame file by file, which raises the first file's error
+            framed = self._frames_each(bufs, wheres)
+        versions, starts, ends, heads_l, first = framed
+        n = starts.size
         w = _walk(arr, starts, ends, wire.TAGS)
         slow = w.slow | (w.types == METADATA_NODE)
 
@@ -276,6 +268,54 @@ class TraceReader:
             progs.append(self._finish(where, versions[f], w.ids[lo:hi], w.durs[lo:hi], w.types[lo:hi], aid[lo:hi],
                                       dep_vals[d_lo:int(dep_first[hi])], dep_ptr, tuple(pg_info[f])))
         return progs
+
+    def _frames_each(self, bufs: Sequence[bytes], wheres: Sequence[str]) -> tuple:
+        """(versions, body starts, body ends, header offsets per file, first message of each file):
+        file by file, raising the first damaged file's error."""
+        versions, starts_l, ends_l, heads_l = [], [], [], []
+        base = 0
+        for buf, where in zip(bufs, wheres):
+            if len(buf) == 0:
+                raise LibraError(f"{where}: empty file; a trace file starts with a GlobalMetadata message")
+            version, pos = self._global_metadata(buf, where)
+            s, e, h = _frames(buf, pos, where)
+            versions.append(version)
+            starts_l.append(s + base)
+            ends_l.append(e + base)
+            heads_l.append(h)
+            base += len(buf)
+        counts = np.asarray([x.size for x in starts_l], dtype=np.int64)
+        first = np.zeros(len(bufs) + 1, dtype=np.int64)
+        np.cumsum(counts, out=first[1:])
+        return versions, np.concatenate(starts_l), np.concatenate(ends_l), heads_l, first
+
+    def _frames_together(self, bufs: Sequence[bytes], wheres: Sequence[str], arr: np.ndarray) -> tuple | None:
+        """As :meth:`_frames_each`, with the length prefixes of all files decoded in one numpy pass
+        (per-file numpy calls cost more than the decode on small rank files); None, or a raised
+        error, when a file is damaged: the caller then frames file by file for the right error."""
+        versions, heads_l, bases, counts = [], [], [], []
+        base = 0
+        for buf, where in zip(bufs, wheres):
+            if len(buf) == 0:
+                return None
+            version, pos = self._global_metadata(buf, where)
+            h = _heads(buf, pos, where)
+            versions.append(version)
+            heads_l.append(h)
+            bases.append(base)
+            counts.append(h.size)
+            base += len(buf)
+        cnt = np.asarray(counts, dtype=np.int64)
+        off = np.asarray(bases, dtype=np.int64)
+        file_end = off + np.asarray([len(b) for b in bufs], dtype=np.int64)
+        h = np.concatenate(heads_l) + np.repeat(off, cnt)
+        starts, ends = _bodies(arr, h, np.repeat(file_end, cnt))
+        first = np.zeros(len(bufs) + 1, dtype=np.int64)
+        np.cumsum(cnt, out=first[1:])
+        last = first[1:][cnt > 0] - 1
+        if bool((ends[last] > np.repeat(file_end, cnt)[last]).any()) or bool((ends == starts).any()):
+            return None
+        return versions, starts, ends, heads_l, first
 
     def _block_ids(self, buf: bytes, arr: np.ndarray, bs: np.ndarray, be: np.ndarray, idx: np.ndarray,
                    where) -> np.ndarray:
