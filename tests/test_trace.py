@@ -388,3 +388,21 @@ def test_byte_row_grouping_is_exact_even_when_hashes_collide():
     for i, s in enumerate(strings):
         assert strings[first[inv[i]]] == s and first[inv[i]] <= i
     assert len(set(inv.tolist())) == len(set(strings))
+
+
+@pytest.mark.parametrize("damage", ["cut", "zero", "prefix", "empty", "meta"])
+def test_a_batch_with_damaged_files_reports_the_first_damaged_file_as_alone(damage):
+    # the batch frames all files in one pass; its errors must be those of the files read one by one
+    good = good_bytes()
+    bad = {"cut": good[:-3], "zero": good + b"\x00", "prefix": good + b"\x80", "empty": b"",
+           "meta": b"\x05\x0a\x01"}[damage]
+    later = {"cut": b"", "zero": good[:-3], "prefix": b"", "empty": good + b"\x80", "meta": good + b"\x00"}[damage]
+    with pytest.raises(LibraError) as alone:
+        TraceReader().parse(bad, "t.1.et")
+    with pytest.raises(LibraError) as batch:
+        TraceReader().parse_many([good, bad, later], ["t.0.et", "t.1.et", "t.2.et"])
+    assert str(batch.value) == str(alone.value)
+    meta_only = cio.encode_metadata()  # a file without nodes between two with nodes
+    progs = TraceReader().parse_many([good, meta_only, good], ["t.0.et", "t.1.et", "t.2.et"])
+    assert [p.num_nodes for p in progs] == [2, 0, 2]
+    assert progs[2].dep_index.tolist() == [0]
