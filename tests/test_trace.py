@@ -104,6 +104,64 @@ def test_reader_matches_schema_parse(seed):
     check_program(reader, prog, nodes)
 
 
+def _per_block_reader():
+    """A reader that always takes the per-block attribute decode (the path before the bulk one)."""
+    r = TraceReader()
+    r._blocks_bulk = lambda *a, **k: None
+    return r
+
+
+def _outcome(reader, bufs):
+    try:
+        progs = reader.parse_many(bufs, [f"t.{i}.et" for i in range(len(bufs))])
+    except LibraError as e:
+        return "error", str(e)
+    arrays = [[getattr(p, f).tolist() for f in ("node_ids", "types", "duration_micros", "attr", "dep_ptr",
+                                                 "dep_index")] + [p.digest, p.dangling] for p in progs]
+    return arrays, list(reader.attrs.rows)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_bulk_attribute_decode_equals_the_per_block_decode(seed):
+    # several files in one batch; odd seeds damage one attribute block (a length, a tag, a value)
+    rng = random.Random(1000 + seed)
+    bufs = []
+    for f in range(rng.randint(1, 4)):
+        count = rng.randint(1, 200)
+        ids = sorted(rng.sample(range(1, 10**9), count))
+        nodes = [random_node(rng, i, ids) for i in range(count)]
+        for n in nodes[: rng.randint(0, count)]:  # blocks that repeat across nodes and files
+            if rng.random() < 0.5:
+                del n.attr[:]
+                n.attr.add(name="comm_size", int64_val=4096)
+                n.attr.add(name="comm_tag", int64_val=rng.randint(0, 2**40))  # unwanted, unique
+                n.attr.add(name="is_cpu_op", bool_val=False)
+        frames = [cio.encode_metadata()]
+        for n in nodes:
+            raw = bytearray(n.SerializeToString())
+            if seed % 2 and n.attr and rng.random() < 0.05:
+                at = len(raw) - rng.randint(1, len(n.attr[-1].SerializeToString()) + 2)
+                raw[at] = rng.choice([0x80, 0xFF, 0x0A, 0x52, 0x00, raw[at] ^ 1])
+            frames.append(framed(bytes(raw)) if raw else framed(b"\x08\x01"))
+        bufs.append(b"".join(frames))
+    assert _outcome(TraceReader(), bufs) == _outcome(_per_block_reader(), bufs)
+
+
+def test_bulk_attribute_decode_runs_on_plain_traces_and_steps_aside_otherwise():
+    calls = []
+    reader = TraceReader()
+    bulk = reader._blocks_bulk
+    reader._blocks_bulk = lambda *a, **k: calls.append(bulk(*a, **k)) or calls[-1]
+    nodes = [cio.comp_node(1, "c", 5), cio.coll_node(2, "ar", "ALL_REDUCE", 1024, data_deps=[1])]
+    reader.parse(encode(nodes), "t.0.et")
+    assert calls[-1] is not None
+    # a 3-byte attribute length is legal protobuf but not plain: the per-block decode takes it
+    long = pb.Node(id=3, type=pb.COMP_NODE, attr=[pb.AttributeProto(name="op_schema", string_val="x" * 20000)])
+    prog = reader.parse(encode(nodes + [long]), "t.0.et")
+    assert calls[-1] is None
+    assert prog.num_nodes == 3
+
+
 def test_out_of_order_and_unpacked_fields_take_the_schema_path():
     # concatenated serialized pieces merge: attributes first, then id/type/deps
     a = pb.Node(attr=[pb.AttributeProto(name="comm_size", int64_val=4096),
@@ -308,3 +366,43 @@ def test_attribute_of_the_wrong_type():
         TraceReader().parse(cio.encode_et([node]), "bad.0.et")
     assert str(e.value) == ("bad.0.et: node 2: attribute involved_dim must be a bool_list, got 3; "
                             "fix the trace generator")
+
+
+def test_byte_row_grouping_is_exact_even_when_hashes_collide():
+    import numpy as np
+    from libra_astra.traces.reader import _distinct
+    c = 0x9E3779B97F4A7C15
+    m = (1 << 64) - 1
+    w0a, w1a, w0b = 12345, 678, 999
+    w1b = ((w0a * c & m) ^ w1a) ^ (w0b * c & m)  # the same word hash as (w0a, w1a)
+    words = [(w0a, w1a), (w0b, w1b), (w0a, w1a), (w0b, w1b), (1, 2)]
+    rows = b"".join(int(a).to_bytes(8, "little") + int(b).to_bytes(8, "little") for a, b in words)
+    rng = random.Random(5)
+    tail = bytes(rng.choice(b"ab") for _ in range(60))  # short strings of several lengths, with repeats
+    arr = np.frombuffer(rows + tail, dtype=np.uint8)
+    starts = [16 * i for i in range(5)] + [80 + i for i in range(50)]
+    lens = [16] * 5 + [rng.randint(0, 9) for _ in range(50)]
+    first, inv = _distinct(arr, np.asarray(starts, dtype=np.int64), np.asarray(lens, dtype=np.int64))
+    data = arr.tobytes()
+    strings = [data[s:s + n] for s, n in zip(starts, lens)]
+    for i, s in enumerate(strings):
+        assert strings[first[inv[i]]] == s and first[inv[i]] <= i
+    assert len(set(inv.tolist())) == len(set(strings))
+
+
+@pytest.mark.parametrize("damage", ["cut", "zero", "prefix", "empty", "meta"])
+def test_a_batch_with_damaged_files_reports_the_first_damaged_file_as_alone(damage):
+    # the batch frames all files in one pass; its errors must be those of the files read one by one
+    good = good_bytes()
+    bad = {"cut": good[:-3], "zero": good + b"\x00", "prefix": good + b"\x80", "empty": b"",
+           "meta": b"\x05\x0a\x01"}[damage]
+    later = {"cut": b"", "zero": good[:-3], "prefix": b"", "empty": good + b"\x80", "meta": good + b"\x00"}[damage]
+    with pytest.raises(LibraError) as alone:
+        TraceReader().parse(bad, "t.1.et")
+    with pytest.raises(LibraError) as batch:
+        TraceReader().parse_many([good, bad, later], ["t.0.et", "t.1.et", "t.2.et"])
+    assert str(batch.value) == str(alone.value)
+    meta_only = cio.encode_metadata()  # a file without nodes between two with nodes
+    progs = TraceReader().parse_many([good, meta_only, good], ["t.0.et", "t.1.et", "t.2.et"])
+    assert [p.num_nodes for p in progs] == [2, 0, 2]
+    assert progs[2].dep_index.tolist() == [0]

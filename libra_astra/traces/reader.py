@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import LibraError
 from .attrs import _WANTED, _WANTED_BYTES, AttrTable, NodeAttrs, _attr_value, _attrs_from_protos, _normalize
@@ -38,7 +39,7 @@ from .graph import resolve_deps
 from .process_groups import metadata_groups
 from .schema import METADATA_NODE, need_chakra, pb
 from . import wire
-from .wire import _frames, _varint_more, _walk
+from .wire import _bodies, _frames, _heads, _varint_more, _walk
 
 
 
@@ -88,6 +89,62 @@ def _generic_node(frame: bytes, where: str) -> tuple[int, int, int, list[int], N
     deps = list(node.data_deps) + list(node.ctrl_deps)
     attrs = _attrs_from_protos(node.attr, f"{where} node {node.id}")
     return node.id, node.type, node.duration_micros, deps, attrs, node
+
+
+def _rows(arr: np.ndarray, start: np.ndarray, size: int) -> np.ndarray:
+    """The byte strings ``arr[start:start + size]`` as the rows of a (len(start), size) array.
+
+    Rows of a sliding-window view are gathered as whole rows: no (n, size) index array."""
+    return sliding_window_view(arr, size)[start]
+
+
+def _group_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exact grouping of the rows of a (k, size) uint8 array: (first member of each group, group of
+    each row), groups numbered in no particular order.
+
+    Rows of up to 8 bytes are compared as one integer; longer rows by a hash of their 8-byte words,
+    checked against their group's first row: rows that differ from it (a collision) are grouped
+    again by their bytes, so the result never depends on the hash."""
+    k, size = rows.shape
+    words = -(-size // 8)
+    if size % 8:
+        padded = np.zeros((k, words * 8), dtype=np.uint8)
+        padded[:, :size] = rows
+    else:
+        padded = np.ascontiguousarray(rows)
+    w64 = padded.view(np.uint64)
+    h = w64[:, 0].copy()
+    for j in range(1, words):  # array arithmetic wraps modulo 2**64, as a hash should
+        h = (h * np.uint64(0x9E3779B97F4A7C15)) ^ w64[:, j]
+    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    if words > 1:
+        other = np.nonzero(~(w64 == w64[first[inv]]).all(axis=1))[0]
+        if other.size:
+            _, f2, i2 = np.unique(padded[other].view(np.dtype((np.void, words * 8))).reshape(-1),
+                                  return_index=True, return_inverse=True)
+            inv[other] = i2.reshape(-1) + first.size
+            first = np.concatenate((first, other[f2]))
+    return first, inv
+
+
+def _distinct(arr: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Group the byte strings ``arr[start:start + length]`` by content, exactly.
+
+    Returns (index of each group's first member, group of each string); groups are numbered in
+    no particular order."""
+    firsts_l, inv = [], np.empty(start.size, dtype=np.int64)
+    base = 0
+    for size in np.unique(length).tolist():
+        sel = np.nonzero(length == size)[0]
+        if size == 0:
+            u_first, u_inv = np.zeros(1, dtype=np.int64), np.zeros(sel.size, dtype=np.int64)
+        else:
+            u_first, u_inv = _group_rows(_rows(arr, start[sel], size))
+        firsts_l.append(sel[u_first])
+        inv[sel] = u_inv + base
+        base += u_first.size
+    return np.concatenate(firsts_l), inv
 
 
 class TraceReader:
@@ -146,25 +203,17 @@ class TraceReader:
 
     def parse_many(self, bufs: Sequence[bytes], wheres: Sequence[str]) -> list[RankProgram]:
         """Decode several rank files at once (their messages are walked together)."""
-        versions, starts_l, ends_l, heads_l = [], [], [], []
-        base = 0
-        for buf, where in zip(bufs, wheres):
-            if len(buf) == 0:
-                raise LibraError(f"{where}: empty file; a trace file starts with a GlobalMetadata message")
-            version, pos = self._global_metadata(buf, where)
-            s, e, h = _frames(buf, pos, where)
-            versions.append(version)
-            starts_l.append(s + base)
-            ends_l.append(e + base)
-            heads_l.append(h)
-            base += len(buf)
         buf = bufs[0] if len(bufs) == 1 else b"".join(bufs)
-        starts, ends = np.concatenate(starts_l), np.concatenate(ends_l)
-        counts = np.asarray([x.size for x in starts_l], dtype=np.int64)
-        first = np.zeros(len(bufs) + 1, dtype=np.int64)
-        np.cumsum(counts, out=first[1:])
-        n = starts.size
         arr = np.frombuffer(buf, dtype=np.uint8)
+        framed = None
+        try:
+            framed = self._frames_together(bufs, wheres, arr)
+        except LibraError:
+            pass
+        if framed is None:  # a damaged file: frame file by file, which raises the first file's error
+            framed = self._frames_each(bufs, wheres)
+        versions, starts, ends, heads_l, first = framed
+        n = starts.size
         w = _walk(arr, starts, ends, wire.TAGS)
         slow = w.slow | (w.types == METADATA_NODE)
 
@@ -220,14 +269,62 @@ class TraceReader:
                                       dep_vals[d_lo:int(dep_first[hi])], dep_ptr, tuple(pg_info[f])))
         return progs
 
+    def _frames_each(self, bufs: Sequence[bytes], wheres: Sequence[str]) -> tuple:
+        """(versions, body starts, body ends, header offsets per file, first message of each file):
+        file by file, raising the first damaged file's error."""
+        versions, starts_l, ends_l, heads_l = [], [], [], []
+        base = 0
+        for buf, where in zip(bufs, wheres):
+            if len(buf) == 0:
+                raise LibraError(f"{where}: empty file; a trace file starts with a GlobalMetadata message")
+            version, pos = self._global_metadata(buf, where)
+            s, e, h = _frames(buf, pos, where)
+            versions.append(version)
+            starts_l.append(s + base)
+            ends_l.append(e + base)
+            heads_l.append(h)
+            base += len(buf)
+        counts = np.asarray([x.size for x in starts_l], dtype=np.int64)
+        first = np.zeros(len(bufs) + 1, dtype=np.int64)
+        np.cumsum(counts, out=first[1:])
+        return versions, np.concatenate(starts_l), np.concatenate(ends_l), heads_l, first
+
+    def _frames_together(self, bufs: Sequence[bytes], wheres: Sequence[str], arr: np.ndarray) -> tuple | None:
+        """As :meth:`_frames_each`, with the length prefixes of all files decoded in one numpy pass
+        (per-file numpy calls cost more than the decode on small rank files); None, or a raised
+        error, when a file is damaged: the caller then frames file by file for the right error."""
+        versions, heads_l, bases, counts = [], [], [], []
+        base = 0
+        for buf, where in zip(bufs, wheres):
+            if len(buf) == 0:
+                return None
+            version, pos = self._global_metadata(buf, where)
+            h = _heads(buf, pos, where)
+            versions.append(version)
+            heads_l.append(h)
+            bases.append(base)
+            counts.append(h.size)
+            base += len(buf)
+        cnt = np.asarray(counts, dtype=np.int64)
+        off = np.asarray(bases, dtype=np.int64)
+        file_end = off + np.asarray([len(b) for b in bufs], dtype=np.int64)
+        h = np.concatenate(heads_l) + np.repeat(off, cnt)
+        starts, ends = _bodies(arr, h, np.repeat(file_end, cnt))
+        first = np.zeros(len(bufs) + 1, dtype=np.int64)
+        np.cumsum(cnt, out=first[1:])
+        last = first[1:][cnt > 0] - 1
+        if bool((ends[last] > np.repeat(file_end, cnt)[last]).any()) or bool((ends == starts).any()):
+            return None
+        return versions, starts, ends, heads_l, first
+
     def _block_ids(self, buf: bytes, arr: np.ndarray, bs: np.ndarray, be: np.ndarray, idx: np.ndarray,
                    where) -> np.ndarray:
         """Attribute id of each block ``buf[bs:be]`` (-1: the node needs the schema's parse).
 
-        Traces repeat a few distinct blocks millions of times, so blocks of one length are
-        grouped by a hash of their bytes in bulk and only one block per group is looked up
-        (decoded on first sight); a block that differs from its group's (a hash collision)
-        is looked up on its own."""
+        Traces repeat a few distinct blocks millions of times, so blocks are grouped by their
+        bytes in bulk and only the first block of each group is decoded: all together
+        (:meth:`_blocks_bulk`), or one by one (looked up, decoded on first sight) when a block
+        is not plain."""
         blocks = self.attrs.blocks
         got = np.full(bs.size, -1, dtype=np.int64)
         length = be - bs
@@ -244,29 +341,124 @@ class TraceReader:
             return a
 
         # Look blocks up in node order, so attribute ids (and errors) come in first-seen order.
-        groups, todo = [], []
-        for size in np.unique(length).tolist():
-            sel = np.nonzero(length == size)[0]
-            words = -(-size // 8)
-            rows = np.zeros((sel.size, words * 8), dtype=np.uint8)
-            rows[:, :size] = arr[bs[sel][:, None] + np.arange(size, dtype=np.int64)]
-            w64 = rows.view(np.uint64)
-            h = w64[:, 0].copy()
-            for k in range(1, words):  # array arithmetic wraps modulo 2**64, as a hash should
-                h = (h * np.uint64(0x9E3779B97F4A7C15)) ^ w64[:, k]
-            _, first, inv = np.unique(h, return_index=True, return_inverse=True)
-            inv = inv.reshape(-1)
-            same = (w64 == w64[first[inv]]).all(axis=1)
-            groups.append((sel, first, inv, same))
-            todo.append(sel[first])
-            todo.append(sel[~same])
-        found = {j: lookup(j) for j in np.sort(np.concatenate(todo)).tolist()}
-        for sel, first, inv, same in groups:
-            ids = np.asarray([found[j] for j in sel[first].tolist()], dtype=np.int64)
-            got[sel[same]] = ids[inv[same]]
-            for j in sel[~same].tolist():
-                got[j] = found[j]
-        return got
+        first, inv = _distinct(arr, bs, length)
+        order = np.sort(first)
+        ids = self._blocks_bulk(arr, bs[order], be[order], idx[order], where)
+        if ids is None:  # something unusual in a block: the per-block decode below decides, as it always did
+            ids = np.asarray([lookup(j) for j in order.tolist()], dtype=np.int64)
+        found = np.empty(bs.size, dtype=np.int64)
+        found[order] = ids
+        return found[first][inv]
+
+    def _blocks_bulk(self, arr: np.ndarray, bs: np.ndarray, be: np.ndarray, idx: np.ndarray,
+                     where) -> np.ndarray | None:
+        """Attribute ids of the distinct blocks ``arr[bs:be]`` (in node order), decoded together.
+
+        Why: generated traces give every send and receive a unique ``comm_tag``, so nearly every
+        such block is distinct and decoding blocks one by one in Python (:meth:`_block`) cost
+        more than the whole bare parse. Here the attributes of all blocks are split with numpy,
+        the unwanted ones are dropped by their name bytes, each distinct wanted attribute is
+        decoded once (:meth:`_single`, cached across batches) and each distinct sequence of
+        wanted attributes is interned once, in first-seen order (so row ids match the
+        per-block decode). Returns None when any block is not plain (a tag other than ``attr``,
+        a length of 3+ bytes, a torn attribute, or an attribute the schema rejects or that
+        raises): the caller then runs the per-block decode, which keeps every result and error
+        exactly as before.
+        """
+        m = bs.size
+        if m == 0:
+            return np.zeros(0, dtype=np.int64)
+        t_attr = wire.TAGS.attr
+        last = arr.size - 1
+        cur = bs.copy()
+        alive = np.arange(m, dtype=np.int64)
+        a_blk, a_k, a_s, a_e = [], [], [], []
+        k = 0
+        while True:
+            live = cur[alive] < be[alive]
+            alive = alive[live]
+            if alive.size == 0:
+                break
+            c, end = cur[alive], be[alive]
+            b1 = arr[np.minimum(c + 1, last)].astype(np.int64)
+            b2 = arr[np.minimum(c + 2, last)].astype(np.int64)
+            two = b1 >= 0x80
+            ok = (arr[c] == t_attr) & (c + 1 < end) & (~two | ((c + 2 < end) & (b2 < 0x80)))
+            if not ok.all():
+                return None
+            body = c + 2 + two
+            aend = body + np.where(two, (b1 & 0x7F) | (b2 << 7), b1)
+            if (aend > end).any():
+                return None
+            a_blk.append(alive)
+            a_k.append(np.full(alive.size, k, dtype=np.int64))
+            a_s.append(body)
+            a_e.append(aend)
+            cur[alive] = aend
+            k += 1
+        if not a_blk:  # only empty blocks (cannot happen: a block holds at least one attr tag)
+            return np.zeros(m, dtype=np.int64)
+        ablk, ak = np.concatenate(a_blk), np.concatenate(a_k)
+        ast, aen = np.concatenate(a_s), np.concatenate(a_e)
+        # node order, then attribute order: first sight below follows the per-block decode's order
+        o = np.lexsort((ak, ablk))
+        ablk, ast, aen = ablk[o], ast[o], aen[o]
+        alen = aen - ast
+        # the name (field 1, written first) decides most attributes without decoding them, as in _single
+        nl = arr[np.minimum(ast + 1, last)].astype(np.int64)
+        quick = (alen >= 2) & (arr[np.minimum(ast, last)] == 0x0A) & (nl < 0x80) & (2 + nl <= alen)
+        wanted = ~quick
+        qi = np.nonzero(quick)[0]
+        if qi.size:
+            firsts, inv = _distinct(arr, ast[qi] + 2, nl[qi])
+            keep = np.asarray([bytes(arr[int(s):int(s) + int(n)]) in _WANTED_BYTES
+                               for s, n in zip((ast[qi] + 2)[firsts].tolist(), nl[qi][firsts].tolist())], dtype=bool)
+            wanted[qi] = keep[inv]
+        wi = np.nonzero(wanted)[0]
+        sid = np.zeros(0, dtype=np.int64)
+        hits: list[tuple] = []
+        if wi.size:
+            firsts, inv = _distinct(arr, ast[wi], alen[wi])
+            cache = self.attrs.single
+            # decode distinct attributes in first-seen order (errors then name the first node)
+            hits = [()] * firsts.size
+            for g in np.argsort(firsts, kind="stable").tolist():
+                j = int(wi[firsts[g]])
+                ab = arr[int(ast[j]):int(aen[j])].tobytes()
+                hit = cache.get(ab)
+                if hit is None:
+                    node = int(idx[int(ablk[j])])
+                    try:
+                        hit = self._single(ab, lambda node=node: where(node))
+                    except LibraError:
+                        return None
+                    if hit is None:
+                        return None
+                    if len(cache) < _BLOCK_CACHE_LIMIT:
+                        cache[ab] = hit
+                hits[g] = hit
+            useful = np.asarray([bool(h) for h in hits], dtype=bool)[inv]
+            wi, sid = wi[useful], inv[useful]
+        # per block, the sequence of its wanted attributes (-1 padded); one NodeAttrs per distinct sequence
+        wb = ablk[wi]
+        count = np.bincount(wb, minlength=m)
+        width = int(count.max()) if count.size else 0
+        if width == 0:
+            return np.zeros(m, dtype=np.int64)
+        start = np.zeros(m, dtype=np.int64)
+        np.cumsum(count[:-1], out=start[1:])
+        seq = np.full((m, width), -1, dtype=np.int64)
+        seq[wb, np.arange(wb.size, dtype=np.int64) - start[wb]] = sid
+        rows, first, inv = np.unique(seq, axis=0, return_index=True, return_inverse=True)
+        ids = np.zeros(rows.shape[0], dtype=np.int64)
+        intern = self.attrs.intern
+        for r in np.argsort(first, kind="stable").tolist():
+            vals: dict[str, Any] = {}
+            for g in rows[r].tolist():
+                if g >= 0:
+                    vals[hits[g][0]] = hits[g][1]
+            ids[r] = intern(NodeAttrs(**vals)) if vals else 0
+        return ids[inv.reshape(-1)]
 
     def _global_metadata(self, buf: bytes, where: str) -> tuple[str, int]:
         try:

@@ -66,8 +66,8 @@ def init_tags() -> None:
         TAGS = _Tags()
 
 
-def _frames(buf: bytes, pos: int, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Body start, body end and header offset of every length-prefixed message from ``pos`` on.
+def _heads(buf: bytes, pos: int, where: str) -> np.ndarray:
+    """Header offset of every length-prefixed message from ``pos`` on.
 
     The only per-message Python loop of the reader: the length prefixes chain, so they
     cannot be found in bulk.
@@ -89,11 +89,22 @@ def _frames(buf: bytes, pos: int, where: str) -> tuple[np.ndarray, np.ndarray, n
             f"{where}: truncated or corrupt length prefix at byte offset {heads[-1]}; the file was cut short or "
             "damaged, re-create or re-copy it"
         ) from None
-    # the loop above only finds where each message starts; decode the length prefixes in bulk
-    h = np.frombuffer(heads, dtype=np.int64) if len(heads) else np.zeros(0, np.int64)
+    return np.frombuffer(heads, dtype=np.int64) if len(heads) else np.zeros(0, np.int64)
+
+
+def _bodies(arr: np.ndarray, h: np.ndarray, limit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Body start and end of the messages whose headers are at ``h`` (limit: the end of each one's file);
+    the length prefixes are decoded in bulk."""
+    size, s, _ = _varints(arr, h, limit)
+    return s, s + size.astype(np.int64)
+
+
+def _frames(buf: bytes, pos: int, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Body start, body end and header offset of every length-prefixed message from ``pos`` on."""
+    n = len(buf)
+    h = _heads(buf, pos, where)
     arr = np.frombuffer(buf, dtype=np.uint8)
-    size, s, _ = _varints(arr, h, np.full(h.shape, n, dtype=np.int64))
-    e = s + size.astype(np.int64)
+    s, e = _bodies(arr, h, np.full(h.shape, n, dtype=np.int64))
     if e.size and e[-1] > n:
         raise LibraError(
             f"{where}: truncated: the message at byte offset {int(h[-1])} needs "
