@@ -263,3 +263,22 @@ def test_a_file_handed_back_leaves_the_rest_of_its_batch_on_the_byte_path(tmp_pa
     write_set(prefix, 4, nodes_of)
     both_paths(tmp_path, prefix, net_of(("Ring", 4)))
     assert spy.done == 3 and spy.back == 1
+
+
+def test_distinct_spans_group_exactly_in_bulk_even_when_hashes_collide():
+    import numpy as np
+    from libra_astra.astra.node_bytes import _FEW, distinct_spans
+    c, m = 0x9E3779B97F4A7C15, (1 << 64) - 1
+    w0a, w1a, w0b = 12345, 678, 999
+    w1b = ((w0a * c & m) ^ w1a) ^ (w0b * c & m)  # the same word hash as (w0a, w1a)
+    pairs = [(w0a, w1a), (w0b, w1b)] * 3 + [(i % 40, 7) for i in range(_FEW)]  # enough for the bulk path
+    buf = b"".join(a.to_bytes(8, "little") + b.to_bytes(8, "little") for a, b in pairs) + b"xyz"
+    at = np.arange(len(pairs) + 1, dtype=np.int64) * 16
+    end = at + 16
+    end[-1] = at[-1]                                               # one empty span
+    group, reps = distinct_spans(buf, at, end)
+    spans = [buf[a:e] for a, e in zip(at.tolist(), end.tolist())]
+    assert group[-1] == -1
+    for i, s in enumerate(spans[:-1]):
+        assert spans[reps[group[i]]] == s
+    assert len(set(group[:-1].tolist())) == len(set(spans[:-1])) == 42

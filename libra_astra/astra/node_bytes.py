@@ -244,10 +244,9 @@ def distinct_spans(buf: bytes, at: np.ndarray, end: np.ndarray) -> tuple[np.ndar
     """Spans ``buf[at:end]`` grouped by content: a group number per span (-1 for empty ones) and a
     representative span per group.
 
-    Spans of one length are hashed in bulk and grouped by hash; a span whose bytes differ from its
-    group's first (a hash collision) gets a group of its own. Lengths with few spans (PyTorch
-    traces have many lengths, each rare) are grouped by a dictionary instead: numpy's per-call
-    cost would exceed the per-span one."""
+    Spans of one length are grouped in bulk (wire.group_rows: exact, whatever the hash). Lengths
+    with few spans (PyTorch traces have many lengths, each rare) are grouped by a dictionary
+    instead: numpy's per-call cost would exceed the per-span one."""
     arr = np.frombuffer(buf, dtype=np.uint8)
     length = end - at
     group = np.full(at.size, -1, np.int64)
@@ -265,21 +264,9 @@ def distinct_spans(buf: bytes, at: np.ndarray, end: np.ndarray) -> tuple[np.ndar
             group[j] = g
     for size in sizes[counts >= _FEW].tolist():
         sel = np.nonzero(length == size)[0]
-        words = -(-size // 8)
-        rows = np.zeros((sel.size, words * 8), dtype=np.uint8)
-        rows[:, :size] = arr[at[sel][:, None] + np.arange(size, dtype=np.int64)]
-        w64 = rows.view(np.uint64)
-        h = w64[:, 0].copy()
-        for k in range(1, words):   # array arithmetic wraps modulo 2**64, as a hash should
-            h = (h * np.uint64(0x9E3779B97F4A7C15)) ^ w64[:, k]
-        _, first, inv = np.unique(h, return_index=True, return_inverse=True)
-        inv = inv.reshape(-1)
-        same = (w64 == w64[first[inv]]).all(axis=1)
+        first, inv = wire.group_rows(wire.byte_rows(arr, at[sel], size))
         group[sel] = len(reps) + inv
         reps.extend(sel[first].tolist())
-        for j in sel[~same].tolist():
-            group[j] = len(reps)
-            reps.append(j)
     return group, reps
 
 

@@ -11,6 +11,7 @@ from array import array
 from typing import NamedTuple
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import LibraError
 from .schema import pb
@@ -243,3 +244,40 @@ def _walk(arr: np.ndarray, starts: np.ndarray, ends: np.ndarray, t: "_Tags") -> 
     df = np.concatenate(dep_frames) if dep_frames else np.zeros(0, np.int64)
     dv = np.concatenate(dep_vals) if dep_vals else np.zeros(0, np.uint64)
     return _Walk(ids, types, durs, has_attr, cur, df.astype(np.int64), dv, slow)
+
+
+def byte_rows(arr: np.ndarray, start: np.ndarray, size: int) -> np.ndarray:
+    """The byte strings ``arr[start:start + size]`` as the rows of a (len(start), size) array.
+
+    Rows of a sliding-window view are gathered as whole rows: no (n, size) index array."""
+    return sliding_window_view(arr, size)[start]
+
+
+def group_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exact grouping of the rows of a (k, size) uint8 array: (first member of each group, group of
+    each row), groups numbered in no particular order.
+
+    Rows of up to 8 bytes are compared as one integer; longer rows by a hash of their 8-byte words,
+    checked against their group's first row: rows that differ from it (a collision) are grouped
+    again by their bytes, so the result never depends on the hash."""
+    k, size = rows.shape
+    words = -(-size // 8)
+    if size % 8:
+        padded = np.zeros((k, words * 8), dtype=np.uint8)
+        padded[:, :size] = rows
+    else:
+        padded = np.ascontiguousarray(rows)
+    w64 = padded.view(np.uint64)
+    h = w64[:, 0].copy()
+    for j in range(1, words):  # array arithmetic wraps modulo 2**64, as a hash should
+        h = (h * np.uint64(0x9E3779B97F4A7C15)) ^ w64[:, j]
+    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    if words > 1:
+        other = np.nonzero(~(w64 == w64[first[inv]]).all(axis=1))[0]
+        if other.size:
+            _, f2, i2 = np.unique(padded[other].view(np.dtype((np.void, words * 8))).reshape(-1),
+                                  return_index=True, return_inverse=True)
+            inv[other] = i2.reshape(-1) + first.size
+            first = np.concatenate((first, other[f2]))
+    return first, inv
