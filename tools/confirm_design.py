@@ -46,7 +46,7 @@ def main() -> int:
     ap.add_argument("search_json", help="search.json written by libra-astra search")
     ap.add_argument("--cost", required=True, help="the cost file the search used")
     ap.add_argument("--rank", type=int, default=1, help="which ranked design [default: 1]")
-    ap.add_argument("--layers", type=int, help="cut the transformer to this many layers (a multiple of PP)")
+    ap.add_argument("--layers", type=int, help="cut the transformer to this many layers (a multiple of the design's PP and of the spec's)")
     ap.add_argument("--astra-sim", dest="binary", help="ASTRA-sim binary [default: $ASTRA_SIM_BIN]")
     ap.add_argument("--timeout", type=float, default=7200.0, help="seconds for the simulation")
     ap.add_argument("-o", "--out", required=True, help="new directory for the traces and the run")
@@ -64,8 +64,10 @@ def main() -> int:
         if args.layers is not None:
             if raw["model"].get("type") != "transformer":
                 raise LibraError("--layers applies to transformer specs only")
-            if args.layers < 1 or args.layers % int(row["pp"]):
-                raise LibraError(f"--layers {args.layers}: give a positive multiple of the design's PP {row['pp']}")
+            pps = sorted({int(row["pp"]), int((raw.get("parallel") or {}).get("pp", 1))})
+            if args.layers < 1 or any(args.layers % pp for pp in pps):
+                raise LibraError(f"--layers {args.layers}: give a positive multiple of the pipeline depths {pps} "
+                                 "(the design's and the spec's)")
             raw["model"]["layers"] = args.layers
         spec_path = out / "spec.yml"
         spec_path.write_text(yaml.safe_dump(raw, sort_keys=False))
