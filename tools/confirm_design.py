@@ -59,8 +59,6 @@ def main() -> int:
             raise LibraError(f"{args.search_json}: --rank {args.rank} is not one of the {len(rows)} ranked designs")
         row = rows[args.rank - 1]
         raw = load_yaml(data["spec"], "trace spec")
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=args.force)
         if args.layers is not None:
             if raw["model"].get("type") != "transformer":
                 raise LibraError("--layers applies to transformer specs only")
@@ -69,6 +67,8 @@ def main() -> int:
                 raise LibraError(f"--layers {args.layers}: give a positive multiple of the pipeline depths {pps} "
                                  "(the design's and the spec's)")
             raw["model"]["layers"] = args.layers
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=args.force)
         spec_path = out / "spec.yml"
         spec_path.write_text(yaml.safe_dump(raw, sort_keys=False))
         catalog = load_catalog(data["catalog"])
