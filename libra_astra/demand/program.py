@@ -56,10 +56,18 @@ class Program:
         return bool(self.comm_is_send.any())
 
 
+_DTYPE_NAMES: dict[np.dtype, bytes] = {}
+
+
 def digest(*arrays: np.ndarray) -> bytes:
     h = hashlib.blake2b(digest_size=20)
+    names = _DTYPE_NAMES
     for a in arrays:
-        h.update(str(a.dtype).encode())
+        # str(dtype) costs more than hashing a small array; the same bytes, looked up once per dtype
+        name = names.get(a.dtype)
+        if name is None:
+            name = names[a.dtype] = str(a.dtype).encode()
+        h.update(name)
         h.update(np.ascontiguousarray(a).tobytes())
         h.update(b"|")
     return h.digest()
@@ -174,6 +182,28 @@ def _shape(ctx: Context, prog: RankProgram, cols: dict[str, np.ndarray]) -> _Sha
     return sh
 
 
+_UNRESOLVED = -2
+
+
+class RowMemo:
+    """Per attribute row of a read: group key index, physics id, (type, size) id and the
+    involved_dim index that matters (all-ranks collectives; else -1) -- _UNRESOLVED until a
+    program uses the row as a collective."""
+
+    def __init__(self) -> None:
+        self.key = np.zeros(0, dtype=np.int64)
+        self.pid = np.zeros(0, dtype=np.int64)
+        self.sem = np.zeros(0, dtype=np.int64)
+        self.inv = np.zeros(0, dtype=np.int64)
+
+    def grow(self, n: int) -> None:
+        for name in ("key", "pid", "sem", "inv"):
+            old = getattr(self, name)
+            new = np.full(n, _UNRESOLVED, dtype=np.int64)
+            new[:old.size] = old
+            setattr(self, name, new)
+
+
 def first_node(mask: np.ndarray, comm_node: np.ndarray) -> int:
     return int(comm_node[mask].min())
 
@@ -201,10 +231,19 @@ def analyze(ctx: Context, prog: RankProgram, ranks: Sequence[int]) -> Program:
     used = np.zeros(nrows, dtype=bool)
     used[ca[c_coll]] = True
     rows = np.nonzero(used)[0]
-    ctype_r = np.maximum(cols["comm_type"][rows], 0)  # absent comm_type reads as 0 (ALL_REDUCE), as in ASTRA-sim
-    bad = ~np.isin(ctype_r, list(COMM_TYPE_NAMES))
-    if bad.any():
-        bad_rows = set(rows[bad].tolist())
+    # Rows are shared by all files of the read, so each is checked and resolved once per read
+    # (ctx.rows): a row resolved for an earlier program passed both checks below, so only this
+    # program's new rows are looked at. They are resolved in the same order as a fresh resolution
+    # would (sorted, after both checks), so the group, physics and (type, size) ids come out
+    # numbered exactly as before.
+    memo = ctx.rows
+    if memo.key.size < nrows:
+        memo.grow(nrows)
+    new = rows[memo.key[rows] == _UNRESOLVED]
+    new_rows = new.tolist()
+    ctype_r = np.maximum(cols["comm_type"][new], 0)  # absent comm_type reads as 0 (ALL_REDUCE), as in ASTRA-sim
+    if new.size and (bad := ~np.isin(ctype_r, list(COMM_TYPE_NAMES))).any():
+        bad_rows = set(new[bad].tolist())
         mask = c_coll & np.isin(ca, list(bad_rows))
         i = first_node(mask, comm_node)
         t = int(max(cols["comm_type"][a[i]], 0))
@@ -214,7 +253,7 @@ def analyze(ctx: Context, prog: RankProgram, ranks: Sequence[int]) -> Program:
         )
     row_key = {}
     undefined = []
-    for row in rows.tolist():
+    for row in new_rows:
         key = grp.normalize_key(attrs.rows[row].pg_name)
         if key != grp.ALL_RANKS and ctx.members(key) is None:
             undefined.append(row)
@@ -228,19 +267,17 @@ def analyze(ctx: Context, prog: RankProgram, ranks: Sequence[int]) -> Program:
             f"{where}: node {int(prog.node_ids[i])} uses communicator group {key!r}, which is not defined "
             f"({known}); give it in --comm-groups or fix pg_name"
         )
-    key_lut = np.full(nrows, -1, dtype=np.int64)
-    pid_lut = np.full(nrows, -1, dtype=np.int64)
-    sem_lut = np.full(nrows, -1, dtype=np.int64)
-    inv_lut = np.full(nrows, -1, dtype=np.int64)  # involved_dim matters on all-ranks collectives only
-    for row, t in zip(rows.tolist(), ctype_r.tolist()):
+    for row in new_rows:
+        t = max(int(cols["comm_type"][row]), 0)
         kidx = ctx.key_index(row_key[row])
         inv = int(cols["involved"][row])
         size = max(int(cols["comm_size"][row]), 0)
-        key_lut[row] = kidx
-        pid_lut[row] = ctx.coll_pid(int(t), size, kidx, inv)
-        sem_lut[row] = ctx.sem(int(t), size)
-        if row_key[row] == grp.ALL_RANKS:
-            inv_lut[row] = inv
+        pid = ctx.coll_pid(t, size, kidx, inv)
+        memo.key[row] = kidx
+        memo.pid[row] = pid
+        memo.sem[row] = ctx.sem(t, size)
+        memo.inv[row] = inv if row_key[row] == grp.ALL_RANKS else -1
+    key_lut, pid_lut, sem_lut, inv_lut = memo.key, memo.pid, memo.sem, memo.inv
     counts["zero_size"] = int((c_coll & (np.maximum(cols["comm_size"][ca], 0) == 0)).sum())
     ckey = np.where(c_send, -1, key_lut[ca])
     coll_pid = np.where(c_send, -1, pid_lut[ca])
