@@ -46,7 +46,7 @@ from ..traces.reader import RankProgram, TraceReader
 from .context import Context
 from .group_check import check_group_sequences, merge_metadata
 from .links import split_by_peers, with_links
-from .program import KIND_NAMES, Program, analyze, send_pids
+from .program import KIND_NAMES, Program, analyze, send_pids_many
 from .summary import ClassSummary, TraceSummary, summarize, summary_to_dict
 from .types import Collective, Dag, Demand, RankClass
 
@@ -192,13 +192,14 @@ def demand_from_traces(prefix: str | Path, network: Network,
     # 3. per rank: sends -> classes of identical demand
     classes: dict[tuple[bytes, bytes], list[int]] = {}
     class_pids: dict[tuple[bytes, bytes], np.ndarray] = {}
+    sends = iter(send_pids_many(ctx, [(info, r) for info in programs if info.has_sends for r in info.ranks]))
     for info in programs:
         has_send = info.has_sends
         base = info.coll_pid
         for r in info.ranks:
             if has_send:
                 pids = base.copy()
-                pids[info.comm_is_send] = send_pids(ctx, info, r)
+                pids[info.comm_is_send] = next(sends)
             else:
                 pids = base
             key = (info.struct, pids.tobytes())

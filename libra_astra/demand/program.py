@@ -332,3 +332,39 @@ def send_pids(ctx: Context, info: Program, rank: int) -> np.ndarray:
     for s, d, h in zip(sizes.tolist(), dims.tolist(), hops.tolist()):
         upid.append(ctx.p2p_pid(s, d, h))
     return np.asarray(upid, dtype=np.int64)[inverse.reshape(-1)]
+
+
+def send_pids_many(ctx: Context, pairs: Sequence[tuple[Program, int]]) -> list[np.ndarray]:
+    """``[send_pids(ctx, info, rank) for info, rank in pairs]`` in a few numpy passes.
+
+    With thousands of distinct rank programs (every rank of a pipeline sends to its own peers)
+    the per-call numpy overhead outweighs the work. Physics ids are interned in the same order
+    as the calls one by one would (pair by pair, rows ascending), so ids are unchanged; a pair
+    with a bad source or destination is handed to :func:`send_pids`, which raises its error."""
+    if not pairs:
+        return []
+    cols = ctx.reader.attrs.columns()
+    n_npus = ctx.net.npus_count
+    rows_of = [info.comm_row[info.comm_is_send] for info, _ in pairs]
+    lens = np.asarray([r.size for r in rows_of], dtype=np.int64)
+    which = np.repeat(np.arange(len(pairs), dtype=np.int64), lens)
+    rows = np.concatenate(rows_of).astype(np.int64)
+    nrows = int(rows.max()) + 1 if rows.size else 1
+    # sorted by pair, then row: each pair's distinct rows in the order np.unique gives them alone
+    uniq, inverse = np.unique(which * nrows + rows, return_inverse=True)
+    upair, urow = uniq // nrows, uniq % nrows
+    rank = np.asarray([r for _, r in pairs], dtype=np.int64)[upair]
+    dst, src = cols["comm_dst"][urow], cols["comm_src"][urow]
+    bad = ((src >= 0) & (src != rank)) | (dst >= n_npus) | (dst == rank)
+    if bad.any():
+        info, r = pairs[int(upair[int(np.argmax(bad))])]
+        send_pids(ctx, info, r)  # raises the error the first bad pair gives alone
+        raise AssertionError("send_pids accepted a send send_pids_many rejects")
+    dims, hops = grp.p2p_dims(ctx.net, rank, dst)
+    sizes = np.maximum(cols["comm_size"][urow], 0)
+    p2p = ctx.p2p_pid
+    upid = np.asarray([p2p(s, d, h) for s, d, h in zip(sizes.tolist(), dims.tolist(), hops.tolist())],
+                      dtype=np.int64)
+    flat = upid[inverse.reshape(-1)]
+    ends = np.cumsum(lens)
+    return [flat[e - k:e] for k, e in zip(lens.tolist(), ends.tolist())]
