@@ -175,3 +175,26 @@ def test_send_pids_many_matches_send_pids(tmp_path):
             ft.send_pids_many = orig
         got[name] = seen
     assert got["many"]["pids"] and got["many"] == got["one"]
+
+
+NET3 = Network("n3", (Dimension("a", "Ring", 4, 100.0), Dimension("b", "Switch", 2, 200.0),
+                      Dimension("c", "Ring", 3, 300.0)))
+
+
+@pytest.mark.parametrize("members", [
+    [5], [0, 1, 2, 3], [0, 8, 16], [1, 3, 9, 11], [0, 1, 2, 3, 4, 5, 6, 7], list(range(24)),
+    [0, 1, 5], [2, 7, 13, 22], [3, 3, 0], [23, 0],
+])
+def test_group_shape_matches_one_by_one(members):
+    from libra_astra.demand import groups as grp
+    assert grp.group_shape(NET3, "7", members, "src") == grp.group_shape_one_by_one(NET3, "7", members, "src")
+
+
+@pytest.mark.parametrize("members", [[], [0, 24], [-1, 2]])
+def test_group_shape_errors_match_one_by_one(members):
+    from libra_astra.demand import groups as grp
+    with pytest.raises(LibraError) as fast:
+        grp.group_shape(NET3, "7", members, "src")
+    with pytest.raises(LibraError) as slow:
+        grp.group_shape_one_by_one(NET3, "7", members, "src")
+    assert str(fast.value) == str(slow.value)
