@@ -198,3 +198,15 @@ def test_group_shape_errors_match_one_by_one(members):
     with pytest.raises(LibraError) as slow:
         grp.group_shape_one_by_one(NET3, "7", members, "src")
     assert str(fast.value) == str(slow.value)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_unique_rows_matches_numpy(seed):
+    rng = np.random.default_rng(seed)
+    rows, cols = int(rng.integers(1, 40)), int(rng.integers(1, 9))
+    # few distinct values, negatives included (-1 marks a send), so rows repeat and bytes order
+    # differs from value order
+    a = rng.choice(np.array([-1, 0, 1, 2, 255, 256, 1 << 40], dtype=np.int64), size=(rows, cols))
+    want_u, want_inv = np.unique(a, axis=0, return_inverse=True)
+    got_u, got_inv = ft._unique_rows(np.ascontiguousarray(a))
+    assert np.array_equal(got_u, want_u) and np.array_equal(got_inv, want_inv.reshape(-1))

@@ -63,7 +63,7 @@ def _labels(ctx: Context, infos: Sequence[Program], names: Interner[str]) -> np.
     out = table[keys[0]]  # key -1 (a send) picks the last entry, ""
     mixed = np.nonzero(~np.all(keys == keys[0], axis=0))[0]
     if mixed.size:
-        combos, inverse = np.unique(keys[:, mixed].T, axis=0, return_inverse=True)
+        combos, inverse = _unique_rows(np.ascontiguousarray(keys[:, mixed].T))
         ids = []
         for combo in combos.tolist():
             names_k = sorted({ctx.keys[k] for k in combo}, key=lambda s: (len(s), s))
@@ -72,6 +72,23 @@ def _labels(ctx: Context, infos: Sequence[Program], names: Interner[str]) -> np.
             ids.append(label_id(text))
         out[mixed] = np.asarray(ids, dtype=np.int64)[inverse.reshape(-1)]
     return out
+
+
+def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(a, axis=0, return_inverse=True)`` for a C-contiguous 2-D int64 array.
+
+    Rows are compared as raw bytes first (one memcmp sort, where axis=0 sorts field by field:
+    with one column per rank of a 512-rank class that took most of the labelling), then the few
+    distinct rows are put in np.unique's order, lexicographic by value."""
+    if a.shape[0] == 0 or a.shape[1] == 0:
+        return np.unique(a, axis=0, return_inverse=True)
+    raw = a.view(np.dtype((np.void, a.dtype.itemsize * a.shape[1]))).reshape(-1)
+    _, first, inv = np.unique(raw, return_index=True, return_inverse=True)
+    distinct = a[first]
+    order = np.lexsort(distinct.T[::-1])
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return distinct[order], rank[inv.reshape(-1)]
 
 
 def _with_inferred_peers(reader: TraceReader, read: list[RankProgram], paths: Sequence[Path], n_npus: int,

@@ -28,14 +28,19 @@ def split_by_peers(ctx: Context, programs: list[Program],
     peers: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
     for info in programs:
         prog = info.prog
-        recv = np.flatnonzero(prog.types == COMM_RECV_NODE)
-        send = np.flatnonzero(prog.types == COMM_SEND_NODE)
-        if not recv.size and not send.size:
+        types = info.counts["types"]
+        if not types[COMM_RECV_NODE] and not types[COMM_SEND_NODE]:
             continue
-        recv = recv[np.argsort(info.topo_of[recv], kind="stable")]
-        send = send[np.argsort(info.topo_of[send], kind="stable")]
-        srcs = tuple(int(s) for s in cols["comm_src"][prog.attr[recv]].tolist() if 0 <= s < n)
-        dsts = tuple(int(d) for d in cols["comm_dst"][prog.attr[send]].tolist() if 0 <= d < n)
+        srcs: tuple[int, ...] = ()
+        if types[COMM_RECV_NODE]:
+            recv = np.flatnonzero(prog.types == COMM_RECV_NODE)
+            recv = recv[np.argsort(info.topo_of[recv], kind="stable")]
+            s = cols["comm_src"][prog.attr[recv]]
+            srcs = tuple(s[(s >= 0) & (s < n)].tolist())
+        # the program's comm nodes already list its sends that name a destination (comm_dst >= 0)
+        # in topological order; those without one never count as a peer
+        d = cols["comm_dst"][info.comm_row[info.comm_is_send]]
+        dsts = tuple(d[d < n].tolist())
         for r in info.ranks:
             peers[r] = (srcs, dsts)
     if not peers:
