@@ -152,9 +152,9 @@ def demand_from_traces(prefix: str | Path, network: Network,
         if v is not None and not v > 0:
             raise LibraError(f"{what} must be > 0, got {v!r}")
     n_npus = network.npus_count
-    completion.check_complete(prefix)   # before the rank files: an interrupted write explains missing ones
+    marker = completion.check_complete(prefix)   # before the rank files: an interrupted write explains missing ones
     paths = rank_files(prefix, n_npus, f"network {network.name!r}")
-    expect = completion.expected_digests(prefix, paths)
+    expect = completion.expected_digests(prefix, paths, marker)
 
     if comm_groups is None:
         file_groups: dict[str, tuple[int, ...]] = {}
