@@ -227,10 +227,9 @@ def analyze(ctx: Context, prog: RankProgram, ranks: Sequence[int]) -> Program:
     ca = a[comm_node].astype(np.int64)
     c_coll = ~c_send
 
-    # distinct attribute rows of the collectives: check and resolve each once
-    used = np.zeros(nrows, dtype=bool)
-    used[ca[c_coll]] = True
-    rows = np.nonzero(used)[0]
+    # distinct attribute rows of the collectives (sorted), and how often each is used: a sort of
+    # this program's few hundred rows, not arrays as long as the read's row table
+    rows, per_row = np.unique(ca[c_coll], return_counts=True)
     # Rows are shared by all files of the read, so each is checked and resolved once per read
     # (ctx.rows): a row resolved for an earlier program passed both checks below, so only this
     # program's new rows are looked at. They are resolved in the same order as a fresh resolution
@@ -285,13 +284,11 @@ def analyze(ctx: Context, prog: RankProgram, ranks: Sequence[int]) -> Program:
     cinv = np.where(c_send, -1, inv_lut[ca])
 
     # per-group issue sequences (for the member check) and usage counts (for the summary)
-    per_row = np.bincount(ca[c_coll], minlength=nrows)
     comms = set()
     group_use: dict[tuple[int, int], int] = {}
-    for row in rows.tolist():
-        k = (int(key_lut[row]), int(inv_lut[row]))
+    for k, c in zip(zip(key_lut[rows].tolist(), inv_lut[rows].tolist()), per_row.tolist()):
         comms.add(k)
-        group_use[k] = group_use.get(k, 0) + int(per_row[row])
+        group_use[k] = group_use.get(k, 0) + c
     used_keys = tuple(sorted({k for k, _ in comms}))
     key_node = {kidx: first_node(ckey == kidx, comm_node) for kidx in used_keys}
     seq_hash = {k: digest(coll_sem[(ckey == k[0]) & (cinv == k[1])]) for k in sorted(comms)}
