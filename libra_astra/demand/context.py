@@ -30,6 +30,8 @@ class Context:
         self.physics: Interner[Collective] = Interner()   # distinct collectives ("physics ids")
         self._coll_cache: dict[tuple, int] = {}
         self.sems: Interner[tuple[str, int]] = Interner()
+        from .program import RowMemo  # program imports this module
+        self.rows = RowMemo()
 
     def sem(self, ctype: int, size: int) -> int:
         """Id of a (collective type, size) pair: what members of a communicator must agree on."""

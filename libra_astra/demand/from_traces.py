@@ -46,7 +46,7 @@ from ..traces.reader import RankProgram, TraceReader
 from .context import Context
 from .group_check import check_group_sequences, merge_metadata
 from .links import split_by_peers, with_links
-from .program import KIND_NAMES, Program, analyze, send_pids
+from .program import KIND_NAMES, Program, analyze, send_pids_many
 from .summary import ClassSummary, TraceSummary, summarize, summary_to_dict
 from .types import Collective, Dag, Demand, RankClass
 
@@ -63,7 +63,7 @@ def _labels(ctx: Context, infos: Sequence[Program], names: Interner[str]) -> np.
     out = table[keys[0]]  # key -1 (a send) picks the last entry, ""
     mixed = np.nonzero(~np.all(keys == keys[0], axis=0))[0]
     if mixed.size:
-        combos, inverse = np.unique(keys[:, mixed].T, axis=0, return_inverse=True)
+        combos, inverse = _unique_rows(np.ascontiguousarray(keys[:, mixed].T))
         ids = []
         for combo in combos.tolist():
             names_k = sorted({ctx.keys[k] for k in combo}, key=lambda s: (len(s), s))
@@ -72,6 +72,23 @@ def _labels(ctx: Context, infos: Sequence[Program], names: Interner[str]) -> np.
             ids.append(label_id(text))
         out[mixed] = np.asarray(ids, dtype=np.int64)[inverse.reshape(-1)]
     return out
+
+
+def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(a, axis=0, return_inverse=True)`` for a C-contiguous 2-D int64 array.
+
+    Rows are compared as raw bytes first (one memcmp sort, where axis=0 sorts field by field:
+    with one column per rank of a 512-rank class that took most of the labelling), then the few
+    distinct rows are put in np.unique's order, lexicographic by value."""
+    if a.shape[0] == 0 or a.shape[1] == 0:
+        return np.unique(a, axis=0, return_inverse=True)
+    raw = a.view(np.dtype((np.void, a.dtype.itemsize * a.shape[1]))).reshape(-1)
+    _, first, inv = np.unique(raw, return_index=True, return_inverse=True)
+    distinct = a[first]
+    order = np.lexsort(distinct.T[::-1])
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return distinct[order], rank[inv.reshape(-1)]
 
 
 def _with_inferred_peers(reader: TraceReader, read: list[RankProgram], paths: Sequence[Path], n_npus: int,
@@ -135,9 +152,9 @@ def demand_from_traces(prefix: str | Path, network: Network,
         if v is not None and not v > 0:
             raise LibraError(f"{what} must be > 0, got {v!r}")
     n_npus = network.npus_count
-    completion.check_complete(prefix)   # before the rank files: an interrupted write explains missing ones
+    marker = completion.check_complete(prefix)   # before the rank files: an interrupted write explains missing ones
     paths = rank_files(prefix, n_npus, f"network {network.name!r}")
-    expect = completion.expected_digests(prefix, paths)
+    expect = completion.expected_digests(prefix, paths, marker)
 
     if comm_groups is None:
         file_groups: dict[str, tuple[int, ...]] = {}
@@ -192,13 +209,14 @@ def demand_from_traces(prefix: str | Path, network: Network,
     # 3. per rank: sends -> classes of identical demand
     classes: dict[tuple[bytes, bytes], list[int]] = {}
     class_pids: dict[tuple[bytes, bytes], np.ndarray] = {}
+    sends = iter(send_pids_many(ctx, [(info, r) for info in programs if info.has_sends for r in info.ranks]))
     for info in programs:
         has_send = info.has_sends
         base = info.coll_pid
         for r in info.ranks:
             if has_send:
                 pids = base.copy()
-                pids[info.comm_is_send] = send_pids(ctx, info, r)
+                pids[info.comm_is_send] = next(sends)
             else:
                 pids = base
             key = (info.struct, pids.tobytes())

@@ -15,6 +15,7 @@ sorted members, each hop charged on the lowest dimension where the two NPUs diff
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,6 +121,25 @@ class GroupShape:
 
 def group_shape(net: Network, key: str, members: Sequence[int], source: str) -> GroupShape:
     """Shape of a member set: sub-grid participation, or the dims a flat ring over it crosses."""
+    uniq = tuple(sorted(set(int(m) for m in members)))
+    if not uniq or uniq[0] < 0 or uniq[-1] >= net.npus_count:
+        return group_shape_one_by_one(net, key, members, source)  # raises the error it gives
+    # One coordinate array for all members: a trace set can hold hundreds of groups (one per
+    # tensor-parallel slice), and coordinates one NPU at a time dominated the analysis.
+    coords = net.coords_array(np.asarray(uniq, dtype=np.int64))
+    box = tuple(int(np.unique(coords[:, d]).size) for d in range(net.num_dims))
+    # a sub-grid is the product of its per-dimension coordinate sets (coll.group_participation)
+    parts = box if math.prod(box) == len(uniq) else None
+    if parts is not None:
+        return GroupShape(key, uniq, source, parts, box)
+    step = coll.flat_ring_step_hops(net, uniq)
+    dims = tuple(d for d in range(net.num_dims) if step[d] > 0)
+    return GroupShape(key, uniq, source, None, box, dims, step)
+
+
+def group_shape_one_by_one(net: Network, key: str, members: Sequence[int], source: str) -> GroupShape:
+    """:func:`group_shape` one member at a time (the reference it is tested against; it also
+    raises the errors of an empty group or an NPU id outside the network)."""
     uniq = tuple(sorted(set(int(m) for m in members)))
     coords = np.asarray([net.coords(m) for m in uniq], dtype=np.int64).reshape(len(uniq), net.num_dims)
     box = tuple(int(np.unique(coords[:, d]).size) for d in range(net.num_dims))

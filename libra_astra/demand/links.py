@@ -28,14 +28,19 @@ def split_by_peers(ctx: Context, programs: list[Program],
     peers: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
     for info in programs:
         prog = info.prog
-        recv = np.flatnonzero(prog.types == COMM_RECV_NODE)
-        send = np.flatnonzero(prog.types == COMM_SEND_NODE)
-        if not recv.size and not send.size:
+        types = info.counts["types"]
+        if not types[COMM_RECV_NODE] and not types[COMM_SEND_NODE]:
             continue
-        recv = recv[np.argsort(info.topo_of[recv], kind="stable")]
-        send = send[np.argsort(info.topo_of[send], kind="stable")]
-        srcs = tuple(int(s) for s in cols["comm_src"][prog.attr[recv]].tolist() if 0 <= s < n)
-        dsts = tuple(int(d) for d in cols["comm_dst"][prog.attr[send]].tolist() if 0 <= d < n)
+        srcs: tuple[int, ...] = ()
+        if types[COMM_RECV_NODE]:
+            recv = np.flatnonzero(prog.types == COMM_RECV_NODE)
+            recv = recv[np.argsort(info.topo_of[recv], kind="stable")]
+            s = cols["comm_src"][prog.attr[recv]]
+            srcs = tuple(s[(s >= 0) & (s < n)].tolist())
+        # the program's comm nodes already list its sends that name a destination (comm_dst >= 0)
+        # in topological order; those without one never count as a peer
+        d = cols["comm_dst"][info.comm_row[info.comm_is_send]]
+        dsts = tuple(d[d < n].tolist())
         for r in info.ranks:
             peers[r] = (srcs, dsts)
     if not peers:
@@ -44,22 +49,24 @@ def split_by_peers(ctx: Context, programs: list[Program],
     for gi, (_, ranks) in enumerate(groups):
         cls_of[ranks] = gi
     count = len(groups)
+    # Plain lists and map(): the loop runs over every rank and peer each round, and indexing a
+    # list from C is several times cheaper than a generator over numpy scalars.
+    cls = cls_of.tolist()
+    none = ((), ())
+    plist = [peers.get(r, none) for r in range(n)]
     while True:
         sig: dict[tuple, int] = {}
-        new = np.zeros(n, dtype=np.int64)
-        for r in range(n):
-            s, d = peers.get(r, ((), ()))
-            k = (int(cls_of[r]), tuple(int(cls_of[x]) for x in s), tuple(int(cls_of[x]) for x in d))
-            new[r] = sig.setdefault(k, len(sig))
-        cls_of = new
+        at = cls.__getitem__
+        new = [sig.setdefault((c, tuple(map(at, s)), tuple(map(at, d))), len(sig)) for c, (s, d) in zip(cls, plist)]
+        cls = new
         if len(sig) == count:
             break
         count = len(sig)
     # Refined classes only ever split the original ones, so each keeps its original key.
     key_of = {r: key for key, ranks in groups for r in ranks}
     members: dict[int, list[int]] = {}
-    for r in range(n):
-        members.setdefault(int(cls_of[r]), []).append(r)
+    for r, c in enumerate(cls):
+        members.setdefault(c, []).append(r)
     return [(key_of[rs[0]], rs) for _, rs in sorted(members.items())]
 
 

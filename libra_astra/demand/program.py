@@ -56,10 +56,18 @@ class Program:
         return bool(self.comm_is_send.any())
 
 
+_DTYPE_NAMES: dict[np.dtype, bytes] = {}
+
+
 def digest(*arrays: np.ndarray) -> bytes:
     h = hashlib.blake2b(digest_size=20)
+    names = _DTYPE_NAMES
     for a in arrays:
-        h.update(str(a.dtype).encode())
+        # str(dtype) costs more than hashing a small array; the same bytes, looked up once per dtype
+        name = names.get(a.dtype)
+        if name is None:
+            name = names[a.dtype] = str(a.dtype).encode()
+        h.update(name)
         h.update(np.ascontiguousarray(a).tobytes())
         h.update(b"|")
     return h.digest()
@@ -174,6 +182,28 @@ def _shape(ctx: Context, prog: RankProgram, cols: dict[str, np.ndarray]) -> _Sha
     return sh
 
 
+_UNRESOLVED = -2
+
+
+class RowMemo:
+    """Per attribute row of a read: group key index, physics id, (type, size) id and the
+    involved_dim index that matters (all-ranks collectives; else -1) -- _UNRESOLVED until a
+    program uses the row as a collective."""
+
+    def __init__(self) -> None:
+        self.key = np.zeros(0, dtype=np.int64)
+        self.pid = np.zeros(0, dtype=np.int64)
+        self.sem = np.zeros(0, dtype=np.int64)
+        self.inv = np.zeros(0, dtype=np.int64)
+
+    def grow(self, n: int) -> None:
+        for name in ("key", "pid", "sem", "inv"):
+            old = getattr(self, name)
+            new = np.full(n, _UNRESOLVED, dtype=np.int64)
+            new[:old.size] = old
+            setattr(self, name, new)
+
+
 def first_node(mask: np.ndarray, comm_node: np.ndarray) -> int:
     return int(comm_node[mask].min())
 
@@ -197,14 +227,22 @@ def analyze(ctx: Context, prog: RankProgram, ranks: Sequence[int]) -> Program:
     ca = a[comm_node].astype(np.int64)
     c_coll = ~c_send
 
-    # distinct attribute rows of the collectives: check and resolve each once
-    used = np.zeros(nrows, dtype=bool)
-    used[ca[c_coll]] = True
-    rows = np.nonzero(used)[0]
-    ctype_r = np.maximum(cols["comm_type"][rows], 0)  # absent comm_type reads as 0 (ALL_REDUCE), as in ASTRA-sim
-    bad = ~np.isin(ctype_r, list(COMM_TYPE_NAMES))
-    if bad.any():
-        bad_rows = set(rows[bad].tolist())
+    # distinct attribute rows of the collectives (sorted), and how often each is used: a sort of
+    # this program's few hundred rows, not arrays as long as the read's row table
+    rows, per_row = np.unique(ca[c_coll], return_counts=True)
+    # Rows are shared by all files of the read, so each is checked and resolved once per read
+    # (ctx.rows): a row resolved for an earlier program passed both checks below, so only this
+    # program's new rows are looked at. They are resolved in the same order as a fresh resolution
+    # would (sorted, after both checks), so the group, physics and (type, size) ids come out
+    # numbered exactly as before.
+    memo = ctx.rows
+    if memo.key.size < nrows:
+        memo.grow(nrows)
+    new = rows[memo.key[rows] == _UNRESOLVED]
+    new_rows = new.tolist()
+    ctype_r = np.maximum(cols["comm_type"][new], 0)  # absent comm_type reads as 0 (ALL_REDUCE), as in ASTRA-sim
+    if new.size and (bad := ~np.isin(ctype_r, list(COMM_TYPE_NAMES))).any():
+        bad_rows = set(new[bad].tolist())
         mask = c_coll & np.isin(ca, list(bad_rows))
         i = first_node(mask, comm_node)
         t = int(max(cols["comm_type"][a[i]], 0))
@@ -214,7 +252,7 @@ def analyze(ctx: Context, prog: RankProgram, ranks: Sequence[int]) -> Program:
         )
     row_key = {}
     undefined = []
-    for row in rows.tolist():
+    for row in new_rows:
         key = grp.normalize_key(attrs.rows[row].pg_name)
         if key != grp.ALL_RANKS and ctx.members(key) is None:
             undefined.append(row)
@@ -228,19 +266,17 @@ def analyze(ctx: Context, prog: RankProgram, ranks: Sequence[int]) -> Program:
             f"{where}: node {int(prog.node_ids[i])} uses communicator group {key!r}, which is not defined "
             f"({known}); give it in --comm-groups or fix pg_name"
         )
-    key_lut = np.full(nrows, -1, dtype=np.int64)
-    pid_lut = np.full(nrows, -1, dtype=np.int64)
-    sem_lut = np.full(nrows, -1, dtype=np.int64)
-    inv_lut = np.full(nrows, -1, dtype=np.int64)  # involved_dim matters on all-ranks collectives only
-    for row, t in zip(rows.tolist(), ctype_r.tolist()):
+    for row in new_rows:
+        t = max(int(cols["comm_type"][row]), 0)
         kidx = ctx.key_index(row_key[row])
         inv = int(cols["involved"][row])
         size = max(int(cols["comm_size"][row]), 0)
-        key_lut[row] = kidx
-        pid_lut[row] = ctx.coll_pid(int(t), size, kidx, inv)
-        sem_lut[row] = ctx.sem(int(t), size)
-        if row_key[row] == grp.ALL_RANKS:
-            inv_lut[row] = inv
+        pid = ctx.coll_pid(t, size, kidx, inv)
+        memo.key[row] = kidx
+        memo.pid[row] = pid
+        memo.sem[row] = ctx.sem(t, size)
+        memo.inv[row] = inv if row_key[row] == grp.ALL_RANKS else -1
+    key_lut, pid_lut, sem_lut, inv_lut = memo.key, memo.pid, memo.sem, memo.inv
     counts["zero_size"] = int((c_coll & (np.maximum(cols["comm_size"][ca], 0) == 0)).sum())
     ckey = np.where(c_send, -1, key_lut[ca])
     coll_pid = np.where(c_send, -1, pid_lut[ca])
@@ -248,13 +284,11 @@ def analyze(ctx: Context, prog: RankProgram, ranks: Sequence[int]) -> Program:
     cinv = np.where(c_send, -1, inv_lut[ca])
 
     # per-group issue sequences (for the member check) and usage counts (for the summary)
-    per_row = np.bincount(ca[c_coll], minlength=nrows)
     comms = set()
     group_use: dict[tuple[int, int], int] = {}
-    for row in rows.tolist():
-        k = (int(key_lut[row]), int(inv_lut[row]))
+    for k, c in zip(zip(key_lut[rows].tolist(), inv_lut[rows].tolist()), per_row.tolist()):
         comms.add(k)
-        group_use[k] = group_use.get(k, 0) + int(per_row[row])
+        group_use[k] = group_use.get(k, 0) + c
     used_keys = tuple(sorted({k for k, _ in comms}))
     key_node = {kidx: first_node(ckey == kidx, comm_node) for kidx in used_keys}
     seq_hash = {k: digest(coll_sem[(ckey == k[0]) & (cinv == k[1])]) for k in sorted(comms)}
@@ -295,3 +329,39 @@ def send_pids(ctx: Context, info: Program, rank: int) -> np.ndarray:
     for s, d, h in zip(sizes.tolist(), dims.tolist(), hops.tolist()):
         upid.append(ctx.p2p_pid(s, d, h))
     return np.asarray(upid, dtype=np.int64)[inverse.reshape(-1)]
+
+
+def send_pids_many(ctx: Context, pairs: Sequence[tuple[Program, int]]) -> list[np.ndarray]:
+    """``[send_pids(ctx, info, rank) for info, rank in pairs]`` in a few numpy passes.
+
+    With thousands of distinct rank programs (every rank of a pipeline sends to its own peers)
+    the per-call numpy overhead outweighs the work. Physics ids are interned in the same order
+    as the calls one by one would (pair by pair, rows ascending), so ids are unchanged; a pair
+    with a bad source or destination is handed to :func:`send_pids`, which raises its error."""
+    if not pairs:
+        return []
+    cols = ctx.reader.attrs.columns()
+    n_npus = ctx.net.npus_count
+    rows_of = [info.comm_row[info.comm_is_send] for info, _ in pairs]
+    lens = np.asarray([r.size for r in rows_of], dtype=np.int64)
+    which = np.repeat(np.arange(len(pairs), dtype=np.int64), lens)
+    rows = np.concatenate(rows_of).astype(np.int64)
+    nrows = int(rows.max()) + 1 if rows.size else 1
+    # sorted by pair, then row: each pair's distinct rows in the order np.unique gives them alone
+    uniq, inverse = np.unique(which * nrows + rows, return_inverse=True)
+    upair, urow = uniq // nrows, uniq % nrows
+    rank = np.asarray([r for _, r in pairs], dtype=np.int64)[upair]
+    dst, src = cols["comm_dst"][urow], cols["comm_src"][urow]
+    bad = ((src >= 0) & (src != rank)) | (dst >= n_npus) | (dst == rank)
+    if bad.any():
+        info, r = pairs[int(upair[int(np.argmax(bad))])]
+        send_pids(ctx, info, r)  # raises the error the first bad pair gives alone
+        raise AssertionError("send_pids accepted a send send_pids_many rejects")
+    dims, hops = grp.p2p_dims(ctx.net, rank, dst)
+    sizes = np.maximum(cols["comm_size"][urow], 0)
+    p2p = ctx.p2p_pid
+    upid = np.asarray([p2p(s, d, h) for s, d, h in zip(sizes.tolist(), dims.tolist(), hops.tolist())],
+                      dtype=np.int64)
+    flat = upid[inverse.reshape(-1)]
+    ends = np.cumsum(lens)
+    return [flat[e - k:e] for k, e in zip(lens.tolist(), ends.tolist())]
