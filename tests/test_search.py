@@ -382,3 +382,17 @@ def test_cli_search_shape_errors(tmp_path, shape, message):
                                   str(CATALOG), "--total-bw", "10", "--shape", shape, "--in-process",
                                   "-o", str(tmp_path / "x")])
     assert r.exit_code != 0 and message in r.output
+
+
+def test_cli_search_reports_a_failed_simulation_in_one_line_and_keeps_the_results(tmp_path):
+    fake = tmp_path / "astra_sim"
+    fake.write_text("#!/bin/sh\necho 'simulator says no' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    out = tmp_path / "s"
+    r = CliRunner().invoke(main, ["search", "--model-spec", str(SPEC), "--cost", str(COST), "--catalog",
+                                  str(CATALOG), "--total-bw-max", "200", "--top", "2", "--max-dims", "1",
+                                  "--simulate", "1", "--astra-sim", str(fake), "--in-process", "-q", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    line = [x for x in r.output.splitlines() if x.startswith("simulation of design 1 failed:")]
+    assert len(line) == 1 and "exit code 3" in line[0] and "simulator says no" in line[0]
+    assert list(csv.DictReader(open(out / "ranked.csv")))[0]["simulated_ns"] == ""

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from .evaluate import Candidate, Problem, candidate_spec, programs_for
 from .spec_demand import demand_from_spec
-from .upstream import Design, WorkloadRef, emit, generate, load_yaml, resolve_binary, simulate
+from .upstream import Design, LibraError, WorkloadRef, emit, generate, load_yaml, resolve_binary, simulate
 
 
 def candidate_raw_spec(raw: Mapping[str, Any], cand: Candidate) -> dict:
@@ -59,3 +59,12 @@ def confirm(problem: Problem, cand: Candidate, bw_gbps: tuple[float, ...], predi
     return {"run_dir": str(out / "astra"), "predicted_ns": predicted_ns, "simulated_ns": sim,
             "error": predicted_ns / sim - 1.0, "emit_predicted_ns": res.predicted_time_ns,
             "generate_s": t_gen, "emit_s": t_emit, "simulate_s": res.wall_seconds}
+
+
+def confirm_or_reason(*args: Any, **kwargs: Any) -> dict:
+    """:func:`confirm`, with a failure the user can fix returned as ``{"error": message}``: Dask logs
+    a task that raises with its whole traceback, noise around a one-line reason."""
+    try:
+        return confirm(*args, **kwargs)
+    except LibraError as e:
+        return {"error": str(e)}

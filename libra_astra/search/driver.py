@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .catalog import load_catalog
-from .confirm import confirm
+from .confirm import confirm_or_reason
 from .dask_engine import Runner, cluster
 from .engine import Settings, check_problem, enumerate_space, run_search, SearchResult
 from .evaluate import Problem, evaluate_chunk
@@ -62,14 +62,19 @@ def run(spec: TraceSpec, spec_path: str, npus: int, cost: CostModel, catalog_pat
         if n_sim and ranked and not res.stop_reason.startswith("interrupted"):
             futs = []
             for i, o in enumerate(ranked[:n_sim]):
-                futs.append(runner.submit(confirm, o.candidate, o.bw_gbps, o.time_ns, str(out / "sim" / f"rank{i + 1}"),
+                futs.append(runner.submit(confirm_or_reason, o.candidate, o.bw_gbps, o.time_ns,
+                                          str(out / "sim" / f"rank{i + 1}"),
                                           spec_path, binary, local_mem_bw, timeout, overwrite))
             try:
                 for i, f in enumerate(futs):
                     try:
-                        sims[i] = f.result()
+                        got = f.result()
                     except LibraError as e:
-                        notes.append(f"simulation of design {i + 1} failed: {e}")
+                        got = {"error": str(e)}
+                    if "error" in got:
+                        notes.append(f"simulation of design {i + 1} failed: {got['error']}")
+                    else:
+                        sims[i] = got
             except KeyboardInterrupt:
                 notes.append("interrupted during simulation; simulated designs so far kept")
     summary = _summary(problem, st, res, spec_path, catalog_path, t_enum)
