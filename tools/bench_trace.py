@@ -212,7 +212,8 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=1 << 20, help="nodes in the mixed set (default 1,048,576)")
     ap.add_argument("--cols", type=int, default=4, help="ranks along dim 0 of the mixed set")
     ap.add_argument("--rows", type=int, default=4, help="ranks along dim 1 of the mixed set (even)")
-    ap.add_argument("--gpt-layers", type=int, default=8, help="transformer layers of the 4,096-rank set")
+    ap.add_argument("--gpt-layers", type=int, help="transformer layers of the 4,096-rank set (default 8; with "
+                    "--gpt-prefix, the layers of that set, for its label: default 96)")
     ap.add_argument("--gpt-prefix", help="use this existing 4,096-rank GPT-3 set (tools/gen_traces.py "
                     "traces/large/gpt3_175b_4096.yml, 9.8 M nodes) instead of generating one")
     ap.add_argument("--skip-mixed", action="store_true", help="skip the mixed set")
@@ -240,10 +241,11 @@ def main() -> None:
             net_path.write_text(dump_network(net))
             results.append(bench_set("mixed set, every file distinct", prefix, net, groups, n_ranks, net_path))
         if not args.skip_4096:
-            prefix4, net4, groups4 = gpt_set(work, args.gpt_layers, Path(args.gpt_prefix) if args.gpt_prefix else None)
+            layers = args.gpt_layers or (96 if args.gpt_prefix else 8)
+            prefix4, net4, groups4 = gpt_set(work, layers, Path(args.gpt_prefix) if args.gpt_prefix else None)
             net_path = work / "gpt4096.net.yml"
             net_path.write_text(dump_network(net4))
-            label = "GPT-3 175B, 96 layers" if args.gpt_prefix else f"GPT-3 175B, {args.gpt_layers} layers"
+            label = f"GPT-3 175B, {layers} layers"
             results.append(bench_set(label, prefix4, net4, groups4, 4096, net_path))
     finally:
         if tmp is not None:
