@@ -62,9 +62,9 @@ def confirm(problem: Problem, cand: Candidate, bw_gbps: tuple[float, ...], predi
 
 
 def confirm_or_reason(*args: Any, **kwargs: Any) -> dict:
-    """:func:`confirm`, with a failure the user can fix returned as ``{"error": message}``: Dask logs
+    """:func:`confirm`, with a failure the user can fix returned as ``{"failed": message}``: Dask logs
     a task that raises with its whole traceback, noise around a one-line reason."""
     try:
         return confirm(*args, **kwargs)
     except LibraError as e:
-        return {"error": str(e)}
+        return {"failed": str(e)}

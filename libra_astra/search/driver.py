@@ -70,9 +70,9 @@ def run(spec: TraceSpec, spec_path: str, npus: int, cost: CostModel, catalog_pat
                     try:
                         got = f.result()
                     except LibraError as e:
-                        got = {"error": str(e)}
-                    if "error" in got:
-                        notes.append(f"simulation of design {i + 1} failed: {got['error']}")
+                        got = {"failed": str(e)}
+                    if "failed" in got:
+                        notes.append(f"simulation of design {i + 1} failed: {got['failed']}")
                     else:
                         sims[i] = got
             except KeyboardInterrupt:
