@@ -30,7 +30,7 @@ from ..errors import LibraError
 from ..traces import chakra_io as cio
 from ..traces.cpu_collectives import infer_peers, rank_groups, typed_rank
 from ..traces.files import find_rank_files, read_file_bytes
-from ..traces.graph import cycle_error, file_first_order
+from ..traces.graph import cycle_error, file_first_order, through_removed
 from ..traces.schema import COMM_TYPE_NAMES, pb
 from .logical import LogicalNetwork
 from .stats import WorkloadStats, split_size
@@ -64,27 +64,11 @@ def relink(nodes: Sequence[pb.Node], stats: WorkloadStats, drop_types: Sequence[
     dependencies and self dependencies."""
     by_id = {n.id: n for n in nodes}
     dropped = {n.id for n in nodes if n.type in drop_types}
-    memo: dict[int, tuple[int, ...]] = {}
+    memo: dict[int, list[int]] = {}
 
-    def through(i: int) -> tuple[int, ...]:
-        # Iterative: chains of removed nodes can be long.
-        if i in memo:
-            return memo[i]
-        out: list[int] = []
-        seen = {i}
-        stack = [i]
-        while stack:
-            x = stack.pop()
-            for d in list(by_id[x].data_deps) + list(by_id[x].ctrl_deps):
-                if d in seen or d not in by_id:
-                    continue
-                seen.add(d)
-                if d in dropped:
-                    stack.append(d)
-                else:
-                    out.append(d)
-        memo[i] = tuple(out)
-        return memo[i]
+    def through(i: int) -> list[int]:
+        return through_removed(i, lambda x: list(by_id[x].data_deps) + list(by_id[x].ctrl_deps), by_id, dropped,
+                               memo)
 
     kept = []
     for n in nodes:

@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import LibraError
 from ..traces import chakra_io as cio
 from ..traces.cpu_collectives import rank_groups
-from ..traces.graph import file_first_order
+from ..traces.graph import file_first_order, through_removed
 from ..traces.schema import pb
 from . import node_bytes as nb
 from .logical import LogicalNetwork
@@ -346,24 +346,7 @@ class _Run:
             return _field(data_keys, i) + _field(ctrl_keys, i)
 
         def through(x0: int) -> list[int]:
-            # as relink's: depth first through removed nodes, iterative (chains can be long)
-            if x0 in memo:
-                return memo[x0]
-            out: list[int] = []
-            seen = {x0}
-            stack = [x0]
-            while stack:
-                x = stack.pop()
-                for d in deps_of(pos_of[x]):
-                    if d in seen or d not in present_keys:
-                        continue
-                    seen.add(d)
-                    if d in drop_keys:
-                        stack.append(d)
-                    else:
-                        out.append(d)
-            memo[x0] = out
-            return out
+            return through_removed(x0, lambda x: deps_of(pos_of[x]), present_keys, drop_keys, memo)
 
         for i in np.nonzero(need)[0].tolist():
             me = key_list[i]

@@ -7,7 +7,7 @@ order) use it, so a cycle is reported the same way wherever it is found.
 from __future__ import annotations
 
 import heapq
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Container, Iterable, Sequence
 
 import numpy as np
 
@@ -113,3 +113,28 @@ def topological_order(prog) -> np.ndarray | None:
     if len(out) < n:
         raise cycle_error(prog.path, prog.node_ids, indeg, lambda u: dep[ptr[u]:ptr[u + 1]])
     return np.asarray(out, dtype=np.int64)
+
+
+def through_removed(start: int, deps_of: Callable[[int], Iterable[int]], present: Container[int],
+                    removed: Container[int], memo: dict[int, list[int]]) -> list[int]:
+    """The kept dependencies a removed node stands for: its dependencies, followed through other
+    removed nodes depth first, each once; ids not ``present`` are dangling and skipped.
+
+    Iterative, since chains of removed nodes can be long; ``memo`` caches per removed node."""
+    got = memo.get(start)
+    if got is not None:
+        return got
+    out: list[int] = []
+    seen = {start}
+    stack = [start]
+    while stack:
+        for d in deps_of(stack.pop()):
+            if d in seen or d not in present:
+                continue
+            seen.add(d)
+            if d in removed:
+                stack.append(d)
+            else:
+                out.append(d)
+    memo[start] = out
+    return out
