@@ -119,6 +119,22 @@ class GroupShape:
         return "hierarchical" if self.participants is not None else "flat_ring"
 
 
+def _member_strides(net: Network, coords: np.ndarray) -> tuple[int, ...]:
+    """Per dimension, the distance between consecutive member coordinates of a sub-grid group when
+    they form an arithmetic progression (a strided piece of the dimension, emitted as a logical
+    Ring piece whose hop costs ``stride`` hops), else 1."""
+    out = []
+    for d in range(net.num_dims):
+        vals = np.unique(coords[:, d])
+        s = 1
+        if vals.size > 1:
+            diff = np.diff(vals)
+            if np.all(diff == diff[0]):
+                s = int(diff[0])
+        out.append(s)
+    return tuple(out)
+
+
 def group_shape(net: Network, key: str, members: Sequence[int], source: str) -> GroupShape:
     """Shape of a member set: sub-grid participation, or the dims a flat ring over it crosses."""
     uniq = tuple(sorted(set(int(m) for m in members)))
@@ -131,7 +147,7 @@ def group_shape(net: Network, key: str, members: Sequence[int], source: str) -> 
     # a sub-grid is the product of its per-dimension coordinate sets (coll.group_participation)
     parts = box if math.prod(box) == len(uniq) else None
     if parts is not None:
-        return GroupShape(key, uniq, source, parts, box)
+        return GroupShape(key, uniq, source, parts, box, ring_step_hops=_member_strides(net, coords))
     step = coll.flat_ring_step_hops(net, uniq)
     dims = tuple(d for d in range(net.num_dims) if step[d] > 0)
     return GroupShape(key, uniq, source, None, box, dims, step)
@@ -145,7 +161,7 @@ def group_shape_one_by_one(net: Network, key: str, members: Sequence[int], sourc
     box = tuple(int(np.unique(coords[:, d]).size) for d in range(net.num_dims))
     parts = coll.group_participation(net, uniq)
     if parts is not None:
-        return GroupShape(key, uniq, source, parts, box)
+        return GroupShape(key, uniq, source, parts, box, ring_step_hops=_member_strides(net, coords))
     step = coll.flat_ring_step_hops(net, uniq)
     dims = tuple(d for d in range(net.num_dims) if step[d] > 0)
     return GroupShape(key, uniq, source, None, box, dims, step)
@@ -173,7 +189,8 @@ def all_ranks_shape(net: Network, involved: Sequence[bool] | None) -> GroupShape
 def group_collective(net: Network, kind: str, size_bytes: float, shape: GroupShape) -> Collective:
     """One collective of ``kind`` on a group: hierarchical on a sub-grid, else one flat ring."""
     if shape.participants is not None:
-        return make_collective(kind, size_bytes, shape.participants, net=net)
+        return make_collective(kind, size_bytes, shape.participants, net=net,
+                               strides=shape.ring_step_hops or None)
     p = shape.size
     traffic = coll.ring_traffic_bytes(kind, size_bytes, p)
     traffic_t = tuple(traffic if d in shape.ring_dims else 0.0 for d in range(net.num_dims))

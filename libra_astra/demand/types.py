@@ -131,22 +131,33 @@ class Demand:
             )
 
 
-def default_hops(kind: str, participants: Sequence[int], net: Network | None) -> tuple[int, ...]:
-    """Hop latencies a hierarchical collective pays in sequence per dimension (ring neighbours)."""
+def default_hops(kind: str, participants: Sequence[int], net: Network | None,
+                 strides: Sequence[int] | None = None) -> tuple[int, ...]:
+    """Hop latencies a hierarchical collective pays in sequence per dimension (ring neighbours).
+
+    ``strides[d]`` is the distance between consecutive members in a Ring dimension d (a group
+    that takes every s-th NPU of a ring): the emitted logical network charges such a piece
+    ``s`` hops per ring step (astra/logical.py), so the model does too. Default 1.
+    """
     out = []
     for d, p in enumerate(participants):
         steps = coll.ring_steps(kind, int(p))
-        out.append(steps * (net.dims[d].step_hops if net is not None else 1))
+        hop = net.dims[d].step_hops if net is not None else 1
+        if strides is not None and net is not None and net.dims[d].topology == "Ring" and int(p) > 1:
+            hop *= max(1, int(strides[d]))
+        out.append(steps * hop)
     return tuple(out)
 
 
 def make_collective(kind: str, size_bytes: float, participants: Sequence[int], *, count: float = 1.0,
-                    name: str = "", phase: str = "", group: str = "", net: Network | None = None) -> Collective:
-    """A hierarchical collective with its traffic derived from the table in model/collectives.py."""
+                    name: str = "", phase: str = "", group: str = "", net: Network | None = None,
+                    strides: Sequence[int] | None = None) -> Collective:
+    """A hierarchical collective with its traffic derived from the table in model/collectives.py.
+    ``strides``: per dimension, the distance between consecutive members (see default_hops)."""
     coll.check_type(kind)
     parts = tuple(int(p) for p in participants)
     traffic = coll.hierarchical_traffic_bytes(kind, size_bytes, parts)
-    return Collective(kind, float(size_bytes), parts, traffic, default_hops(kind, parts, net),
+    return Collective(kind, float(size_bytes), parts, traffic, default_hops(kind, parts, net, strides),
                       float(count), name, phase, group, "hierarchical")
 
 

@@ -171,6 +171,17 @@ def _axis_parts(spec: TraceSpec) -> dict:
     return out
 
 
+def _axis_strides(spec: TraceSpec) -> dict:
+    """Per axis and dimension, the distance between consecutive members (the part's stride)."""
+    out = {}
+    for a in spec.layout.axes:
+        s = [1] * spec.net.num_dims
+        for part in a.parts:
+            s[part.dim] = part.stride
+        out[a.name] = tuple(s)
+    return out
+
+
 def demand_from_spec(spec: TraceSpec, net: Network | None = None, *, programs: Programs | None = None,
                      labels: bool = True, name: str | None = None) -> Demand:
     """The demand ``generate`` + ``demand_from_traces`` would give for ``spec`` on ``net``.
@@ -200,6 +211,7 @@ def demand_from_spec(spec: TraceSpec, net: Network | None = None, *, programs: P
     used_axes = [a.name for a in layout.axes if any(op.kind == COLL and op.axis == a.name
                                                     for ops in plan.programs.values() for op in ops)]
     parts = _axis_parts(spec)
+    strides = _axis_strides(spec)
     gids = assign_groups(layout, used_axes) if labels or used_axes else {}
     # per axis, group key of each rank ("" = all ranks)
     gkey = {a: np.asarray([-1 if g is None else g for g in gids[a]], dtype=np.int64) for a in used_axes}
@@ -208,10 +220,10 @@ def demand_from_spec(spec: TraceSpec, net: Network | None = None, *, programs: P
     labelled: dict = {}
 
     def coll_obj(kind: str, size: int, axis: str) -> Collective:
-        k = (kind, size, parts[axis])
+        k = (kind, size, parts[axis], strides[axis])
         c = phys.get(k)
         if c is None:
-            c = phys[k] = make_collective(kind, float(size), parts[axis], net=net)
+            c = phys[k] = make_collective(kind, float(size), parts[axis], net=net, strides=strides[axis])
         return c
 
     def p2p_obj(size: int, dim: int, hops: int) -> Collective:
