@@ -35,3 +35,12 @@ def fake(tmp_path, monkeypatch):
             monkeypatch.setenv("FAKE_STDERR", str(FIXTURES / stderr))
         return str(exe)
     return use
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session, exitstatus):
+    """Collect garbage before the summary: a future that Dask's in-process cluster left behind on
+    closing is reported when it is collected, and should come above pytest's closing line, not
+    after it."""
+    import gc
+    gc.collect()
