@@ -22,13 +22,13 @@ from pathlib import Path
 
 import yaml
 
-from libra_astra.cli.search import _model
 from libra_astra.errors import LibraError
 from libra_astra.search.catalog import load_catalog
 from libra_astra.search.confirm import confirm
 from libra_astra.search.evaluate import Candidate, Problem
 from libra_astra.search.space import Parallelization
 from libra_astra.search.upstream import Constraints, load_cost, load_spec, load_yaml
+from libra_astra.timing.settings import model_from_settings
 
 
 def _placement(text: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -78,7 +78,7 @@ def main() -> int:
         problem = Problem(load_spec(str(spec_path)), catalog, load_cost(args.cost), data["objective"],
                           Constraints(c["total_bw_gbps"], c["total_bw_is_upper_bound"], c["budget_usd"],
                                       c["time_target_ns"]),
-                          _model(tm["kind"], tm["splits"], tm["local_mem_bw_gbps"], tm["overlap"]))
+                          model_from_settings(tm, args.search_json))
         cand = Candidate(tuple(int(x) for x in row["shape"].split("x")), tuple(row["blocks"].split("x")),
                          tuple(level_index[n] for n in row["levels"].split("x")),
                          Parallelization(int(row["tp"]), int(row["pp"]), int(row["dp"]), bool(row["sp"]),

@@ -57,6 +57,18 @@ COLLECTIVES = [
 ]
 
 
+def _loop_rows(label: str, width: int, prefix: Path, net, cost, out_dir: Path, total_bw: float, binary: str,
+               errors: list[float], splits: int = 1, typed: bool = False, column: str = "") -> None:
+    """The closed loop on one trace set: every design's predicted and simulated time, printed."""
+    workloads = load_workloads((str(prefix),), (), (), net, None, type_cpu_collectives=typed)
+    res = run_loop(workloads, net, cost, out_dir=out_dir, constraints=Constraints(total_bw_gbps=total_bw),
+                   binary=binary, splits=splits, overwrite=True)
+    for r in res.rows:
+        errors.append(abs(r.error))
+        print(f"{label:<{width}} {column} {r.name:<20} {r.predicted_ns:>14,.0f} {r.simulated_ns:>14,.0f} "
+              f"{r.error:>+8.3%}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="Keep the runs here (default: a temporary directory).")
@@ -80,26 +92,16 @@ def main() -> int:
     parts = set(args.only or ("samples", "real", "collectives", "astra-examples"))
     for name, prefix, network in (SAMPLES if "samples" in parts else []):
         net = load_network(ROOT / network)
-        workloads = load_workloads((str(ROOT / prefix),), (), (), net, None)
         for k in (1, 4):
-            res = run_loop(workloads, net, cost, out_dir=base / f"{name}-k{k}",
-                           constraints=Constraints(total_bw_gbps=args.total_bw), binary=binary, splits=k,
-                           overwrite=True)
-            for r in res.rows:
-                errors.append(abs(r.error))
-                print(f"{name:<15} {k:>2} {r.name:<20} {r.predicted_ns:>14,.0f} {r.simulated_ns:>14,.0f} {r.error:>+8.3%}")
+            _loop_rows(name, 15, ROOT / prefix, net, cost, base / f"{name}-k{k}", args.total_bw, binary, errors,
+                       splits=k, column=f"{k:>2}")
     print()
     print(f"{'real trace set':<15} {'k':>2} {'design':<20} {'predicted ns':>14} {'simulated ns':>14} {'error':>8}")
     for name, prefix, network, typed in (REAL if "real" in parts else []):
         net = load_network(ROOT / network)
-        workloads = load_workloads((str(ROOT / prefix),), (), (), net, None, type_cpu_collectives=typed)
         for k in (1, 4):
-            res = run_loop(workloads, net, cost, out_dir=base / f"real-{name}-k{k}",
-                           constraints=Constraints(total_bw_gbps=args.real_total_bw), binary=binary, splits=k,
-                           overwrite=True)
-            for r in res.rows:
-                errors.append(abs(r.error))
-                print(f"{name:<15} {k:>2} {r.name:<20} {r.predicted_ns:>14,.0f} {r.simulated_ns:>14,.0f} {r.error:>+8.3%}")
+            _loop_rows(name, 15, ROOT / prefix, net, cost, base / f"real-{name}-k{k}", args.real_total_bw, binary,
+                       errors, splits=k, typed=typed, column=f"{k:>2}")
     print()
     print(f"{'collective':<15} {'dims':<42} {'k':>2} {'predicted ns':>14} {'simulated ns':>14} {'error':>8}")
     for i, (dims, kind, shape) in enumerate(COLLECTIVES if "collectives" in parts else []):
@@ -126,14 +128,8 @@ def main() -> int:
                   f"{'simulated ns':>14} {'error':>8}")
             for ex in find_examples(args.examples):
                 for net in example_networks(ex.npus):
-                    workloads = load_workloads((str(ex.prefix),), (), (), net, None)
-                    res = run_loop(workloads, net, cost, out_dir=base / f"astra-{ex.label}-{net.name}",
-                                   constraints=Constraints(total_bw_gbps=args.real_total_bw), binary=binary,
-                                   overwrite=True)
-                    for r in res.rows:
-                        errors.append(abs(r.error))
-                        print(f"{ex.label:<28} {net.name:<22} {r.name:<20} {r.predicted_ns:>14,.0f} "
-                              f"{r.simulated_ns:>14,.0f} {r.error:>+8.3%}")
+                    _loop_rows(ex.label, 28, ex.prefix, net, cost, base / f"astra-{ex.label}-{net.name}",
+                               args.real_total_bw, binary, errors, column=f"{net.name:<22}")
     print(f"\nlargest |error|: {max(errors):.3%} over {len(errors)} runs (target 2%); runs kept in {base}")
     return 0
 

@@ -161,25 +161,16 @@ def prepare(spec: TraceSpec, plan: Plan | None = None) -> Programs:
     return Programs(plan.programs, infos, sig)
 
 
-def _axis_parts(spec: TraceSpec) -> dict:
-    out = {}
+def _axis_parts(spec: TraceSpec) -> tuple[dict, dict]:
+    """Per axis, its part size in each dimension and the distance between consecutive members
+    there (the part's stride); 1 where the axis does not reach."""
+    sizes, strides = {}, {}
     for a in spec.layout.axes:
-        p = [1] * spec.net.num_dims
+        p, s = [1] * spec.net.num_dims, [1] * spec.net.num_dims
         for part in a.parts:
-            p[part.dim] = part.size
-        out[a.name] = tuple(p)
-    return out
-
-
-def _axis_strides(spec: TraceSpec) -> dict:
-    """Per axis and dimension, the distance between consecutive members (the part's stride)."""
-    out = {}
-    for a in spec.layout.axes:
-        s = [1] * spec.net.num_dims
-        for part in a.parts:
-            s[part.dim] = part.stride
-        out[a.name] = tuple(s)
-    return out
+            p[part.dim], s[part.dim] = part.size, part.stride
+        sizes[a.name], strides[a.name] = tuple(p), tuple(s)
+    return sizes, strides
 
 
 def demand_from_spec(spec: TraceSpec, net: Network | None = None, *, programs: Programs | None = None,
@@ -210,8 +201,7 @@ def demand_from_spec(spec: TraceSpec, net: Network | None = None, *, programs: P
     # collectives per axis (participants = the axis' part sizes)
     used_axes = [a.name for a in layout.axes if any(op.kind == COLL and op.axis == a.name
                                                     for ops in plan.programs.values() for op in ops)]
-    parts = _axis_parts(spec)
-    strides = _axis_strides(spec)
+    parts, strides = _axis_parts(spec)
     gids = assign_groups(layout, used_axes) if labels or used_axes else {}
     # per axis, group key of each rank ("" = all ranks)
     gkey = {a: np.asarray([-1 if g is None else g for g in gids[a]], dtype=np.int64) for a in used_axes}
