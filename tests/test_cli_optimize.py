@@ -142,3 +142,35 @@ def test_pareto(demand_file, tmp_path):
     times = [p["time_ns"] for p in pts]
     assert times[0] > times[1] > times[2]
     assert all(p["cost_usd"] <= p["budget_usd"] * (1 + 1e-9) and p["relative_gap"] <= 1e-8 for p in pts)
+
+
+def test_perf_without_cost_file_gives_the_same_design_and_no_cost(demand_file):
+    """--cost is only needed by objectives and limits that use prices: without it the time-only
+    optimum is the same, and no dollar figure is printed (every design would cost $0)."""
+    with_cost = json.loads(run(*base(demand_file), "--total-bw", "300", "--json").output)
+    r = run("--demand", demand_file, "--network", NET, "--total-bw", "300", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["optimum"]["bandwidth_gbps"] == with_cost["optimum"]["bandwidth_gbps"]
+    assert data["optimum"]["time_ns"] == with_cost["optimum"]["time_ns"]
+    assert data["optimum"]["cost_usd"] == 0.0
+    table = run("--demand", demand_file, "--network", NET, "--total-bw", "300")
+    assert table.exit_code == 0, table.output
+    assert "$" not in table.output and "perf/cost" not in table.output and "\ncost " not in table.output
+    assert "$" in run(*base(demand_file), "--total-bw", "300").output
+
+
+@pytest.mark.parametrize("extra, needs", [
+    (["--objective", "perf-per-cost", "--total-bw", "300"], "--objective perf-per-cost"),
+    (["--objective", "min-cost", "--time-target", "1e9", "--total-bw-max", "300"], "--objective min-cost"),
+    (["--budget", "1e6", "--total-bw-max", "300"], "--budget"),
+])
+def test_prices_needed_without_cost_file_is_one_line_error(demand_file, extra, needs):
+    r = run("--demand", demand_file, "--network", NET, *extra)
+    one_line_error(r, f"{needs} needs unit prices: give --cost FILE (e.g. network_configs/cost.yml)")
+
+
+def test_pareto_without_cost_file_is_one_line_error(demand_file):
+    r = CliRunner().invoke(main, ["pareto", "--demand", demand_file, "--network", NET,
+                                  "--min-budget", "1e5", "--max-budget", "1e6"])
+    one_line_error(r, "pareto needs unit prices: give --cost FILE (e.g. network_configs/cost.yml)")

@@ -28,7 +28,8 @@ if TYPE_CHECKING:  # the library is imported by the command that runs
 OBJECTIVE_HELP = "perf: min time; perf-per-cost: min time x cost; min-cost: min cost with --time-target."
 
 
-def _print_result(r: OptimizeResult, net: Network, cost: CostModel, n_workloads: int, data: dict) -> None:
+def _print_result(r: OptimizeResult, net: Network, cost: CostModel | None, n_workloads: int, data: dict) -> None:
+    """``cost`` None: no cost file was given, so no cost is shown (every design would cost $0)."""
     b = r.best
     if data.get("time_model"):
         click.echo(header(r.objective, data["time_model"]))
@@ -36,12 +37,14 @@ def _print_result(r: OptimizeResult, net: Network, cost: CostModel, n_workloads:
         click.echo(f"note: {note}")
     click.echo(f"network {net.name} ({net.npus_count:,} NPUs), {n_workloads} workload{'s' if n_workloads > 1 else ''}, "
                f"{r.num_collectives:,} collectives -> {r.num_terms} distinct terms")
-    prices = cost.price_usd_per_gbps(net)
+    prices = cost.price_usd_per_gbps(net) if cost is not None else None
     total = sum(b.bw_gbps)
-    click.echo(f"  {'dimension':<12} {'topology':<15} {'npus':>5} {'GB/s per NPU':>13} {'share':>7} {'cost':>14}")
-    for d, bw, p in zip(net.dims, b.bw_gbps, prices):
-        click.echo(f"  {d.name:<12} {d.topology:<15} {d.npus:>5} {bw:>13.4f} {bw / total:>6.1%} {fmt_usd(p * bw):>14}")
-    click.echo(f"  {'total':<12} {'':<15} {'':>5} {total:>13.4f} {'':>7} {fmt_usd(b.cost_usd):>14}")
+    click.echo(f"  {'dimension':<12} {'topology':<15} {'npus':>5} {'GB/s per NPU':>13} {'share':>7}"
+               + (f" {'cost':>14}" if prices else ""))
+    for i, (d, bw) in enumerate(zip(net.dims, b.bw_gbps)):
+        click.echo(f"  {d.name:<12} {d.topology:<15} {d.npus:>5} {bw:>13.4f} {bw / total:>6.1%}"
+                   + (f" {fmt_usd(prices[i] * bw):>14}" if prices else ""))
+    click.echo(f"  {'total':<12} {'':<15} {'':>5} {total:>13.4f}" + (f" {'':>7} {fmt_usd(b.cost_usd):>14}" if prices else ""))
     several = n_workloads > 1
     other = float((data.get("breakdown") or {}).get("optimum", {}).get("cpu_and_idle_ns", 0.0))
     if other > 0:
@@ -56,11 +59,13 @@ def _print_result(r: OptimizeResult, net: Network, cost: CostModel, n_workloads:
         for w in data.get("workloads", []):
             click.echo(f"  {w['name']:<18} weight {w['weight']:g}: {fmt_time(w['time_ns'])} = compute "
                        f"{fmt_time(w['compute_ns'])} + communication {fmt_time(w['communication_ns'])}")
-    click.echo(f"cost      {fmt_usd(b.cost_usd)}   time x cost {b.time_cost_ns_usd / 1e9:,.6g} s*USD")
+    if prices:
+        click.echo(f"cost      {fmt_usd(b.cost_usd)}   time x cost {b.time_cost_ns_usd / 1e9:,.6g} s*USD")
     for name, e in r.baselines.items():
         flag = "" if e.feasible else "  (violates the constraints)"
-        click.echo(f"vs {name:<20} time {fmt_time(e.time_ns):>12}  speedup {_x(ratio(e.time_ns, b.time_ns))}  "
-                   f"perf/cost gain {_x(ratio(e.time_cost_ns_usd, b.time_cost_ns_usd) if b.cost_usd else None, 'cost 0')}{flag}")
+        gain = (f"  perf/cost gain {_x(ratio(e.time_cost_ns_usd, b.time_cost_ns_usd) if b.cost_usd else None, 'cost 0')}"
+                if prices else "")
+        click.echo(f"vs {name:<20} time {fmt_time(e.time_ns):>12}  speedup {_x(ratio(e.time_ns, b.time_ns))}{gain}{flag}")
     gap = f"{r.rel_gap:.2e}" if math.isfinite(r.rel_gap) else "unknown"
     click.echo(f"solver    {r.message}; relative duality gap {gap}; {r.newton_steps} Newton steps; "
                f"{r.solve_time_s * 1e3:.2f} ms")
@@ -106,7 +111,8 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, as_j
         check_writable(output, force)
     check_plot(plot_out, force)
     tm = shared.time_model()
-    net, cost, workloads, cons = shared.load(budget, time_target)
+    net, cost, workloads, cons = shared.load(budget, time_target,
+                                             prices_for=None if objective == "perf" else f"--objective {objective}")
     if objective != "min-cost" and time_target is not None:
         raise LibraError("--time-target only applies to --objective min-cost")
     cost.check_priced(net, objective)
@@ -123,7 +129,7 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, as_j
     else:
         for line in warnings:
             click.echo(f"warning: {line}")
-        _print_result(r, net, cost, len(workloads), data)
+        _print_result(r, net, cost if shared.cost_path else None, len(workloads), data)
     if output:
         design = Design(Path(output).stem, net, r.bw_gbps, objective, tm.kind, r.best.time_ns, r.best.cost_usd,
                         tuple(WorkloadRef.of(w) for w in workloads), data, model_settings(tm))
@@ -161,7 +167,7 @@ def pareto_command(shared: SharedOptions, min_budget, max_budget, points, output
         check_writable(output, force)
     check_plot(plot_out, force)
     tm = shared.time_model()
-    net, cost, workloads, cons = shared.load()
+    net, cost, workloads, cons = shared.load(prices_for="pareto")
     budgets = [min_budget * (max_budget / min_budget) ** (i / (points - 1)) for i in range(points)]
     with Progress("pareto") as p:
         p.note(f"{points} budgets")

@@ -67,15 +67,23 @@ class SharedOptions:
         total = self.total_bw if self.total_bw is not None else self.total_bw_max
         return Constraints(total, self.total_bw_max is not None, budget, time_target, linear)
 
-    def load(self, budget: float | None = None, time_target: float | None = None) -> Inputs:
-        """Network, cost model, workloads and constraints named by the options."""
+    def load(self, budget: float | None = None, time_target: float | None = None, *,
+             prices_for: str | None = None) -> Inputs:
+        """Network, cost model, workloads and constraints named by the options. ``prices_for`` names
+        what needs unit prices (an objective, a command), so that a missing --cost is refused."""
         from ..demand.workload import load_workloads
-        from ..model.cost import load_cost
+        from ..model.cost import load_cost, unpriced
         from ..model.network import load_network
         from .progress import Progress
 
         net = load_network(self.network_path)
-        cost = load_cost(self.cost_path)
+        if self.cost_path:
+            cost = load_cost(self.cost_path)
+        elif prices_for or budget is not None:
+            raise LibraError(f"{prices_for or '--budget'} needs unit prices: give --cost FILE "
+                             f"(e.g. network_configs/cost.yml)")
+        else:
+            cost = unpriced(net)
         with Progress("reading") as p:
             workloads = load_workloads(self.traces, self.demands, self.weights, net, self.comm_groups,
                                        on_progress=lambda prefix, done, total: p(done, total, prefix),
@@ -109,8 +117,9 @@ workload_options = _apply([
     click.argument("traces", nargs=-1, metavar="[PREFIX]...", expose_value=False, callback=_store),
     _shared("--network", "-n", "network_path", required=True, type=click.Path(exists=True, dir_okay=False),
             help="Network YAML (network_configs/*.yml)."),
-    _shared("--cost", "cost_path", required=True, type=click.Path(exists=True, dir_okay=False),
-            help="Cost model YAML with unit prices per cost class."),
+    _shared("--cost", "cost_path", type=click.Path(exists=True, dir_okay=False),
+            help="Cost model YAML with unit prices per cost class (network_configs/cost.yml) [default: none, "
+                 "for --objective perf: no prices, so no cost is reported]."),
     _shared("--demand", "demands", multiple=True, type=click.Path(exists=True, dir_okay=False),
             help="Demand JSON (repeatable: several workloads)."),
     _shared("--weight", "weights", multiple=True, type=FiniteFloat(),

@@ -68,6 +68,11 @@ class CostModel:
         return float(sum(p * b for p, b in zip(self.price_usd_per_gbps(net), bw_gbps)))
 
 
+def unpriced(net: Network) -> CostModel:
+    """No prices at all: every design costs $0 (for the time-only objective, when no cost file is given)."""
+    return CostModel("unpriced", {d.cost_class: UnitPrices() for d in net.dims})
+
+
 def cost_from_dict(data: Any, source: str = "<cost>") -> CostModel:
     if not isinstance(data, Mapping):
         raise LibraError(f"{source}: expected a mapping with 'unit_prices_usd_per_gbps'")
