@@ -12,6 +12,10 @@ Network file (our own format, YAML)::
         bw_min_gbps: 10          # optional bounds on the per-NPU bandwidth of this dimension
         bw_max_gbps: 400
 
+ASTRA-sim's own analytical network YAML (``topology``, ``npus_count``, ``latency``, ``bandwidth``
+lists, one entry per dimension) is read too: dimensions ``dim0``, ``dim1``, ..., no cost class and no
+bounds; its ``bandwidth`` is what is being optimized, so it is ignored.
+
 NPU ids and coordinates: see grid.py.
 """
 
@@ -112,10 +116,36 @@ class Network(Grid):
         return {"name": self.name, "dimensions": dims}
 
 
+_ASTRA_KEYS = ("topology", "npus_count", "latency", "bandwidth")
+
+
+def _from_astra_sim(data: Mapping, source: str) -> Network:
+    """An ASTRA-sim analytical network file, as its simulator reads it (see the module docstring)."""
+    where = f"{source} (ASTRA-sim network)"
+    unknown = set(data) - set(_ASTRA_KEYS)
+    if unknown:
+        raise LibraError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {list(_ASTRA_KEYS)}")
+    lists = {}
+    for key in _ASTRA_KEYS:
+        v = data.get(key, [])
+        if not isinstance(v, list) or (not v and key != "bandwidth"):
+            raise LibraError(f"{where}: '{key}' must be a non-empty list with one entry per dimension, got {v!r}")
+        lists[key] = v
+    n = len(lists["npus_count"])
+    for key, v in lists.items():
+        if v and len(v) != n:
+            raise LibraError(f"{where}: '{key}' has {len(v)} entries but 'npus_count' has {n}; give one per dimension")
+    return network_from_dict({"name": Path(source).stem, "dimensions": [
+        {"name": f"dim{i}", "topology": t, "npus": c, "latency_ns": lat}
+        for i, (t, c, lat) in enumerate(zip(lists["topology"], lists["npus_count"], lists["latency"]))]}, where)
+
+
 def network_from_dict(data: Any, source: str = "<network>") -> Network:
     """Build and validate a Network from parsed YAML; every error names ``source`` and the item."""
     if not isinstance(data, Mapping):
         raise LibraError(f"{source}: expected a mapping with 'name' and 'dimensions', got {type(data).__name__}")
+    if "npus_count" in data and "dimensions" not in data:
+        return _from_astra_sim(data, source)
     unknown = set(data) - {"name", "dimensions", "description"}
     if unknown:
         raise LibraError(f"{source}: unknown key(s) {sorted(unknown)}; allowed: name, description, dimensions")
