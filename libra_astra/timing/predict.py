@@ -29,6 +29,7 @@ import numpy as np
 
 from ..demand.types import Demand, RankClass
 from ..model.network import Network
+from .fixed_order import FixedOrder, finish_times, fixed_order, path_nodes as fixed_path_nodes
 from .model import TimeModel, class_rows, class_time_ns, rows_times_ns
 
 # A node of the job: (rank class, node index); node -1 stands for a whole class without a DAG.
@@ -115,6 +116,28 @@ class _Plan:
     rows: tuple | None = None           # ((network, model), every class's collective rows stacked)
     last: tuple | None = None           # ((bandwidths, network, model), its _Replay)
     node_table: tuple | None = None     # node_table(), once asked for
+    edges: tuple = ()                   # (dependency sources, targets, slot, is GPU compute) as arrays
+    fixed: FixedOrder | None | bool = False   # fixed_order(), False until asked for
+    last_times: tuple | None = None     # ((bandwidths, network, model), its _Times)
+
+
+@dataclass(frozen=True)
+class _Times:
+    """A replay's ends from the fixed order (fixed_order.py); its causes are found along the
+    critical paths only, when asked for."""
+
+    finish: list[float]
+    busy_comp: tuple[float, ...]
+    offsets: tuple[int, ...]
+    fixed: FixedOrder
+    dur: np.ndarray
+
+    def class_finish(self, ci: int) -> list[float]:
+        return self.finish[self.offsets[ci]:self.offsets[ci + 1]]
+
+    def path_nodes(self, ends: Sequence[int]) -> list[list[int]] | None:
+        """As _Replay.path_nodes, or None where two causes of a node on a path tie."""
+        return fixed_path_nodes(self.fixed, self.finish, self.dur, ends)
 
 
 # Per demand object (not per equal demand: a demand read again builds its plan again, as a new
@@ -226,11 +249,17 @@ def _build_plan(d: Demand) -> _Plan:
             special[u] |= _AWAITED_READY
     cls_of = cls.tolist()
     job_of = list(zip(cls_of, (np.arange(n) - np.asarray(offsets)[cls]).tolist()))
-    return _Plan(tuple(offsets), cls_of, slot, (code == _COMP).tolist(), children, left, waits, syncs, special,
-                 base, coll_pos, coll_base[coll_pos] + value[coll_pos].astype(np.int64), tuple(no_dag), job_of)
+    is_comp = code == _COMP
+    return _Plan(tuple(offsets), cls_of, slot, is_comp.tolist(), children, left, waits, syncs, special,
+                 base, coll_pos, coll_base[coll_pos] + value[coll_pos].astype(np.int64), tuple(no_dag), job_of,
+                 edges=(u_all, v_all, np.where(slotted, 2 * cls + code, -1), is_comp))
 
 
 def _durations(d: Demand, plan: _Plan, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> list[float]:
+    return _duration_array(d, plan, bw_gbps, net, model).tolist()
+
+
+def _duration_array(d: Demand, plan: _Plan, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> np.ndarray:
     # Collective times do not depend on overlap: the rows are the ones the no-overlap optimum
     # (the optimizer's start) has built already, stacked once per demand, network and model.
     model = replace(model, overlap=False)
@@ -247,7 +276,7 @@ def _durations(d: Demand, plan: _Plan, bw_gbps: Sequence[float], net: Network, m
     for ci in plan.no_dag:
         comp, comm = class_time_ns(d.rank_classes[ci], bw_gbps, net, model)
         dur[plan.offsets[ci]] = comp + comm
-    return dur.tolist()
+    return dur
 
 
 def _replay(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> _Replay:
@@ -262,6 +291,30 @@ def _replay(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel)
         r = _simulate(plan, dur, d)
     plan.last = (key, r)
     return r
+
+
+def _times(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> _Replay | _Times:
+    """The replay's ends (and busy compute), from the fixed order when the plan has one and the
+    durations allow it, else from the event-driven replay: the same numbers either way."""
+    plan = _plan(d)
+    key = (tuple(float(b) for b in bw_gbps), net, model)
+    for cached in (plan.last_times, plan.last):
+        if cached is not None and cached[0] == key:
+            return cached[1]
+    if plan.fixed is False:
+        plan.fixed = fixed_order(plan.offsets, *plan.edges[:2], plan.edges[2], plan.edges[3], plan.base_ns,
+                                 plan.waits, plan.syncs,
+                                 [d.rank_classes[ci].compute_time_ns if ci in plan.no_dag else 0.0
+                                  for ci in range(len(plan.offsets) - 1)])
+    fo = plan.fixed
+    if fo is not None:
+        dur = _duration_array(d, plan, bw_gbps, net, model)
+        finish = finish_times(fo, dur)
+        if finish is not None:
+            t = _Times(finish, fo.busy_comp, plan.offsets, fo, dur)
+            plan.last_times = (key, t)
+            return t
+    return _replay(d, bw_gbps, net, model)
 
 
 def _simulate(plan: _Plan, dur: list[float], d: Demand) -> _Replay:
@@ -478,7 +531,7 @@ def critical_path_nodes(d: Demand, bw_gbps: Sequence[float], net: Network,
     """``critical_paths`` with each path as global nodes of the joint graph (``node_table``; a
     class without a DAG is its one node): the optimizer keys and merges paths by these, without
     building the (class, node) pairs."""
-    r = _replay(d, bw_gbps, net, model)
+    r = _times(d, bw_gbps, net, model)
     out: list = []
     ends = []
     for ci, rc in enumerate(d.rank_classes):
@@ -493,12 +546,16 @@ def critical_path_nodes(d: Demand, bw_gbps: Sequence[float], net: Network,
         g = r.offsets[ci] + f.index(max(f))
         out.append((r.finish[g], None))
         ends.append(g)
-    paths = iter(r.path_nodes(ends))
+    found = r.path_nodes(ends)
+    if found is None:
+        # a tie on a path: the event-driven replay's order of events decides it
+        found = _replay(d, bw_gbps, net, model).path_nodes(ends)
+    paths = iter(found)
     return [(t, next(paths) if p is None else p) for t, p in out]
 
 
 def predict(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> Prediction:
-    r = _replay(d, bw_gbps, net, model)
+    r = _times(d, bw_gbps, net, model)
     times = [max(r.class_finish(ci), default=0.0) for ci in range(len(d.rank_classes))]
     i = max(range(len(times)), key=times.__getitem__)
     return Prediction(times[i], tuple(times), times[i] - r.busy_comp[i],
