@@ -54,42 +54,46 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
     on = np.flatnonzero(slot >= 0)
     on = on[np.argsort(slot[on], kind="stable")]
     same = slot[on[1:]] == slot[on[:-1]]
-    pairs = on[:-1][same] * n + on[1:][same]
+    # dependencies as one sorted key each, by node then dependency, each once
+    keys = np.sort(dep_v * n + dep_u)
+    keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if keys.size else keys
+    pairs = on[1:][same] * n + on[:-1][same]
     if pairs.size:
-        keys = np.sort(dep_u * n + dep_v)
         at = np.minimum(np.searchsorted(keys, pairs), keys.size - 1)
         if not keys.size or not np.all(keys[at] == pairs):
             return None
     order = _merge_classes(offsets, dep_u, dep_v, waits, syncs)
     if order is None:
         return None
+    # distinct dependencies (a repeated one is still one cause), by node then dependency
+    cu, cv = keys % n, keys // n
+    dep_ptr = np.searchsorted(cv, np.arange(n + 1))
     # Inputs: dependencies, the send a receive waits for, the dependencies of a shared
     # collective's partners (their readiness), or the zero node for a partner with none.
     srcs = np.fromiter(waits.values(), dtype=np.int64, count=len(waits))
     dsts = np.fromiter(waits.keys(), dtype=np.int64, count=len(waits))
-    dep_order = np.argsort(dep_v, kind="stable")
-    du, dv = dep_u[dep_order], dep_v[dep_order]
-    dep_ptr = np.searchsorted(dv, np.arange(n + 1))
-    us, vs = [du, srcs], [dv, dsts]
-    for g, partners in syncs.items():
-        for p in partners:
-            ins = du[dep_ptr[p]:dep_ptr[p + 1]]
-            us.append(ins if ins.size else np.array([n]))
-            vs.append(np.full(max(ins.size, 1), g))
-    iu, iv = np.concatenate(us), np.concatenate(vs)
-    ii = np.argsort(iv, kind="stable")
-    iu, iv = iu[ii], iv[ii]
-    ptr = np.searchsorted(iv, np.arange(n + 1))
-    deg = np.diff(ptr)
+    iu, iv, ptr = cu, cv, dep_ptr
+    if waits or syncs:
+        us, vs = [cu, srcs], [cv, dsts]
+        for g, partners in syncs.items():
+            for p in partners:
+                ins = cu[dep_ptr[p]:dep_ptr[p + 1]]
+                us.append(ins if ins.size else np.array([n]))
+                vs.append(np.full(max(ins.size, 1), g))
+        iu, iv = np.concatenate(us), np.concatenate(vs)
+        ii = np.argsort(iv, kind="stable")
+        iu, iv = iu[ii], iv[ii]
+        ptr = np.searchsorted(iv, np.arange(n + 1))
+    deg = np.diff(ptr)[order]
     ins = np.concatenate([iu, [n]])     # a node without inputs reads the zero node
-    at = ptr[order]
-    last = at + np.maximum(deg[order], 1) - 1
-    a = ins[np.where(deg[order] > 0, at, iu.size)]
-    b = ins[np.where(deg[order] > 0, np.minimum(at + 1, last), iu.size)]
-    c = ins[np.where(deg[order] > 0, np.minimum(at + 2, last), iu.size)]
+    at = np.where(deg > 0, ptr[order], iu.size)
+    last = at + np.maximum(deg, 1) - 1
+    a = ins[at]
+    b = ins[np.minimum(at + 1, last)]
+    c = ins[np.minimum(at + 2, last)]
     out_order, out_a, out_b, out_c = order.tolist(), a.tolist(), b.tolist(), c.tolist()
     extra = 0
-    wide = np.flatnonzero(deg[order] > 3)
+    wide = np.flatnonzero(deg > 3)
     if wide.size:
         # Three inputs at a time: partial maxima in extra nodes just before the node.
         o2: list[int] = []
@@ -126,11 +130,7 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
         comps = base_ns[lo:hi][comp[lo:hi]]
         # one addition after the other, as the replay adds each compute node when it ends
         busy.append(float(np.cumsum(np.concatenate(([busy_start[ci]], comps)))[-1]))
-    # distinct dependencies (a repeated one is still one cause), by node then dependency
-    keys = np.unique(dep_v * n + dep_u)
-    cu, cv = keys % n, keys // n
-    return FixedOrder(n, extra, out_order, out_a, out_b, out_c, dsts, srcs, cu, np.searchsorted(cv, np.arange(n + 1)),
-                      waits, syncs, tuple(busy))
+    return FixedOrder(n, extra, out_order, out_a, out_b, out_c, dsts, srcs, cu, dep_ptr, waits, syncs, tuple(busy))
 
 
 def _merge_classes(offsets, dep_u, dep_v, waits, syncs) -> np.ndarray | None:
@@ -244,21 +244,26 @@ def path_nodes(fo: FixedOrder, finish: list[float], dur: np.ndarray, ends: Seque
     """The path of causes that ends in each node of ``ends``, first node first, as the event-driven
     replay's causes give it; None if a node on a path has two causes that end at the same time."""
     cause = causes(fo, finish, dur).tolist()
+    # the paths of a pipeline's classes share most of their nodes: each is walked only up to a
+    # node of a path walked already
+    path_of = [-1] * fo.size
+    at = [0] * fo.size
     walked: list[list[int]] = []
-    seen: dict[int, tuple[int, int]] = {}
-    out = []
     for g in ends:
         ids: list[int] = []
+        w = len(walked)
+        i = 0
         while g >= 0:
-            hit = seen.get(g)
-            if hit is not None:
-                ids += walked[hit[0]][hit[1]:]
+            p = path_of[g]
+            if p >= 0:
+                ids += walked[p][at[g]:]
                 break
-            seen[g] = (len(walked), len(ids))
+            path_of[g] = w
+            at[g] = i
+            i += 1
             ids.append(g)
             g = cause[g]
         if g == -2:
             return None
         walked.append(ids)
-        out.append(ids[::-1])
-    return out
+    return [ids[::-1] for ids in walked]
