@@ -22,7 +22,8 @@ import heapq
 from contextlib import contextmanager
 from itertools import chain
 import weakref
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -97,28 +98,72 @@ _AWAITED_READY, _AWAITED_END, _WAITS, _SYNCS = 1, 2, 4, 8
 @dataclass
 class _Plan:
     """The joint graph of a demand: every class's nodes numbered one after the other (so the
-    global order is (class, node) order), with everything that does not depend on bandwidth."""
+    global order is (class, node) order), with everything that does not depend on bandwidth.
+    The lists the event-driven replay walks are made when it first runs (the fixed order,
+    fixed_order.py, reads the arrays)."""
 
     offsets: tuple[int, ...]            # first global node of each class, and the total at the end
-    cls_of: list[int]
-    slot: list[int]                     # GPU or CPU slot (2 per class) a node takes, -1 for none
-    is_comp: list[bool]
-    children: list[list[int]]           # dependants, then the rank's next collective
-    left: list[int]                     # dependencies to finish before a node is ready
+    cls: np.ndarray                     # class of each global node
     waits: dict[int, int]               # receive -> the send it cannot finish before
     syncs: dict[int, list[int]]         # collective -> the same collective of other classes
-    special: bytearray                  # _AWAITED_READY | _AWAITED_END | _WAITS | _SYNCS
     base_ns: np.ndarray                 # duration of every node that is not a collective
     coll_pos: np.ndarray                # global nodes that are collectives ...
     coll_idx: np.ndarray                # ... and their collective in the classes' concatenation
     no_dag: tuple[int, ...]             # classes replayed as one node of their no-overlap time
-    job_of: list[JobNode] = field(default_factory=list)    # (class, node) of each global node
+    # (dependency sources, targets: dependants by node, then the rank's next collective), the
+    # GPU or CPU slot (2 per class) a node takes or -1, and whether it is GPU compute
+    edges: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     rows: tuple | None = None           # ((network, model), every class's collective rows stacked)
     last: tuple | None = None           # ((bandwidths, network, model), its _Replay)
     node_table: tuple | None = None     # node_table(), once asked for
-    edges: tuple = ()                   # (dependency sources, targets, slot, is GPU compute) as arrays
     fixed: FixedOrder | None | bool = False   # fixed_order(), False until asked for
     last_times: tuple | None = None     # ((bandwidths, network, model), its _Times)
+
+    @cached_property
+    def cls_of(self) -> list[int]:
+        return self.cls.tolist()
+
+    @cached_property
+    def slot(self) -> list[int]:
+        return self.edges[2].tolist()
+
+    @cached_property
+    def is_comp(self) -> list[bool]:
+        return self.edges[3].tolist()
+
+    @cached_property
+    def children(self) -> list[list[int]]:
+        """Dependants, then the rank's next collective: the order a replay of the class alone
+        visits them in, so ties in readiness and slot dispatch resolve alike."""
+        u_all, v_all = self.edges[:2]
+        order = np.argsort(u_all, kind="stable")
+        targets = v_all[order].tolist()
+        bounds = np.searchsorted(u_all[order], np.arange(self.offsets[-1] + 1)).tolist()
+        return [targets[a:b] for a, b in zip(bounds, bounds[1:])]
+
+    @cached_property
+    def left(self) -> list[int]:
+        """Dependencies to finish before a node is ready."""
+        return np.bincount(self.edges[1], minlength=self.offsets[-1]).tolist()
+
+    @cached_property
+    def special(self) -> bytearray:
+        """_AWAITED_READY | _AWAITED_END | _WAITS | _SYNCS of each node."""
+        special = bytearray(self.offsets[-1])
+        for g, src in self.waits.items():
+            special[g] |= _WAITS
+            special[src] |= _AWAITED_END
+        for g, partners in self.syncs.items():
+            special[g] |= _SYNCS
+            for u in partners:
+                special[u] |= _AWAITED_READY
+        return special
+
+    @cached_property
+    def job_of(self) -> list[JobNode]:
+        """(class, node) of each global node."""
+        n = self.offsets[-1]
+        return list(zip(self.cls_of, (np.arange(n) - np.asarray(self.offsets)[self.cls]).tolist()))
 
 
 @dataclass(frozen=True)
@@ -229,30 +274,13 @@ def _build_plan(d: Demand) -> _Plan:
                 syncs.setdefault(off + v, []).append(offsets[c] + u)
         first_coll += len(rc.collectives)
     u_all, v_all = np.concatenate(us), np.concatenate(vs)
-    order = np.argsort(u_all, kind="stable")
-    targets = v_all[order].tolist()
-    bounds = np.searchsorted(u_all[order], np.arange(n + 1)).tolist()
-    children = [targets[a:b] for a, b in zip(bounds, bounds[1:])]
-    left = np.bincount(v_all, minlength=n).tolist()
     is_coll = code == _COLL
     coll_pos = np.flatnonzero(is_coll)
     base[~is_coll] = value[~is_coll]
     slotted = (code == _COMP) | (code == _CPU)
-    slot = np.where(slotted, 2 * cls + code, -1).tolist()
-    special = bytearray(n)
-    for g, src in waits.items():
-        special[g] |= _WAITS
-        special[src] |= _AWAITED_END
-    for g, partners in syncs.items():
-        special[g] |= _SYNCS
-        for u in partners:
-            special[u] |= _AWAITED_READY
-    cls_of = cls.tolist()
-    job_of = list(zip(cls_of, (np.arange(n) - np.asarray(offsets)[cls]).tolist()))
-    is_comp = code == _COMP
-    return _Plan(tuple(offsets), cls_of, slot, is_comp.tolist(), children, left, waits, syncs, special,
-                 base, coll_pos, coll_base[coll_pos] + value[coll_pos].astype(np.int64), tuple(no_dag), job_of,
-                 edges=(u_all, v_all, np.where(slotted, 2 * cls + code, -1), is_comp))
+    return _Plan(tuple(offsets), cls, waits, syncs, base, coll_pos,
+                 coll_base[coll_pos] + value[coll_pos].astype(np.int64), tuple(no_dag),
+                 (u_all, v_all, np.where(slotted, 2 * cls + code, -1), code == _COMP))
 
 
 def _durations(d: Demand, plan: _Plan, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> list[float]:
