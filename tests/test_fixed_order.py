@@ -35,7 +35,7 @@ def compare(d: Demand, net: Network, seed: int, seen: Counter, count: int = 3) -
                     if (f := exact.class_finish(ci))]
             if isinstance(t, joint._Times):
                 seen["fixed"] += 1
-                cause = fixed.causes(plan.fixed, t.finish, t.dur).tolist()
+                cause = fixed.causes(plan.fixed, t.ends_ns, t.dur).tolist()
                 seen["ties"] += cause.count(-2)
                 assert [c for c in cause if c != -2] == [e for c, e in zip(cause, exact.cause) if c != -2]
                 paths = t.path_nodes(ends)

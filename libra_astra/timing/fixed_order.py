@@ -201,11 +201,11 @@ def finish_times(fo: FixedOrder, dur: np.ndarray) -> list[float] | None:
     return F
 
 
-def causes(fo: FixedOrder, finish: list[float], dur: np.ndarray) -> np.ndarray:
+def causes(fo: FixedOrder, finish: np.ndarray, dur: np.ndarray) -> np.ndarray:
     """What each node waited for last, as the event-driven replay records it: -1 for nothing, -2
     where two causes end at the same time (the replay's order of events would decide)."""
     n = fo.size
-    F = np.asarray(finish)
+    F = finish
     ptr = fo.dep_ptr
     deg = np.diff(ptr)
     has = deg > 0
@@ -240,7 +240,7 @@ def causes(fo: FixedOrder, finish: list[float], dur: np.ndarray) -> np.ndarray:
     return cause
 
 
-def path_nodes(fo: FixedOrder, finish: list[float], dur: np.ndarray, ends: Sequence[int]) -> list[list[int]] | None:
+def path_nodes(fo: FixedOrder, finish: np.ndarray, dur: np.ndarray, ends: Sequence[int]) -> list[list[int]] | None:
     """The path of causes that ends in each node of ``ends``, first node first, as the event-driven
     replay's causes give it; None if a node on a path has two causes that end at the same time."""
     cause = causes(fo, finish, dur).tolist()

@@ -62,6 +62,11 @@ class _Replay:
     def class_finish(self, ci: int) -> list[float]:
         return self.finish[self.offsets[ci]:self.offsets[ci + 1]]
 
+    def class_last(self, ci: int) -> int:
+        """The first node of class ``ci`` to end last, as max() picks it; -1 if it has none."""
+        f = self.class_finish(ci)
+        return self.offsets[ci] + f.index(max(f)) if f else -1
+
     def paths_to(self, ends: Sequence[int]) -> list[tuple[JobNode, ...]]:
         """The path of causes that ends in each global node of ``ends``, first node first."""
         job_of = self.job_of
@@ -176,13 +181,19 @@ class _Times:
     offsets: tuple[int, ...]
     fixed: FixedOrder
     dur: np.ndarray
+    ends_ns: np.ndarray                 # finish, as an array
 
     def class_finish(self, ci: int) -> list[float]:
         return self.finish[self.offsets[ci]:self.offsets[ci + 1]]
 
+    def class_last(self, ci: int) -> int:
+        """As _Replay.class_last (argmax takes the first of equal ends, and no end is NaN)."""
+        lo, hi = self.offsets[ci], self.offsets[ci + 1]
+        return lo + int(np.argmax(self.ends_ns[lo:hi])) if hi > lo else -1
+
     def path_nodes(self, ends: Sequence[int]) -> list[list[int]] | None:
         """As _Replay.path_nodes, or None where two causes of a node on a path tie."""
-        return fixed_path_nodes(self.fixed, self.finish, self.dur, ends)
+        return fixed_path_nodes(self.fixed, self.ends_ns, self.dur, ends)
 
 
 # Per demand object (not per equal demand: a demand read again builds its plan again, as a new
@@ -339,7 +350,7 @@ def _times(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) 
         dur = _duration_array(d, plan, bw_gbps, net, model)
         finish = finish_times(fo, dur)
         if finish is not None:
-            t = _Times(finish, fo.busy_comp, plan.offsets, fo, dur)
+            t = _Times(finish, fo.busy_comp, plan.offsets, fo, dur, np.array(finish))
             plan.last_times = (key, t)
             return t
     return _replay(d, bw_gbps, net, model)
@@ -566,12 +577,10 @@ def critical_path_nodes(d: Demand, bw_gbps: Sequence[float], net: Network,
         if rc.dag is None:
             out.append((r.finish[r.offsets[ci]], [r.offsets[ci]]))
             continue
-        f = r.class_finish(ci)
-        if not f:
+        g = r.class_last(ci)
+        if g < 0:
             out.append((0.0, []))
             continue
-        # the first node to end last, as max() picks it
-        g = r.offsets[ci] + f.index(max(f))
         out.append((r.finish[g], None))
         ends.append(g)
     found = r.path_nodes(ends)
@@ -584,7 +593,7 @@ def critical_path_nodes(d: Demand, bw_gbps: Sequence[float], net: Network,
 
 def predict(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> Prediction:
     r = _times(d, bw_gbps, net, model)
-    times = [max(r.class_finish(ci), default=0.0) for ci in range(len(d.rank_classes))]
+    times = [0.0 if (g := r.class_last(ci)) < 0 else r.finish[g] for ci in range(len(d.rank_classes))]
     i = max(range(len(times)), key=times.__getitem__)
     return Prediction(times[i], tuple(times), times[i] - r.busy_comp[i],
                       any(rc.dag is not None for rc in d.rank_classes))
