@@ -67,7 +67,7 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
         return None
     # distinct dependencies (a repeated one is still one cause), by node then dependency
     cu, cv = keys % n, keys // n
-    dep_ptr = np.searchsorted(cv, np.arange(n + 1))
+    dep_ptr = _starts(cv, n)
     # Inputs: dependencies, the send a receive waits for, the dependencies of a shared
     # collective's partners (their readiness), or the zero node for a partner with none.
     srcs = np.fromiter(waits.values(), dtype=np.int64, count=len(waits))
@@ -83,7 +83,7 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
         iu, iv = np.concatenate(us), np.concatenate(vs)
         ii = np.argsort(iv, kind="stable")
         iu, iv = iu[ii], iv[ii]
-        ptr = np.searchsorted(iv, np.arange(n + 1))
+        ptr = _starts(iv, n)
     deg = np.diff(ptr)[order]
     ins = np.concatenate([iu, [n]])     # a node without inputs reads the zero node
     at = np.where(deg > 0, ptr[order], iu.size)
@@ -131,6 +131,11 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
         # one addition after the other, as the replay adds each compute node when it ends
         busy.append(float(np.cumsum(np.concatenate(([busy_start[ci]], comps)))[-1]))
     return FixedOrder(n, extra, out_order, out_a, out_b, out_c, dsts, srcs, cu, dep_ptr, waits, syncs, tuple(busy))
+
+
+def _starts(sorted_nodes: np.ndarray, n: int) -> np.ndarray:
+    """Where each node's entries begin in an array sorted by node (n + 1 entries)."""
+    return np.concatenate(([0], np.cumsum(np.bincount(sorted_nodes, minlength=n))))
 
 
 def _merge_classes(offsets, dep_u, dep_v, waits, syncs) -> np.ndarray | None:
