@@ -8,7 +8,10 @@ their DAG order, so a node starts at max(its dependencies' finish, its slot's fr
 A receive also waits for the matching send of another rank class (the DAG's ``links``, from
 pipeline parallelism) and a collective shared with ranks of other classes starts when they are
 ready for it too (``syncs``), so all classes are replayed together, in one event-driven
-simulation over their joint graph.
+simulation over their joint graph. When every slot of the graph can only run its nodes in one
+order, whatever the durations, the same times come from one pass over it in a fixed order instead
+(fixed_order.py), and the event-driven simulation runs only where a tie on a critical path needs
+its order of events.
 Collective durations come from a time model (model.py), normally the ``pipelined`` model with
 the simulator's chunk count, latency and local memory bandwidth.
 
@@ -341,8 +344,7 @@ def _times(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) 
         if cached is not None and cached[0] == key:
             return cached[1]
     if plan.fixed is False:
-        plan.fixed = fixed_order(plan.offsets, *plan.edges[:2], plan.edges[2], plan.edges[3], plan.base_ns,
-                                 plan.waits, plan.syncs,
+        plan.fixed = fixed_order(plan.offsets, *plan.edges, plan.base_ns, plan.waits, plan.syncs,
                                  [d.rank_classes[ci].compute_time_ns if ci in plan.no_dag else 0.0
                                   for ci in range(len(plan.offsets) - 1)])
     fo = plan.fixed
@@ -350,7 +352,7 @@ def _times(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) 
         dur = _duration_array(d, plan, bw_gbps, net, model)
         finish = finish_times(fo, dur)
         if finish is not None:
-            t = _Times(finish, fo.busy_comp, plan.offsets, fo, dur, np.array(finish))
+            t = _Times(finish, fo.busy_comp, plan.offsets, fo, dur, np.fromiter(finish, float, count=len(finish)))
             plan.last_times = (key, t)
             return t
     return _replay(d, bw_gbps, net, model)
