@@ -28,10 +28,7 @@ class FixedOrder:
 
     size: int                           # nodes of the joint graph
     extra: int                          # partial-maximum nodes after the zero node
-    order: list[int]
-    first: list[int]
-    second: list[int]
-    third: list[int]
+    steps: list[tuple[int, int, int, int]]     # (node, its three inputs) in topological order
     waiters: np.ndarray                 # receives: taken as ending with their send, so they must take no time
     wait_srcs: np.ndarray               # ... and their sends
     deps: np.ndarray                    # distinct dependencies, grouped by node ...
@@ -130,7 +127,8 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
         comps = base_ns[lo:hi][comp[lo:hi]]
         # one addition after the other, as the replay adds each compute node when it ends
         busy.append(float(np.cumsum(np.concatenate(([busy_start[ci]], comps)))[-1]))
-    return FixedOrder(n, extra, out_order, out_a, out_b, out_c, dsts, srcs, cu, dep_ptr, waits, syncs, tuple(busy))
+    return FixedOrder(n, extra, list(zip(out_order, out_a, out_b, out_c)), dsts, srcs, cu, dep_ptr, waits, syncs,
+                      tuple(busy))
 
 
 def _starts(sorted_nodes: np.ndarray, n: int) -> np.ndarray:
@@ -190,10 +188,11 @@ def finish_times(fo: FixedOrder, dur: np.ndarray) -> list[float] | None:
         return None
     if fo.waiters.size and dur[fo.waiters].any():
         return None
+    # each node holds its duration (the zero node and partial maxima 0) until its turn comes: its
+    # end is then that plus the latest of its inputs (one addition, which is commutative)
     F = dur.tolist()
     F += [0.0] * (1 + fo.extra)
-    D = F[:]      # durations, the zero node's and the partial maxima's 0
-    for g, a, b, c in zip(fo.order, fo.first, fo.second, fo.third):
+    for g, a, b, c in fo.steps:
         x = F[a]
         y = F[b]
         if y > x:
@@ -201,7 +200,7 @@ def finish_times(fo: FixedOrder, dur: np.ndarray) -> list[float] | None:
         y = F[c]
         if y > x:
             x = y
-        F[g] = x + D[g]
+        F[g] += x
     del F[fo.size:]
     return F
 
