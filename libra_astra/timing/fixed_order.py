@@ -28,7 +28,10 @@ class FixedOrder:
 
     size: int                           # nodes of the joint graph
     extra: int                          # partial-maximum nodes after the zero node
-    steps: list[tuple[int, int, int, int]]     # (node, its three inputs) in topological order
+    order: list[int]                    # the nodes in topological order ...
+    first: list[int]                    # ... and their three inputs
+    second: list[int]
+    third: list[int]
     waiters: np.ndarray                 # receives: taken as ending with their send, so they must take no time
     wait_srcs: np.ndarray               # ... and their sends
     deps: np.ndarray                    # distinct dependencies, grouped by node ...
@@ -127,8 +130,7 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
         comps = base_ns[lo:hi][comp[lo:hi]]
         # one addition after the other, as the replay adds each compute node when it ends
         busy.append(float(np.cumsum(np.concatenate(([busy_start[ci]], comps)))[-1]))
-    return FixedOrder(n, extra, list(zip(out_order, out_a, out_b, out_c)), dsts, srcs, cu, dep_ptr, waits, syncs,
-                      tuple(busy))
+    return FixedOrder(n, extra, out_order, out_a, out_b, out_c, dsts, srcs, cu, dep_ptr, waits, syncs, tuple(busy))
 
 
 def _starts(sorted_nodes: np.ndarray, n: int) -> np.ndarray:
@@ -192,7 +194,7 @@ def finish_times(fo: FixedOrder, dur: np.ndarray) -> list[float] | None:
     # end is then that plus the latest of its inputs (one addition, which is commutative)
     F = dur.tolist()
     F += [0.0] * (1 + fo.extra)
-    for g, a, b, c in fo.steps:
+    for g, a, b, c in zip(fo.order, fo.first, fo.second, fo.third):
         x = F[a]
         y = F[b]
         if y > x:
