@@ -47,7 +47,7 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
     """The fixed order of a plan's graph, or None if its slots' order could depend on durations,
     a class's nodes are not numbered in dependency order, or ranks wait on each other in a cycle."""
     n = int(offsets[-1])
-    if dep_u.size and not np.all(dep_u < dep_v):
+    if not n or dep_u.size and not np.all(dep_u < dep_v):
         return None
     # Each node of a slot must depend directly on the slot's node before it (in node order, which
     # then is the only order the slot can run them in).
