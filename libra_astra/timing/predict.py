@@ -8,7 +8,10 @@ their DAG order, so a node starts at max(its dependencies' finish, its slot's fr
 A receive also waits for the matching send of another rank class (the DAG's ``links``, from
 pipeline parallelism) and a collective shared with ranks of other classes starts when they are
 ready for it too (``syncs``), so all classes are replayed together, in one event-driven
-simulation over their joint graph.
+simulation over their joint graph. When every slot of the graph can only run its nodes in one
+order, whatever the durations, the same times come from one pass over it in a fixed order instead
+(fixed_order.py), and the event-driven simulation runs only where a tie on a critical path needs
+its order of events.
 Collective durations come from a time model (model.py), normally the ``pipelined`` model with
 the simulator's chunk count, latency and local memory bandwidth.
 
@@ -22,13 +25,15 @@ import heapq
 from contextlib import contextmanager
 from itertools import chain
 import weakref
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Iterator, Sequence
 
 import numpy as np
 
 from ..demand.types import Demand, RankClass
 from ..model.network import Network
+from .fixed_order import FixedOrder, finish_times, fixed_order, path_nodes as fixed_path_nodes
 from .model import TimeModel, class_rows, class_time_ns, rows_times_ns
 
 # A node of the job: (rank class, node index); node -1 stands for a whole class without a DAG.
@@ -59,6 +64,11 @@ class _Replay:
 
     def class_finish(self, ci: int) -> list[float]:
         return self.finish[self.offsets[ci]:self.offsets[ci + 1]]
+
+    def class_last(self, ci: int) -> int:
+        """The first node of class ``ci`` to end last, as max() picks it; -1 if it has none."""
+        f = self.class_finish(ci)
+        return self.offsets[ci] + f.index(max(f)) if f else -1
 
     def paths_to(self, ends: Sequence[int]) -> list[tuple[JobNode, ...]]:
         """The path of causes that ends in each global node of ``ends``, first node first."""
@@ -96,25 +106,97 @@ _AWAITED_READY, _AWAITED_END, _WAITS, _SYNCS = 1, 2, 4, 8
 @dataclass
 class _Plan:
     """The joint graph of a demand: every class's nodes numbered one after the other (so the
-    global order is (class, node) order), with everything that does not depend on bandwidth."""
+    global order is (class, node) order), with everything that does not depend on bandwidth.
+    The lists the event-driven replay walks are made when it first runs (the fixed order,
+    fixed_order.py, reads the arrays)."""
 
     offsets: tuple[int, ...]            # first global node of each class, and the total at the end
-    cls_of: list[int]
-    slot: list[int]                     # GPU or CPU slot (2 per class) a node takes, -1 for none
-    is_comp: list[bool]
-    children: list[list[int]]           # dependants, then the rank's next collective
-    left: list[int]                     # dependencies to finish before a node is ready
+    cls: np.ndarray                     # class of each global node
     waits: dict[int, int]               # receive -> the send it cannot finish before
     syncs: dict[int, list[int]]         # collective -> the same collective of other classes
-    special: bytearray                  # _AWAITED_READY | _AWAITED_END | _WAITS | _SYNCS
     base_ns: np.ndarray                 # duration of every node that is not a collective
     coll_pos: np.ndarray                # global nodes that are collectives ...
     coll_idx: np.ndarray                # ... and their collective in the classes' concatenation
     no_dag: tuple[int, ...]             # classes replayed as one node of their no-overlap time
-    job_of: list[JobNode] = field(default_factory=list)    # (class, node) of each global node
+    # (dependency sources, targets: dependants by node, then the rank's next collective), the
+    # GPU or CPU slot (2 per class) a node takes or -1, and whether it is GPU compute
+    edges: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     rows: tuple | None = None           # ((network, model), every class's collective rows stacked)
     last: tuple | None = None           # ((bandwidths, network, model), its _Replay)
     node_table: tuple | None = None     # node_table(), once asked for
+    fixed: FixedOrder | None | bool = False   # fixed_order(), False until asked for
+    last_times: tuple | None = None     # ((bandwidths, network, model), its _Times)
+
+    @cached_property
+    def cls_of(self) -> list[int]:
+        return self.cls.tolist()
+
+    @cached_property
+    def slot(self) -> list[int]:
+        return self.edges[2].tolist()
+
+    @cached_property
+    def is_comp(self) -> list[bool]:
+        return self.edges[3].tolist()
+
+    @cached_property
+    def children(self) -> list[list[int]]:
+        """Dependants, then the rank's next collective: the order a replay of the class alone
+        visits them in, so ties in readiness and slot dispatch resolve alike."""
+        u_all, v_all = self.edges[:2]
+        order = np.argsort(u_all, kind="stable")
+        targets = v_all[order].tolist()
+        bounds = np.searchsorted(u_all[order], np.arange(self.offsets[-1] + 1)).tolist()
+        return [targets[a:b] for a, b in zip(bounds, bounds[1:])]
+
+    @cached_property
+    def left(self) -> list[int]:
+        """Dependencies to finish before a node is ready."""
+        return np.bincount(self.edges[1], minlength=self.offsets[-1]).tolist()
+
+    @cached_property
+    def special(self) -> bytearray:
+        """_AWAITED_READY | _AWAITED_END | _WAITS | _SYNCS of each node."""
+        special = bytearray(self.offsets[-1])
+        for g, src in self.waits.items():
+            special[g] |= _WAITS
+            special[src] |= _AWAITED_END
+        for g, partners in self.syncs.items():
+            special[g] |= _SYNCS
+            for u in partners:
+                special[u] |= _AWAITED_READY
+        return special
+
+    @cached_property
+    def job_of(self) -> list[JobNode]:
+        """(class, node) of each global node."""
+        n = self.offsets[-1]
+        return list(zip(self.cls_of, (np.arange(n) - np.asarray(self.offsets)[self.cls]).tolist()))
+
+
+@dataclass(frozen=True)
+class _Times:
+    """A replay's ends from the fixed order (fixed_order.py); its causes are found along the
+    critical paths only, when asked for."""
+
+    finish: list[float]
+    busy_comp: tuple[float, ...]
+    offsets: tuple[int, ...]
+    fixed: FixedOrder
+    dur: np.ndarray
+    ends_ns: np.ndarray                 # finish, as an array
+
+    def class_finish(self, ci: int) -> list[float]:
+        return self.finish[self.offsets[ci]:self.offsets[ci + 1]]
+
+    def class_last(self, ci: int) -> int:
+        """As _Replay.class_last (argmax takes the first of equal ends, and no end is NaN)."""
+        lo, hi = self.offsets[ci], self.offsets[ci + 1]
+        return lo + int(np.argmax(self.ends_ns[lo:hi])) if hi > lo else -1
+
+    def path_nodes(self, ends: Sequence[int]) -> list[list[int]] | None:
+        """As _Replay.path_nodes, or None where two causes of a node on a path tie."""
+        return fixed_path_nodes(self.fixed, self.ends_ns, self.dur, ends)
 
 
 # Per demand object (not per equal demand: a demand read again builds its plan again, as a new
@@ -206,31 +288,20 @@ def _build_plan(d: Demand) -> _Plan:
                 syncs.setdefault(off + v, []).append(offsets[c] + u)
         first_coll += len(rc.collectives)
     u_all, v_all = np.concatenate(us), np.concatenate(vs)
-    order = np.argsort(u_all, kind="stable")
-    targets = v_all[order].tolist()
-    bounds = np.searchsorted(u_all[order], np.arange(n + 1)).tolist()
-    children = [targets[a:b] for a, b in zip(bounds, bounds[1:])]
-    left = np.bincount(v_all, minlength=n).tolist()
     is_coll = code == _COLL
     coll_pos = np.flatnonzero(is_coll)
     base[~is_coll] = value[~is_coll]
     slotted = (code == _COMP) | (code == _CPU)
-    slot = np.where(slotted, 2 * cls + code, -1).tolist()
-    special = bytearray(n)
-    for g, src in waits.items():
-        special[g] |= _WAITS
-        special[src] |= _AWAITED_END
-    for g, partners in syncs.items():
-        special[g] |= _SYNCS
-        for u in partners:
-            special[u] |= _AWAITED_READY
-    cls_of = cls.tolist()
-    job_of = list(zip(cls_of, (np.arange(n) - np.asarray(offsets)[cls]).tolist()))
-    return _Plan(tuple(offsets), cls_of, slot, (code == _COMP).tolist(), children, left, waits, syncs, special,
-                 base, coll_pos, coll_base[coll_pos] + value[coll_pos].astype(np.int64), tuple(no_dag), job_of)
+    return _Plan(tuple(offsets), cls, waits, syncs, base, coll_pos,
+                 coll_base[coll_pos] + value[coll_pos].astype(np.int64), tuple(no_dag),
+                 (u_all, v_all, np.where(slotted, 2 * cls + code, -1), code == _COMP))
 
 
 def _durations(d: Demand, plan: _Plan, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> list[float]:
+    return _duration_array(d, plan, bw_gbps, net, model).tolist()
+
+
+def _duration_array(d: Demand, plan: _Plan, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> np.ndarray:
     # Collective times do not depend on overlap: the rows are the ones the no-overlap optimum
     # (the optimizer's start) has built already, stacked once per demand, network and model.
     model = replace(model, overlap=False)
@@ -247,7 +318,7 @@ def _durations(d: Demand, plan: _Plan, bw_gbps: Sequence[float], net: Network, m
     for ci in plan.no_dag:
         comp, comm = class_time_ns(d.rank_classes[ci], bw_gbps, net, model)
         dur[plan.offsets[ci]] = comp + comm
-    return dur.tolist()
+    return dur
 
 
 def _replay(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> _Replay:
@@ -262,6 +333,29 @@ def _replay(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel)
         r = _simulate(plan, dur, d)
     plan.last = (key, r)
     return r
+
+
+def _times(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> _Replay | _Times:
+    """The replay's ends (and busy compute), from the fixed order when the plan has one and the
+    durations allow it, else from the event-driven replay: the same numbers either way."""
+    plan = _plan(d)
+    key = (tuple(float(b) for b in bw_gbps), net, model)
+    for cached in (plan.last_times, plan.last):
+        if cached is not None and cached[0] == key:
+            return cached[1]
+    if plan.fixed is False:
+        plan.fixed = fixed_order(plan.offsets, *plan.edges, plan.base_ns, plan.waits, plan.syncs,
+                                 [d.rank_classes[ci].compute_time_ns if ci in plan.no_dag else 0.0
+                                  for ci in range(len(plan.offsets) - 1)])
+    fo = plan.fixed
+    if fo is not None:
+        dur = _duration_array(d, plan, bw_gbps, net, model)
+        finish = finish_times(fo, dur)
+        if finish is not None:
+            t = _Times(finish, fo.busy_comp, plan.offsets, fo, dur, np.fromiter(finish, float, count=len(finish)))
+            plan.last_times = (key, t)
+            return t
+    return _replay(d, bw_gbps, net, model)
 
 
 def _simulate(plan: _Plan, dur: list[float], d: Demand) -> _Replay:
@@ -478,28 +572,30 @@ def critical_path_nodes(d: Demand, bw_gbps: Sequence[float], net: Network,
     """``critical_paths`` with each path as global nodes of the joint graph (``node_table``; a
     class without a DAG is its one node): the optimizer keys and merges paths by these, without
     building the (class, node) pairs."""
-    r = _replay(d, bw_gbps, net, model)
+    r = _times(d, bw_gbps, net, model)
     out: list = []
     ends = []
     for ci, rc in enumerate(d.rank_classes):
         if rc.dag is None:
             out.append((r.finish[r.offsets[ci]], [r.offsets[ci]]))
             continue
-        f = r.class_finish(ci)
-        if not f:
+        g = r.class_last(ci)
+        if g < 0:
             out.append((0.0, []))
             continue
-        # the first node to end last, as max() picks it
-        g = r.offsets[ci] + f.index(max(f))
         out.append((r.finish[g], None))
         ends.append(g)
-    paths = iter(r.path_nodes(ends))
+    found = r.path_nodes(ends)
+    if found is None:
+        # a tie on a path: the event-driven replay's order of events decides it
+        found = _replay(d, bw_gbps, net, model).path_nodes(ends)
+    paths = iter(found)
     return [(t, next(paths) if p is None else p) for t, p in out]
 
 
 def predict(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> Prediction:
-    r = _replay(d, bw_gbps, net, model)
-    times = [max(r.class_finish(ci), default=0.0) for ci in range(len(d.rank_classes))]
+    r = _times(d, bw_gbps, net, model)
+    times = [0.0 if (g := r.class_last(ci)) < 0 else r.finish[g] for ci in range(len(d.rank_classes))]
     i = max(range(len(times)), key=times.__getitem__)
     return Prediction(times[i], tuple(times), times[i] - r.busy_comp[i],
                       any(rc.dag is not None for rc in d.rank_classes))
