@@ -276,7 +276,8 @@ class _Layout:
         nu = np.maximum(np.count_nonzero(self.AJ > 0, axis=0), 1).astype(float)
         self.omega = np.concatenate([np.ones(self.o_phi), nu])
         self.nu_total = float(self.omega.sum())
-        self.arQ = np.arange(Q)
+        self.B_z = np.zeros((Q, n + self.nv))           # e_z part of each class's b_q = e_z + sum_k qbar_k
+        self.B_z[np.arange(Q), p.class_z] = 1.0
         self.GT = np.ascontiguousarray(p.G.T)
         self.AT = np.ascontiguousarray(p.A.T)
         N = self.N
@@ -438,7 +439,7 @@ class _Newton:
         xJ = x[lay.J]
         D = np.add.reduceat(ds, lay.row_start)
         qbar = np.add.reduceat(lay.negAJ * ds[:, None], lay.row_start, axis=0) / D[:, None]   # (K, nv)
-        Qc = lay.negAJ - qbar[p.owner]
+        Qc = lay.negAJ - np.take(qbar, p.owner, axis=0)
         H = np.zeros((lay.N, lay.N))
         H[n:, n:] = (Qc.T * ds) @ Qc
         if o_phi > o_rho:
@@ -450,9 +451,8 @@ class _Newton:
         H.flat[lay.flat_hyp] += np.concatenate([kp * v * v, kp * xJ * xJ, off, off])
         wD = 1.0 / D
         beta = dg / (1.0 + dg * np.add.reduceat(wD, lay.term_start))
-        B = np.zeros((Q, lay.N))
+        B = lay.B_z.copy()
         B[:, n:] = np.add.reduceat(qbar, lay.term_start, axis=0)
-        B[lay.arQ, p.class_z] += 1.0
         H += (B.T * beta) @ B
         if lay.Z is not None:
             H = lay.ZT @ H @ lay.Z
@@ -499,7 +499,7 @@ class _Newton:
         BdX = B @ dX
         tau = wD * (beta * (BdX + wg))[cls] - gt_D
         dt = tau - self.qbar @ dv
-        dy = np.concatenate([self.Qc @ dv + tau[p.owner],
+        dy = np.concatenate([self.Qc @ dv + np.take(tau, p.owner),
                              BdX - np.add.reduceat(tau, lay.term_start),
                              -(p.G @ dx),
                              self.v * dx[lay.J] + self.xJ * dv])
