@@ -220,8 +220,7 @@ def _surrogate(p: ConvexProblem) -> ConvexProblem | None:
         ks = np.flatnonzero(nrows == r)
         idx = row_start[ks][:, None] + np.arange(r)[None, :]
         flat = np.hstack([p.term_class[ks][:, None].astype(float), An[idx].reshape(len(ks), r * n)])
-        uniq, inv = np.unique(flat, axis=0, return_inverse=True)
-        inv = inv.ravel()
+        uniq, inv = _unique_rows(flat)
         gsum = np.zeros((uniq.shape[0], r))
         np.add.at(gsum, inv, p.g[idx])
         W = np.bincount(inv, weights=scale[ks], minlength=uniq.shape[0])
@@ -237,6 +236,20 @@ def _surrogate(p: ConvexProblem) -> ConvexProblem | None:
     tc = np.array([b[0] for b in blocks])
     return ConvexProblem(p.c, p.recip, A, g, owner, np.ones(len(blocks)), tc, p.class_z, p.class_e,
                          p.G, p.h, p.E, p.f)
+
+
+def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(a, axis=0, return_inverse=True) for a float matrix without NaN: the distinct rows in
+    lexicographic order and each row's index among them. A lexsort over the columns; np.unique
+    sorts the rows as structured records, 10-20x slower on thousands of rows."""
+    order = np.lexsort(a.T[::-1])                  # the first column is the primary key
+    ordered = a[order]
+    new = np.empty(ordered.shape[0], dtype=bool)
+    new[:1] = True
+    new[1:] = np.any(ordered[1:] != ordered[:-1], axis=1)
+    inv = np.empty(ordered.shape[0], dtype=np.int64)
+    inv[order] = np.cumsum(new) - 1
+    return ordered[new], inv
 
 
 def _unit_weights(p: ConvexProblem) -> ConvexProblem:
