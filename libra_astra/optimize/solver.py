@@ -62,9 +62,9 @@ _STALL_DROP = 0.5   # mu above this fraction of its value _STALL_WIN steps befor
 _STALL_WIN = 3
 _FAST = 0.1         # past _COLD the first start goes on while mu falls below this fraction in _STALL_WIN steps
 _SIGMA_POW = 3      # centring sigma = (mu_affine / mu) ** this (Mehrotra's rule) ...
-_SIGMA_POW_FEAS = float(__import__('os').environ.get('SX', '9'))  # ... and this once a full dual step has made the multipliers stationary
-_GZ_BELOW = float(__import__('os').environ.get('GZB', '0.9'))     # a corrector step shorter than this gets one centrality correction (Gondzio's)
-_GZ_BOX = float(__import__('os').environ.get('GZX', '3'))       # ... which moves the products u_i y_i into [sigma mu / this, sigma mu * this]
+_SIGMA_POW_FEAS = 9  # ... and this once a full dual step has made the multipliers stationary
+_GZ_BELOW = 0.9     # a corrector step shorter than this gets one centrality correction (Gondzio's)
+_GZ_BOX = 3.0       # ... which moves the products u_i y_i into [sigma mu / this, sigma mu * this]
 
 
 @dataclass(frozen=True)
