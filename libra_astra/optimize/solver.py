@@ -108,8 +108,13 @@ def term_values(p: ConvexProblem, x: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore"):
         vals = p.A[:, used] @ (1.0 / x[used]) + p.g
     K = p.w.shape[0]
+    owner = p.owner
+    if owner.shape[0] and owner[0] == 0 and owner[-1] == K - 1:
+        starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+        if starts.shape[0] == K:                   # every term has rows (owner is sorted)
+            return np.maximum.reduceat(vals, starts)
     t = np.full(K, -np.inf)
-    np.maximum.at(t, p.owner, vals)
+    np.maximum.at(t, owner, vals)
     return t
 
 
@@ -566,17 +571,14 @@ def _v_start(p: ConvexProblem, lay: _Layout, x: np.ndarray, delta: float = _V_MA
     linear rows still hold (a time target binds the epigraph coordinates from above)."""
     Q = lay.Q
     cls, w = p.term_class, p.w
-    tv = np.full(lay.K, -np.inf)
-    np.maximum.at(tv, p.owner, lay.AJ @ (1.0 / x[lay.J]) + p.g)
+    tv = np.maximum.reduceat(lay.AJ @ (1.0 / x[lay.J]) + p.g, lay.row_start)
     z_tight = x.copy()
     z_tight[p.class_z] = -np.inf
     np.maximum.at(z_tight, p.class_z, np.bincount(cls, weights=w * tv, minlength=Q) + p.class_e)
     margin = max(abs(float(p.c @ z_tight)), 1e-3) / lay.nu_total
     for _ in range(40):
         v = (1.0 + delta) / x[lay.J]
-        t = np.full(lay.K, -np.inf)
-        np.maximum.at(t, p.owner, lay.AJ @ v + p.g)
-        t = t + margin / w
+        t = np.maximum.reduceat(lay.AJ @ v + p.g, lay.row_start) + margin / w
         cv = np.bincount(cls, weights=w * t, minlength=Q) + p.class_e
         x1 = x.copy()
         for q in range(Q):
