@@ -457,7 +457,7 @@ class _Newton:
         xJ = x[lay.J]
         D = np.add.reduceat(ds, lay.row_start)
         qbar = np.add.reduceat(lay.negAJ * ds[:, None], lay.row_start, axis=0) / D[:, None]   # (K, nv)
-        Qc = lay.negAJ - np.take(qbar, p.owner, axis=0)
+        Qc = lay.negAJ - qbar.take(p.owner, axis=0)
         H = np.zeros((lay.N, lay.N))
         H[n:, n:] = (Qc.T * ds) @ Qc
         if o_phi > o_rho:
@@ -517,7 +517,7 @@ class _Newton:
         BdX = B @ dX
         tau = wD * (beta * (BdX + wg))[cls] - gt_D
         dt = tau - self.qbar @ dv
-        dy = np.concatenate([self.Qc @ dv + np.take(tau, p.owner),
+        dy = np.concatenate([self.Qc @ dv + tau.take(p.owner),
                              BdX - np.add.reduceat(tau, lay.term_start),
                              -(p.G @ dx),
                              self.v * dx[lay.J] + self.xJ * dv])
@@ -672,7 +672,7 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
                 x1, v1, t1, u1 = x + a * dx, v + a * dv, t + a * dt, u + ad * du
                 y1 = _slacks(p, lay, x1, v1, t1)
                 uy = u1 * y1
-                if (uy / om).min() >= gamma * float(uy.sum()) / m and (gamma or np.all(y1 > 0)):
+                if (uy / om).min() >= gamma * float(uy.sum()) / m and (gamma or (y1 > 0).all()):
                     break
                 if k < len(eager):
                     a = ad = 0.0            # on to Mehrotra's sigma
@@ -689,7 +689,7 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
         else:
             x, v, t, u = x + a * dx, v + a * dv, t + a * dt, u + ad * du
             y = _slacks(p, lay, x, v, t)
-        if max(a, ad) < 1e-12 or not np.all(y > 0):
+        if max(a, ad) < 1e-12 or not (y > 0).all():
             break
     if best.status != 0 and np.all(y > 0):
         best = _certify(p, lay, x, u, best)
@@ -719,7 +719,7 @@ def _centrality_correction(nt: "_Newton", lay: _Layout, x, v, y, u, ri, yc, step
     yt[o_phi:] += at * at * (dx[J] * dv)
     prod = yt * (u + adt * du)
     tg = target * om
-    push = np.maximum(np.clip(prod, tg / _GZ_BOX, tg * _GZ_BOX) - prod, -_GZ_BOX * tg)
+    push = np.maximum(prod.clip(tg / _GZ_BOX, tg * _GZ_BOX) - prod, -_GZ_BOX * tg)
     yc2 = yc + push / y
     dx2, dv2, dt2, dy2 = nt.direction(yc2)
     du2 = yc2 - u - nt.d * dy2
