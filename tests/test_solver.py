@@ -322,3 +322,16 @@ def test_first_start_judged_by_progress_not_a_step_budget(monkeypatch):
     r = solve(b.problem, b.guesses)
     check_certificate(r)
     assert calls == [1, 1] and r.fun == pytest.approx(plain.fun, rel=2e-9)
+
+
+def test_unique_rows_matches_numpys_unique_over_rows():
+    # The surrogate groups terms with these; np.unique(axis=0) is the oracle: same rows, same order.
+    rng = np.random.default_rng(5)
+    for rows, cols in ((1, 1), (7, 3), (500, 9), (2000, 13)):
+        base = np.round(rng.random((max(rows // 4, 1), cols)), 2)        # few distinct rows, many repeats
+        a = base[rng.integers(0, base.shape[0], rows)]
+        a[:, 0] = rng.integers(0, 3, rows)                             # a class column as the first key
+        uniq, inv = solver._unique_rows(a)
+        want, want_inv = np.unique(a, axis=0, return_inverse=True)
+        assert np.array_equal(uniq, want) and np.array_equal(inv, want_inv.ravel())
+        assert np.array_equal(uniq[inv], a)
