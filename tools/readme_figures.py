@@ -127,7 +127,9 @@ def peers_table(runs: list[dict]) -> str:
         rows.append(f"| {p['family']} | {p['dims']} | {p['collectives']:,} | {_ms(p['ours_s'])} | " + " | ".join(cells)
                     + f" | {p['rel_gap']:.0e} |")
     rows.append("")
-    rows.append(f"CPU time of one process end to end, one BLAS thread; load average {_load(runs)} on "
+    repeat = runs[0].get("repeat", 1)
+    best = f", best of {repeat} runs of each side below 100k collectives" if repeat > 1 else ""
+    rows.append(f"CPU time of one process end to end{best}, one BLAS thread; load average {_load(runs)} on "
                 f"{runs[0]['cores']} cores (shared machine).")
     return "\n".join(rows)
 
