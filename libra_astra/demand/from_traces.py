@@ -46,7 +46,8 @@ from ..traces.reader import RankProgram, TraceReader
 from .context import Context
 from .group_check import check_group_sequences, merge_metadata
 from .links import split_by_peers, with_links
-from .program import KIND_NAMES, Program, analyze, send_pids_many
+from .program import KIND_NAMES, Program, send_pids_many
+from .program_batch import analyze_many
 from .summary import ClassSummary, TraceSummary, summarize, summary_to_dict
 from .types import Collective, Dag, Demand, RankClass
 
@@ -203,7 +204,7 @@ def demand_from_traces(prefix: str | Path, network: Network,
 
     # 2. groups from METADATA, then analyse each distinct program once
     merge_metadata(ctx, progs)
-    programs = [analyze(ctx, prog, ranks) for prog, ranks in zip(progs, ranks_of)]
+    programs = analyze_many(ctx, progs, ranks_of)
     check_group_sequences(ctx, programs, rank_prog)
 
     # 3. per rank: sends -> classes of identical demand

@@ -204,6 +204,22 @@ class RowMemo:
             setattr(self, name, new)
 
 
+def resolve_rows(ctx: Context, cols: dict[str, np.ndarray], rows: Sequence[int], row_key: Mapping[int, str]) -> None:
+    """Group key, physics and (type, size) ids of checked attribute rows into ``ctx.rows``, interned
+    in the order of ``rows``."""
+    memo = ctx.rows
+    for row in rows:
+        t = max(int(cols["comm_type"][row]), 0)
+        kidx = ctx.key_index(row_key[row])
+        inv = int(cols["involved"][row])
+        size = max(int(cols["comm_size"][row]), 0)
+        pid = ctx.coll_pid(t, size, kidx, inv)
+        memo.key[row] = kidx
+        memo.pid[row] = pid
+        memo.sem[row] = ctx.sem(t, size)
+        memo.inv[row] = inv if row_key[row] == grp.ALL_RANKS else -1
+
+
 def first_node(mask: np.ndarray, comm_node: np.ndarray) -> int:
     return int(comm_node[mask].min())
 
@@ -266,16 +282,7 @@ def analyze(ctx: Context, prog: RankProgram, ranks: Sequence[int]) -> Program:
             f"{where}: node {int(prog.node_ids[i])} uses communicator group {key!r}, which is not defined "
             f"({known}); give it in --comm-groups or fix pg_name"
         )
-    for row in new_rows:
-        t = max(int(cols["comm_type"][row]), 0)
-        kidx = ctx.key_index(row_key[row])
-        inv = int(cols["involved"][row])
-        size = max(int(cols["comm_size"][row]), 0)
-        pid = ctx.coll_pid(t, size, kidx, inv)
-        memo.key[row] = kidx
-        memo.pid[row] = pid
-        memo.sem[row] = ctx.sem(t, size)
-        memo.inv[row] = inv if row_key[row] == grp.ALL_RANKS else -1
+    resolve_rows(ctx, cols, new_rows, row_key)
     key_lut, pid_lut, sem_lut, inv_lut = memo.key, memo.pid, memo.sem, memo.inv
     counts["zero_size"] = int((c_coll & (np.maximum(cols["comm_size"][ca], 0) == 0)).sum())
     ckey = np.where(c_send, -1, key_lut[ca])
