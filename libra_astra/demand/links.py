@@ -26,23 +26,24 @@ def split_by_peers(ctx: Context, programs: list[Program],
     cols = ctx.reader.attrs.columns()
     n = ctx.net.npus_count
     peers: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    # programs of one shape have their receives and sends at the same positions: their peers are
+    # read as one matrix (program x receive, program x send)
+    by_shape: dict[int, list[Program]] = {}
     for info in programs:
-        prog = info.prog
         types = info.counts["types"]
-        if not types[COMM_RECV_NODE] and not types[COMM_SEND_NODE]:
-            continue
-        srcs: tuple[int, ...] = ()
-        if types[COMM_RECV_NODE]:
-            recv = np.flatnonzero(prog.types == COMM_RECV_NODE)
-            recv = recv[np.argsort(info.topo_of[recv], kind="stable")]
-            s = cols["comm_src"][prog.attr[recv]]
-            srcs = tuple(s[(s >= 0) & (s < n)].tolist())
+        if types[COMM_RECV_NODE] or types[COMM_SEND_NODE]:
+            by_shape.setdefault(id(info.shape), []).append(info)
+    for infos in by_shape.values():
+        rep = infos[0]
+        recv = np.flatnonzero(rep.prog.types == COMM_RECV_NODE)
+        recv = recv[np.argsort(rep.topo_of[recv], kind="stable")]
+        s = cols["comm_src"][np.stack([i.prog.attr[recv] for i in infos])]
         # the program's comm nodes already list its sends that name a destination (comm_dst >= 0)
         # in topological order; those without one never count as a peer
-        d = cols["comm_dst"][info.comm_row[info.comm_is_send]]
-        dsts = tuple(d[d < n].tolist())
-        for r in info.ranks:
-            peers[r] = (srcs, dsts)
+        d = cols["comm_dst"][np.stack([i.comm_row for i in infos])[:, rep.comm_is_send]]
+        for info, srcs, dsts in zip(infos, _kept(s, (s >= 0) & (s < n)), _kept(d, d < n)):
+            for r in info.ranks:
+                peers[r] = (srcs, dsts)
     if not peers:
         return groups
     cls_of = np.zeros(n, dtype=np.int64)
@@ -68,6 +69,13 @@ def split_by_peers(ctx: Context, programs: list[Program],
     for r, c in enumerate(cls):
         members.setdefault(c, []).append(r)
     return [(key_of[rs[0]], rs) for _, rs in sorted(members.items())]
+
+
+def _kept(values: np.ndarray, keep: np.ndarray) -> list[tuple[int, ...]]:
+    """Per row of ``values``, the entries ``keep`` marks, as a tuple."""
+    if keep.all():
+        return list(map(tuple, values.tolist()))
+    return [tuple(v[k].tolist()) for v, k in zip(values, keep)]
 
 
 def with_links(ctx: Context, programs: list[Program], rank_prog: np.ndarray,

@@ -4,7 +4,7 @@ its collectives resolved to demand (sends are resolved per rank, by :func:`send_
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -50,10 +50,26 @@ class Program:
     counts: Mapping
     compute_ns: float
     cpu_ns: float
+    # the shape analysis this program shares with every program of its dependency graph shape
+    # (equal node types, dependencies, compute attributes): what sits at each position is the same
+    shape: Any
 
     @property
     def has_sends(self) -> bool:
         return bool(self.comm_is_send.any())
+
+
+_PROGRAM_FIELDS = tuple(f.name for f in fields(Program))
+
+
+def program_of(*values: Any) -> Program:
+    """``Program(*values)``, set in one step: the frozen dataclass's ``__init__`` sets its fields one
+    ``object.__setattr__`` at a time, which dominated building the thousands of a pipeline's read."""
+    if len(values) != len(_PROGRAM_FIELDS):
+        raise TypeError(f"Program has {len(_PROGRAM_FIELDS)} fields, got {len(values)} values")
+    p = object.__new__(Program)
+    p.__dict__.update(zip(_PROGRAM_FIELDS, values))
+    return p
 
 
 _DTYPE_NAMES: dict[np.dtype, bytes] = {}
@@ -301,7 +317,7 @@ def analyze(ctx: Context, prog: RankProgram, ranks: Sequence[int]) -> Program:
     seq_hash = {k: digest(coll_sem[(ckey == k[0]) & (cinv == k[1])]) for k in sorted(comms)}
     return Program(prog, tuple(ranks), sh.struct, comm_pos, c_send, ca, comm_node, ckey, coll_pid, coll_sem,
                    (ckey, cinv), sh.comp_ns, sh.kinds_coll, sh.kinds, sh.edges_u, sh.edges_v, sh.topo_of, seq_hash, used_keys,
-                   key_node, group_use, counts, sh.compute_ns, sh.cpu_ns)
+                   key_node, group_use, counts, sh.compute_ns, sh.cpu_ns, sh)
 
 
 def send_pids(ctx: Context, info: Program, rank: int) -> np.ndarray:

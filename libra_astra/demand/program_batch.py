@@ -19,7 +19,7 @@ from ..errors import LibraError
 from ..traces.reader import RankProgram
 from ..traces.schema import COMM_COLL_NODE, COMM_SEND_NODE, COMM_TYPE_NAMES, COMP_NODE
 from .context import Context
-from .program import _UNRESOLVED, Program, _shape, analyze, digest, resolve_rows
+from .program import _UNRESOLVED, Program, _shape, analyze, digest, program_of, resolve_rows
 
 # Programs are fingerprinted in chunks of about this many nodes, so the temporary arrays of a
 # 10 M-node read stay small next to the programs themselves.
@@ -97,28 +97,47 @@ def _shape_classes(progs: Sequence[RankProgram], cols: dict[str, np.ndarray]) ->
     """Programs with equal shape arrays, as index arrays in order of first member; None if a
     fingerprint collision put unequal programs together (then nothing is grouped).
 
-    Programs are grouped by a position-weighted fingerprint of their arrays, then every program is
-    compared with its class's first member element by element: equal classes are exact."""
+    Programs are put with the first program of their node and dependency counts and compared
+    with it element by element; the few that differ (pipeline stages of equal size) are grouped
+    by a position-weighted fingerprint of their arrays and compared the same way, so classes are
+    exact."""
+    groups, odd = _group(progs, np.arange(len(progs), dtype=np.int64), cols, False)
+    if odd.size:
+        more, still = _group(progs, odd, cols, True)
+        if still.size:
+            return None
+        groups = sorted(groups + more, key=lambda g: int(g[0]))
+    return groups
+
+
+def _group(progs: Sequence[RankProgram], idx: np.ndarray, cols: dict[str, np.ndarray],
+           fingerprint: bool) -> tuple[list[np.ndarray], np.ndarray]:
+    """(classes of the programs ``idx`` whose arrays equal their class's first member's, as index
+    arrays in order of first member; the programs that differ from theirs)."""
     comm_dst = cols["comm_dst"]
-    n_prog = len(progs)
-    nodes = np.asarray([p.num_nodes for p in progs], dtype=np.int64)
-    ndeps = np.asarray([p.dep_index.shape[0] for p in progs], dtype=np.int64)
+    sub = [progs[i] for i in idx.tolist()]
+    nodes = np.asarray([p.num_nodes for p in sub], dtype=np.int64)
+    ndeps = np.asarray([p.dep_index.shape[0] for p in sub], dtype=np.int64)
     weight = _weights(int(max(int(nodes.max()), int(ndeps.max()), 1)))
     first: dict[tuple, int] = {}
-    cls = np.empty(n_prog, dtype=np.int64)
+    cls = np.empty(len(sub), dtype=np.int64)
+    bad = np.zeros(len(sub), dtype=bool)
     reps: list[tuple[tuple[np.ndarray, ...], int, np.ndarray]] = []
     for lo, hi in _chunks(nodes + ndeps):
-        node, ptr0, dep_index = _shape_fields(progs[lo:hi], comm_dst)
+        node, ptr0, dep_index = _shape_fields(sub[lo:hi], comm_dst)
         n, nd = nodes[lo:hi], ndeps[lo:hi]
         p_n, p_nd = _positions(n), _positions(nd)
-        with np.errstate(over="ignore"):
-            v = node[0].astype(np.uint64) * _MIX[0]
-            for f, mix in zip(node[1:], _MIX[1:]):
-                v ^= f.astype(np.int64).astype(np.uint64) * mix
-                v *= _MIX[4]
-            fp = (_segment_sums(v * weight[p_n], n), _segment_sums(dep_index.astype(np.uint64) * weight[p_nd], nd))
+        keys = [n.tolist(), nd.tolist(), ptr0.tolist()]
+        if fingerprint:
+            with np.errstate(over="ignore"):
+                v = node[0].astype(np.uint64) * _MIX[0]
+                for f, mix in zip(node[1:], _MIX[1:]):
+                    v ^= f.astype(np.int64).astype(np.uint64) * mix
+                    v *= _MIX[4]
+                keys.append(_segment_sums(v * weight[p_n], n).tolist())
+                keys.append(_segment_sums(dep_index.astype(np.uint64) * weight[p_nd], nd).tolist())
         s_n, s_nd = np.cumsum(n) - n, np.cumsum(nd) - nd
-        for i, key in enumerate(zip(n.tolist(), nd.tolist(), ptr0.tolist(), *(f.tolist() for f in fp))):
+        for i, key in enumerate(zip(*keys)):
             c = first.setdefault(key, len(first))
             if c == len(reps):
                 a, b = int(s_n[i]), int(s_nd[i])
@@ -126,22 +145,31 @@ def _shape_classes(progs: Sequence[RankProgram], cols: dict[str, np.ndarray]) ->
             cls[lo + i] = c
         # exact check: each program against its class's first member, gathered from a copy of it
         mine = cls[lo:hi]
-        if not np.array_equal(np.asarray([r[1] for r in reps])[mine], ptr0):
-            return None
+        wrong = np.asarray([r[1] for r in reps])[mine] != ptr0
+        at = _gather_index([r[0][0].size for r in reps], mine, n, p_n)
         for k, f in enumerate(node):
-            if not np.array_equal(_gather([r[0][k] for r in reps], mine, n, p_n), f):
-                return None
-        if not np.array_equal(_gather([r[2] for r in reps], mine, nd, p_nd), dep_index):
-            return None
-    order = np.argsort(cls, kind="stable")
-    cuts = np.cumsum(np.bincount(cls, minlength=len(first)))[:-1]
-    return np.split(order, cuts)
+            wrong |= _any_per_segment(np.concatenate([r[0][k] for r in reps])[at] != f, n)
+        at = _gather_index([r[2].size for r in reps], mine, nd, p_nd)
+        wrong |= _any_per_segment(np.concatenate([r[2] for r in reps])[at] != dep_index, nd)
+        bad[lo:hi] = wrong
+    ok = ~bad
+    order = np.argsort(cls[ok], kind="stable")
+    cuts = np.cumsum(np.bincount(cls[ok], minlength=len(first)))[:-1]
+    return [g for g in np.split(idx[ok][order], cuts) if g.size], idx[bad]
 
 
-def _gather(per_class: list[np.ndarray], cls: np.ndarray, lengths: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """The class arrays laid out like the programs of ``cls``: class ``cls[i]``'s array for program i."""
-    sizes = np.asarray([a.size for a in per_class], dtype=np.int64)
-    return np.concatenate(per_class)[np.repeat((np.cumsum(sizes) - sizes)[cls], lengths) + pos]
+def _any_per_segment(flags: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Per consecutive segment of ``lengths`` elements, whether any flag in it is set."""
+    out = np.zeros(lengths.size, dtype=bool)
+    out[np.searchsorted(np.cumsum(lengths), np.flatnonzero(flags), side="right")] = True
+    return out
+
+
+def _gather_index(sizes: list[int], cls: np.ndarray, lengths: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Index into the concatenated class arrays (of ``sizes``) that lays them out like the programs
+    of ``cls``: class ``cls[i]``'s array in program i's place."""
+    size = np.asarray(sizes, dtype=np.int64)
+    return np.repeat((np.cumsum(size) - size)[cls], lengths) + pos
 
 
 def _positions(lengths: np.ndarray) -> np.ndarray:
@@ -264,9 +292,9 @@ def _analyze_classes(ctx: Context, progs: Sequence[RankProgram], ranks_of: Seque
             used = tuple(keys_l[b0:b1])
             counts = dict(sh.counts)
             counts["zero_size"] = zero[li]
-            out[j] = Program(progs[j], tuple(ranks_of[j]), sh.struct, sh.comm_pos, c_send, ca[li], sh.comm_node,
+            out[j] = program_of(progs[j], tuple(ranks_of[j]), sh.struct, sh.comm_pos, c_send, ca[li], sh.comm_node,
                              ckey[li], cpid[li], csem[li], (ckey[li], cinv[li]), sh.comp_ns, sh.kinds_coll, sh.kinds,
                              sh.edges_u, sh.edges_v, sh.topo_of, dict(zip(comms[a0:a1], hashes[a0:a1])), used,
                              dict(zip(used, firsts_l[b0:b1])), dict(zip(comms[a0:a1], counts_l[a0:a1])), counts,
-                             sh.compute_ns, sh.cpu_ns)
+                             sh.compute_ns, sh.cpu_ns, sh)
     return out  # type: ignore[return-value]
