@@ -255,3 +255,9 @@ def test_errors_are_the_first_the_one_by_one_analysis_meets(tmp_path, first_bad,
         (tmp_path / f"p.{r}.et").write_bytes(cio.encode_et(nodes))
     fast, slow = _errors(tmp_path / "p")
     assert fast == slow and "p.9.et" in fast
+
+
+def test_small_blocks_give_the_same_programs(tmp_path, monkeypatch):
+    """Programs of one shape are worked on in blocks of rows (large reads): any block size."""
+    monkeypatch.setattr(pb, "_BLOCK_CELLS", 7)
+    _assert_equivalent(_write_set(tmp_path, 4))

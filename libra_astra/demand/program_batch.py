@@ -218,6 +218,15 @@ def _seq_digests(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) ->
     return out
 
 
+# Program x comm-node cells worked on at a time, so the temporaries of a 10 M-node read stay small
+_BLOCK_CELLS = 1 << 20
+
+
+def _blocks(count: int, width: int) -> list[slice]:
+    step = max(1, _BLOCK_CELLS // max(width, 1))
+    return [slice(lo, min(lo + step, count)) for lo in range(0, count, step)]
+
+
 def _analyze_classes(ctx: Context, progs: Sequence[RankProgram], ranks_of: Sequence[Sequence[int]],
                      classes: list[np.ndarray], cols: dict[str, np.ndarray]) -> list[Program]:
     attrs = ctx.reader.attrs
@@ -235,10 +244,11 @@ def _analyze_classes(ctx: Context, progs: Sequence[RankProgram], ranks_of: Seque
         c_send = progs[int(members[0])].types[sh.comm_node] == COMM_SEND_NODE
         ca = np.stack([progs[j].attr[sh.comm_node] for j in members.tolist()]).astype(np.int64)
         mats.append((c_send, ca))
-        cc = np.sort(ca[:, ~c_send], axis=1)
-        starts, _ = _runs(cc)
-        run_prog.append(members[starts // max(cc.shape[1], 1)])
-        run_row.append(cc.reshape(-1)[starts])
+        for part in _blocks(*ca.shape):
+            cc = np.sort(ca[part][:, ~c_send], axis=1)
+            starts, _ = _runs(cc)
+            run_prog.append(members[part][starts // max(cc.shape[1], 1)])
+            run_row.append(cc.reshape(-1)[starts])
     rp, rv = np.concatenate(run_prog), np.concatenate(run_row)
     rv = rv[np.argsort(rp, kind="stable")]
     rv = rv[memo.key[rv] == _UNRESOLVED]
@@ -256,45 +266,53 @@ def _analyze_classes(ctx: Context, progs: Sequence[RankProgram], ranks_of: Seque
     resolve_rows(ctx, cols, new_rows, row_key)
 
     out: list[Program | None] = [None] * len(progs)
-    size_col = cols["comm_size"]
     for members, sh, (c_send, ca) in zip(classes, shapes, mats):
-        ckey = np.where(c_send, -1, memo.key[ca])
-        cpid = np.where(c_send, -1, memo.pid[ca])
-        csem = np.where(c_send, -1, memo.sem[ca])
-        cinv = np.where(c_send, -1, memo.inv[ca])
-        c_coll = ~c_send
-        zero = (c_coll & (np.maximum(size_col[ca], 0) == 0)).sum(axis=1).tolist()
-        # per program and communicator (group key, involved): count, first node, issue sequence
-        kc, ic = ckey[:, c_coll], cinv[:, c_coll]
-        n_p, m = kc.shape
-        base = int(ic.max()) + 2 if ic.size else 1
-        code = kc * base + (ic + 1)
-        order = np.argsort(code, axis=1, kind="stable")
-        code_s = np.take_along_axis(code, order, axis=1)
-        starts, lengths = _runs(code_s)
-        run_p = starts // max(m, 1)
-        run_code = code_s.reshape(-1)[starts]
-        run_key = run_code // base
-        nodes_s = sh.comm_node[c_coll][order].reshape(-1)
-        run_first = np.minimum.reduceat(nodes_s, starts) if starts.size else starts
-        hashes = _seq_digests(np.take_along_axis(csem[:, c_coll], order, axis=1).reshape(-1), starts, lengths)
-        key_new = np.ones(starts.size, dtype=bool)
-        key_new[1:] = (run_p[1:] != run_p[:-1]) | (run_key[1:] != run_key[:-1])
-        key_at = np.flatnonzero(key_new)
-        key_first = np.minimum.reduceat(run_first, key_at) if key_at.size else key_at
-        comm_bounds = np.concatenate(([0], np.cumsum(np.bincount(run_p, minlength=n_p)))).tolist()
-        key_bounds = np.concatenate(([0], np.cumsum(np.bincount(run_p[key_at], minlength=n_p)))).tolist()
-        comms = list(zip(run_key.tolist(), (run_code % base - 1).tolist()))
-        counts_l, keys_l, firsts_l = lengths.tolist(), run_key[key_at].tolist(), key_first.tolist()
-        for li, j in enumerate(members.tolist()):
-            a0, a1 = comm_bounds[li], comm_bounds[li + 1]
-            b0, b1 = key_bounds[li], key_bounds[li + 1]
-            used = tuple(keys_l[b0:b1])
-            counts = dict(sh.counts)
-            counts["zero_size"] = zero[li]
-            out[j] = program_of(progs[j], tuple(ranks_of[j]), sh.struct, sh.comm_pos, c_send, ca[li], sh.comm_node,
-                             ckey[li], cpid[li], csem[li], (ckey[li], cinv[li]), sh.comp_ns, sh.kinds_coll, sh.kinds,
-                             sh.edges_u, sh.edges_v, sh.topo_of, dict(zip(comms[a0:a1], hashes[a0:a1])), used,
-                             dict(zip(used, firsts_l[b0:b1])), dict(zip(comms[a0:a1], counts_l[a0:a1])), counts,
-                             sh.compute_ns, sh.cpu_ns, sh)
+        for part in _blocks(*ca.shape):
+            _programs_of_block(ctx, progs, ranks_of, members[part], sh, c_send, ca[part], cols, out)
     return out  # type: ignore[return-value]
+
+
+def _programs_of_block(ctx: Context, progs: Sequence[RankProgram], ranks_of: Sequence[Sequence[int]],
+                       members: np.ndarray, sh, c_send: np.ndarray, ca: np.ndarray, cols: dict[str, np.ndarray],
+                       out: list) -> None:
+    """The Programs of ``members`` (programs of shape ``sh``; ``ca``: their comm nodes' attribute rows)."""
+    memo = ctx.rows
+    ckey = np.where(c_send, -1, memo.key[ca])
+    cpid = np.where(c_send, -1, memo.pid[ca])
+    csem = np.where(c_send, -1, memo.sem[ca])
+    cinv = np.where(c_send, -1, memo.inv[ca])
+    c_coll = ~c_send
+    zero = (c_coll & (np.maximum(cols["comm_size"][ca], 0) == 0)).sum(axis=1).tolist()
+    # per program and communicator (group key, involved): count, first node, issue sequence
+    kc, ic = ckey[:, c_coll], cinv[:, c_coll]
+    n_p, m = kc.shape
+    base = int(ic.max()) + 2 if ic.size else 1
+    code = kc * base + (ic + 1)
+    order = np.argsort(code, axis=1, kind="stable")
+    code_s = np.take_along_axis(code, order, axis=1)
+    starts, lengths = _runs(code_s)
+    run_p = starts // max(m, 1)
+    run_code = code_s.reshape(-1)[starts]
+    run_key = run_code // base
+    nodes_s = sh.comm_node[c_coll][order].reshape(-1)
+    run_first = np.minimum.reduceat(nodes_s, starts) if starts.size else starts
+    hashes = _seq_digests(np.take_along_axis(csem[:, c_coll], order, axis=1).reshape(-1), starts, lengths)
+    key_new = np.ones(starts.size, dtype=bool)
+    key_new[1:] = (run_p[1:] != run_p[:-1]) | (run_key[1:] != run_key[:-1])
+    key_at = np.flatnonzero(key_new)
+    key_first = np.minimum.reduceat(run_first, key_at) if key_at.size else key_at
+    comm_bounds = np.concatenate(([0], np.cumsum(np.bincount(run_p, minlength=n_p)))).tolist()
+    key_bounds = np.concatenate(([0], np.cumsum(np.bincount(run_p[key_at], minlength=n_p)))).tolist()
+    comms = list(zip(run_key.tolist(), (run_code % base - 1).tolist()))
+    counts_l, keys_l, firsts_l = lengths.tolist(), run_key[key_at].tolist(), key_first.tolist()
+    for li, j in enumerate(members.tolist()):
+        a0, a1 = comm_bounds[li], comm_bounds[li + 1]
+        b0, b1 = key_bounds[li], key_bounds[li + 1]
+        used = tuple(keys_l[b0:b1])
+        counts = dict(sh.counts)
+        counts["zero_size"] = zero[li]
+        out[j] = program_of(progs[j], tuple(ranks_of[j]), sh.struct, sh.comm_pos, c_send, ca[li], sh.comm_node,
+                            ckey[li], cpid[li], csem[li], (ckey[li], cinv[li]), sh.comp_ns, sh.kinds_coll, sh.kinds,
+                            sh.edges_u, sh.edges_v, sh.topo_of, dict(zip(comms[a0:a1], hashes[a0:a1])), used,
+                            dict(zip(used, firsts_l[b0:b1])), dict(zip(comms[a0:a1], counts_l[a0:a1])), counts,
+                            sh.compute_ns, sh.cpu_ns, sh)
