@@ -46,7 +46,8 @@ from ..traces.reader import RankProgram, TraceReader
 from .context import Context
 from .group_check import check_group_sequences, merge_metadata
 from .links import split_by_peers, with_links
-from .program import KIND_NAMES, Program, analyze, send_pids_many
+from .program import KIND_NAMES, Program, send_pids_many
+from .program_batch import analyze_many
 from .summary import ClassSummary, TraceSummary, summarize, summary_to_dict
 from .types import Collective, Dag, Demand, RankClass
 
@@ -91,18 +92,36 @@ def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return distinct[order], rank[inv.reshape(-1)]
 
 
+def _programs_with(progs: Sequence[RankProgram], kinds: Sequence[tuple[int, np.ndarray | None]]) -> np.ndarray:
+    """Per program, whether it has a node of one of ``kinds``: (node type, and a flag per attribute
+    row the node's row must have, or None). One pass over all programs' nodes together: per program,
+    the numpy calls cost more than the work."""
+    if not progs:
+        return np.zeros(0, dtype=bool)
+    # ranks with byte-identical files share one program object: look at each once
+    slot: dict[int, int] = {}
+    which = np.asarray([slot.setdefault(id(p), len(slot)) for p in progs], dtype=np.int64)
+    distinct = list({id(p): p for p in progs}.values())
+    types = np.concatenate([p.types for p in distinct])
+    attr = np.concatenate([p.attr for p in distinct]) if any(f is not None for _, f in kinds) else None
+    hit = np.zeros(types.shape, dtype=bool)
+    for t, flag in kinds:
+        at = np.flatnonzero(types == t)
+        hit[at if flag is None else at[flag[attr[at]]]] = True
+    ends = np.cumsum([p.num_nodes for p in distinct])
+    out = np.zeros(len(distinct), dtype=bool)
+    out[np.searchsorted(ends, np.flatnonzero(hit), side="right")] = True
+    return out[which]
+
+
 def _with_inferred_peers(reader: TraceReader, read: list[RankProgram], paths: Sequence[Path], n_npus: int,
                          counts: list[int]) -> list[RankProgram]:
     """Programs with sends without comm_dst or receives without comm_src re-read with the peers
     the trace shows (traces/cpu_collectives.infer_peers); ``counts`` gets (inferred, unknown)."""
     cols = reader.attrs.columns()
     out = list(read)
-    for r, prog in enumerate(read):
-        a = prog.attr
-        lacks = (((prog.types == COMM_SEND_NODE) & (cols["comm_dst"][a] < 0))
-                 | ((prog.types == COMM_RECV_NODE) & (cols["comm_src"][a] < 0)))
-        if not lacks.any():
-            continue
+    lacks = _programs_with(read, ((COMM_SEND_NODE, cols["comm_dst"] < 0), (COMM_RECV_NODE, cols["comm_src"] < 0)))
+    for r in np.flatnonzero(lacks).tolist():
         meta, nodes = cio.read_et(paths[r])
         done, left = cpu.infer_peers(nodes, r, cpu.rank_groups(nodes, str(paths[r])))
         counts[0] += done
@@ -187,6 +206,7 @@ def demand_from_traces(prefix: str | Path, network: Network,
         read = reader.read_many(paths, expect)
     read = _with_inferred_peers(reader, read, paths, n_npus, inferred := [0, 0])
     untyped = (0, 0)
+    has_comm = _programs_with(read, ((COMM_COLL_NODE, None), (COMM_SEND_NODE, None), (COMM_RECV_NODE, None)))
     for r, prog in enumerate(read):
         pi = by_digest.get(prog.digest)
         if pi is None:
@@ -195,7 +215,7 @@ def demand_from_traces(prefix: str | Path, network: Network,
             ranks_of.append([])
         ranks_of[pi].append(r)
         rank_prog[r] = pi
-        if not type_cpu_collectives and not prog.type_counts()[[COMM_COLL_NODE, COMM_SEND_NODE, COMM_RECV_NODE]].any():
+        if not type_cpu_collectives and not has_comm[r]:
             got = cpu.count_in_bytes(read_file_bytes(paths[r]))
             untyped = (untyped[0] + got[0], untyped[1] + got[1])
         if on_progress is not None:
@@ -203,7 +223,7 @@ def demand_from_traces(prefix: str | Path, network: Network,
 
     # 2. groups from METADATA, then analyse each distinct program once
     merge_metadata(ctx, progs)
-    programs = [analyze(ctx, prog, ranks) for prog, ranks in zip(progs, ranks_of)]
+    programs = analyze_many(ctx, progs, ranks_of)
     check_group_sequences(ctx, programs, rank_prog)
 
     # 3. per rank: sends -> classes of identical demand

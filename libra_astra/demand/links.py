@@ -4,6 +4,7 @@ rank classes, and each class's receives and shared collectives wait on the other
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -26,34 +27,48 @@ def split_by_peers(ctx: Context, programs: list[Program],
     cols = ctx.reader.attrs.columns()
     n = ctx.net.npus_count
     peers: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    # programs of one shape have their receives and sends at the same positions: their peers are
+    # read as one matrix (program x receive, program x send)
+    by_shape: dict[int, list[Program]] = {}
     for info in programs:
-        prog = info.prog
         types = info.counts["types"]
-        if not types[COMM_RECV_NODE] and not types[COMM_SEND_NODE]:
-            continue
-        srcs: tuple[int, ...] = ()
-        if types[COMM_RECV_NODE]:
-            recv = np.flatnonzero(prog.types == COMM_RECV_NODE)
-            recv = recv[np.argsort(info.topo_of[recv], kind="stable")]
-            s = cols["comm_src"][prog.attr[recv]]
-            srcs = tuple(s[(s >= 0) & (s < n)].tolist())
+        if types[COMM_RECV_NODE] or types[COMM_SEND_NODE]:
+            by_shape.setdefault(id(info.shape), []).append(info)
+    for infos in by_shape.values():
+        rep = infos[0]
+        recv = np.flatnonzero(rep.prog.types == COMM_RECV_NODE)
+        recv = recv[np.argsort(rep.topo_of[recv], kind="stable")]
+        s = cols["comm_src"][np.stack([i.prog.attr[recv] for i in infos])]
         # the program's comm nodes already list its sends that name a destination (comm_dst >= 0)
         # in topological order; those without one never count as a peer
-        d = cols["comm_dst"][info.comm_row[info.comm_is_send]]
-        dsts = tuple(d[d < n].tolist())
-        for r in info.ranks:
-            peers[r] = (srcs, dsts)
+        d = cols["comm_dst"][np.stack([i.comm_row for i in infos])[:, rep.comm_is_send]]
+        for info, srcs, dsts in zip(infos, _kept(s, (s >= 0) & (s < n)), _kept(d, d < n)):
+            for r in info.ranks:
+                peers[r] = (srcs, dsts)
     if not peers:
         return groups
     cls_of = np.zeros(n, dtype=np.int64)
     for gi, (_, ranks) in enumerate(groups):
         cls_of[ranks] = gi
     count = len(groups)
+    none = ((), ())
+    plist = [peers.get(r, none) for r in range(n)]
+    src_m, dst_m = _padded([s for s, _ in plist]), _padded([d for _, d in plist])
+    if src_m is not None and dst_m is not None:
+        # one row per rank, (class, classes of its sources, of its destinations), -1 past the end
+        cls_a = cls_of
+        while True:
+            sig = np.concatenate((cls_a[:, None], np.where(src_m >= 0, cls_a[src_m], -1),
+                                  np.where(dst_m >= 0, cls_a[dst_m], -1)), axis=1)
+            cls_a, found = _first_seen_ids(sig)
+            if found == count:
+                break
+            count = found
+        cls = cls_a.tolist()
+        return _regrouped(groups, cls)
     # Plain lists and map(): the loop runs over every rank and peer each round, and indexing a
     # list from C is several times cheaper than a generator over numpy scalars.
     cls = cls_of.tolist()
-    none = ((), ())
-    plist = [peers.get(r, none) for r in range(n)]
     while True:
         sig: dict[tuple, int] = {}
         at = cls.__getitem__
@@ -62,12 +77,52 @@ def split_by_peers(ctx: Context, programs: list[Program],
         if len(sig) == count:
             break
         count = len(sig)
+    return _regrouped(groups, cls)
+
+
+# rank x peer cells up to which the refinement runs on padded matrices (32 MiB of int64 each)
+_PADDED_CELLS = 1 << 22
+
+
+def _padded(lists: list[tuple[int, ...]]) -> np.ndarray | None:
+    """The lists as rows of a matrix padded with -1; None when it would be too large."""
+    lens = np.asarray([len(x) for x in lists], dtype=np.int64)
+    width = int(lens.max()) if lens.size else 0
+    if lens.size * width > _PADDED_CELLS:
+        return None
+    out = np.full((lens.size, width), -1, dtype=np.int64)
+    total = int(lens.sum())
+    if total:
+        flat = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=total)
+        starts = np.cumsum(lens) - lens
+        out[np.repeat(np.arange(lens.size), lens), np.arange(total) - np.repeat(starts, lens)] = flat
+    return out
+
+
+def _first_seen_ids(rows: np.ndarray) -> tuple[np.ndarray, int]:
+    """Id of each row, equal rows equal ids, numbered in order of first appearance; and the count."""
+    rows = np.ascontiguousarray(rows)
+    raw = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).reshape(-1)
+    _, first, inv = np.unique(raw, return_index=True, return_inverse=True)
+    rank = np.empty_like(first)
+    rank[np.argsort(first)] = np.arange(first.size)
+    return rank[inv.reshape(-1)], int(first.size)
+
+
+def _regrouped(groups: list[tuple[Any, list[int]]], cls: list[int]) -> list[tuple[Any, list[int]]]:
     # Refined classes only ever split the original ones, so each keeps its original key.
     key_of = {r: key for key, ranks in groups for r in ranks}
     members: dict[int, list[int]] = {}
     for r, c in enumerate(cls):
         members.setdefault(c, []).append(r)
     return [(key_of[rs[0]], rs) for _, rs in sorted(members.items())]
+
+
+def _kept(values: np.ndarray, keep: np.ndarray) -> list[tuple[int, ...]]:
+    """Per row of ``values``, the entries ``keep`` marks, as a tuple."""
+    if keep.all():
+        return list(map(tuple, values.tolist()))
+    return [tuple(v[k].tolist()) for v, k in zip(values, keep)]
 
 
 def with_links(ctx: Context, programs: list[Program], rank_prog: np.ndarray,

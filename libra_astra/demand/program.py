@@ -4,7 +4,7 @@ its collectives resolved to demand (sends are resolved per rank, by :func:`send_
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -50,10 +50,28 @@ class Program:
     counts: Mapping
     compute_ns: float
     cpu_ns: float
+    # the shape analysis this program shares with every program of its dependency graph shape
+    # (equal node types, dependencies, compute attributes): what sits at each position is the same
+    shape: Any
 
     @property
     def has_sends(self) -> bool:
-        return bool(self.comm_is_send.any())
+        # the comm nodes' sends are the sends that name a destination; counted with the shape,
+        # which is cheaper to ask than comm_is_send.any() once per program of a large read
+        return int(self.counts["types"][COMM_SEND_NODE]) > self.counts["send_no_dst"]
+
+
+_PROGRAM_FIELDS = tuple(f.name for f in fields(Program))
+
+
+def program_of(*values: Any) -> Program:
+    """``Program(*values)``, set in one step: the frozen dataclass's ``__init__`` sets its fields one
+    ``object.__setattr__`` at a time, which dominated building the thousands of a pipeline's read."""
+    if len(values) != len(_PROGRAM_FIELDS):
+        raise TypeError(f"Program has {len(_PROGRAM_FIELDS)} fields, got {len(values)} values")
+    p = object.__new__(Program)
+    p.__dict__.update(zip(_PROGRAM_FIELDS, values))
+    return p
 
 
 _DTYPE_NAMES: dict[np.dtype, bytes] = {}
@@ -204,6 +222,22 @@ class RowMemo:
             setattr(self, name, new)
 
 
+def resolve_rows(ctx: Context, cols: dict[str, np.ndarray], rows: Sequence[int], row_key: Mapping[int, str]) -> None:
+    """Group key, physics and (type, size) ids of checked attribute rows into ``ctx.rows``, interned
+    in the order of ``rows``."""
+    memo = ctx.rows
+    for row in rows:
+        t = max(int(cols["comm_type"][row]), 0)
+        kidx = ctx.key_index(row_key[row])
+        inv = int(cols["involved"][row])
+        size = max(int(cols["comm_size"][row]), 0)
+        pid = ctx.coll_pid(t, size, kidx, inv)
+        memo.key[row] = kidx
+        memo.pid[row] = pid
+        memo.sem[row] = ctx.sem(t, size)
+        memo.inv[row] = inv if row_key[row] == grp.ALL_RANKS else -1
+
+
 def first_node(mask: np.ndarray, comm_node: np.ndarray) -> int:
     return int(comm_node[mask].min())
 
@@ -266,16 +300,7 @@ def analyze(ctx: Context, prog: RankProgram, ranks: Sequence[int]) -> Program:
             f"{where}: node {int(prog.node_ids[i])} uses communicator group {key!r}, which is not defined "
             f"({known}); give it in --comm-groups or fix pg_name"
         )
-    for row in new_rows:
-        t = max(int(cols["comm_type"][row]), 0)
-        kidx = ctx.key_index(row_key[row])
-        inv = int(cols["involved"][row])
-        size = max(int(cols["comm_size"][row]), 0)
-        pid = ctx.coll_pid(t, size, kidx, inv)
-        memo.key[row] = kidx
-        memo.pid[row] = pid
-        memo.sem[row] = ctx.sem(t, size)
-        memo.inv[row] = inv if row_key[row] == grp.ALL_RANKS else -1
+    resolve_rows(ctx, cols, new_rows, row_key)
     key_lut, pid_lut, sem_lut, inv_lut = memo.key, memo.pid, memo.sem, memo.inv
     counts["zero_size"] = int((c_coll & (np.maximum(cols["comm_size"][ca], 0) == 0)).sum())
     ckey = np.where(c_send, -1, key_lut[ca])
@@ -294,7 +319,7 @@ def analyze(ctx: Context, prog: RankProgram, ranks: Sequence[int]) -> Program:
     seq_hash = {k: digest(coll_sem[(ckey == k[0]) & (cinv == k[1])]) for k in sorted(comms)}
     return Program(prog, tuple(ranks), sh.struct, comm_pos, c_send, ca, comm_node, ckey, coll_pid, coll_sem,
                    (ckey, cinv), sh.comp_ns, sh.kinds_coll, sh.kinds, sh.edges_u, sh.edges_v, sh.topo_of, seq_hash, used_keys,
-                   key_node, group_use, counts, sh.compute_ns, sh.cpu_ns)
+                   key_node, group_use, counts, sh.compute_ns, sh.cpu_ns, sh)
 
 
 def send_pids(ctx: Context, info: Program, rank: int) -> np.ndarray:
