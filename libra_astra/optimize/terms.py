@@ -47,7 +47,8 @@ class _Scaled(NamedTuple):
     starts: np.ndarray     # (N,)
     nrows: np.ndarray      # (N,)
     scale: np.ndarray      # (N,)
-    bits: np.ndarray       # (D + 1, M) uint64: each row's rounded scaled coefficients, then its constant
+    bits: np.ndarray       # (M, D) uint64: each row's scaled coefficients rounded to 12 decimals
+    g_bits: np.ndarray     # (M,) uint64: each row's constant
     hash: np.ndarray       # (N,) uint64: a hash of each collective's row count and bits
 
 
@@ -71,21 +72,20 @@ def _scaled(A: np.ndarray, g: np.ndarray, starts: np.ndarray) -> _Scaled:
         amax, has_const = np.zeros(0), np.zeros(0, dtype=bool)
     scale = np.where(~has_const & (amax > 0), amax, 1.0)
     An = A if np.all(scale == 1.0) else A / np.repeat(scale, nrows)[:, None]
-    keys = np.empty((D + 1, M))
-    np.round(An.T, 12, out=keys[:D])
-    keys[D] = g
-    bits = keys.view(np.uint64)
+    # Rounded and hashed in the rows' own row-major layout: contiguous passes, where a transposed
+    # copy of the (M, D) rows costs as much as the rounding.
+    bits = np.round(An, 12, out=np.empty((M, D))).view(np.uint64)
+    g_bits = np.ascontiguousarray(g, dtype=float).view(np.uint64)
     with np.errstate(over="ignore"):
         mult = _multipliers(D + 2)
-        row_hash = bits[0] * mult[0]
-        for j in range(1, D + 1):
-            row_hash += bits[j] * mult[j]
+        row_hash = bits @ mult[:D]          # integer matmul: wraps modulo 2^64
+        row_hash += g_bits * mult[D]
         # A row's place in its collective counts: rows (a, b) and (b, a) differ.
         place = np.arange(M, dtype=np.int64) - np.repeat(starts, nrows)
         row_hash *= place.astype(np.uint64) * _PRIME + mult[D + 1]
         h = np.add.reduceat(row_hash, starts) if N else np.zeros(0, np.uint64)
         h += nrows.astype(np.uint64) * _PRIME
-    return _Scaled(An, g, starts, nrows, scale, bits, h)
+    return _Scaled(An, g, starts, nrows, scale, bits, g_bits, h)
 
 
 def _same_rows(s: _Scaled, a: np.ndarray, b: np.ndarray) -> bool:
@@ -96,7 +96,8 @@ def _same_rows(s: _Scaled, a: np.ndarray, b: np.ndarray) -> bool:
     within = np.arange(int(nr.sum())) - np.repeat(np.cumsum(nr) - nr, nr)
     rows_a = np.repeat(s.starts[a], nr) + within
     rows_b = np.repeat(s.starts[b], nr) + within
-    return bool(np.array_equal(s.bits[:, rows_a], s.bits[:, rows_b]))
+    return bool(np.array_equal(s.g_bits.take(rows_a), s.g_bits.take(rows_b))
+                and np.array_equal(s.bits.take(rows_a, axis=0), s.bits.take(rows_b, axis=0)))
 
 
 def _groups(s: _Scaled, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -121,7 +122,7 @@ def _exact_groups(s: _Scaled, items: np.ndarray) -> tuple[np.ndarray, np.ndarray
     for r in np.unique(nr).tolist():
         sel = np.flatnonzero(nr == r)
         rows = s.starts[items[sel]][:, None] + np.arange(r)
-        keys = s.bits[:, rows].transpose(1, 2, 0).reshape(sel.shape[0], -1)
+        keys = np.concatenate([s.bits[rows], s.g_bits[rows][..., None]], axis=2).reshape(sel.shape[0], -1)
         _, first, k = np.unique(keys, axis=0, return_index=True, return_inverse=True)
         inv[sel] = k.ravel() + len(firsts)
         firsts.extend(sel[first].tolist())
