@@ -53,6 +53,7 @@ class _Scaled(NamedTuple):
 
 
 _PRIME = np.uint64(0x9E3779B97F4A7C15)
+_COMPARE_ROWS = 1 << 15
 
 
 def _multipliers(count: int) -> np.ndarray:
@@ -65,12 +66,11 @@ def _scaled(A: np.ndarray, g: np.ndarray, starts: np.ndarray) -> _Scaled:
     M, D = A.shape
     N = starts.shape[0]
     nrows = np.diff(np.r_[starts, M]).astype(np.int64)
-    if N:
-        amax = np.maximum.reduceat(A.max(axis=1, initial=0.0), starts)
-        has_const = np.logical_or.reduceat(g != 0, starts).astype(bool)
-    else:
-        amax, has_const = np.zeros(0), np.zeros(0, dtype=bool)
-    scale = np.where(~has_const & (amax > 0), amax, 1.0)
+    has_const = np.logical_or.reduceat(g != 0, starts).astype(bool) if N else np.zeros(0, dtype=bool)
+    scale = np.ones(N)
+    if not has_const.all():
+        amax = np.maximum.reduceat(_row_max(A), starts)
+        scale = np.where(~has_const & (amax > 0), amax, 1.0)
     An = A if np.all(scale == 1.0) else A / np.repeat(scale, nrows)[:, None]
     # Rounded and hashed in the rows' own row-major layout: contiguous passes, where a transposed
     # copy of the (M, D) rows costs as much as the rounding.
@@ -88,6 +88,15 @@ def _scaled(A: np.ndarray, g: np.ndarray, starts: np.ndarray) -> _Scaled:
     return _Scaled(An, g, starts, nrows, scale, bits, g_bits, h)
 
 
+def _row_max(A: np.ndarray) -> np.ndarray:
+    """Largest coefficient of each row, and 0: one pass per column, where a max over each short
+    row (A.max(axis=1)) costs twice as much. Maxima are exact, so the order does not matter."""
+    out = np.zeros(A.shape[0])
+    for j in range(A.shape[1]):
+        np.maximum(out, A[:, j], out=out)
+    return out
+
+
 def _same_rows(s: _Scaled, a: np.ndarray, b: np.ndarray) -> bool:
     """Whether collectives a[i] and b[i] have the same row count and bits, for every i."""
     if not np.array_equal(s.nrows[a], s.nrows[b]):
@@ -96,8 +105,14 @@ def _same_rows(s: _Scaled, a: np.ndarray, b: np.ndarray) -> bool:
     within = np.arange(int(nr.sum())) - np.repeat(np.cumsum(nr) - nr, nr)
     rows_a = np.repeat(s.starts[a], nr) + within
     rows_b = np.repeat(s.starts[b], nr) + within
-    return bool(np.array_equal(s.g_bits.take(rows_a), s.g_bits.take(rows_b))
-                and np.array_equal(s.bits.take(rows_a, axis=0), s.bits.take(rows_b, axis=0)))
+    # In slices: gathered copies of every row would be fresh memory, whose first touch costs more
+    # than the comparing.
+    for lo in range(0, rows_a.shape[0], _COMPARE_ROWS):
+        ra, rb = rows_a[lo:lo + _COMPARE_ROWS], rows_b[lo:lo + _COMPARE_ROWS]
+        if not (np.array_equal(s.g_bits.take(ra), s.g_bits.take(rb))
+                and np.array_equal(s.bits.take(ra, axis=0), s.bits.take(rb, axis=0))):
+            return False
+    return True
 
 
 def _groups(s: _Scaled, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
