@@ -34,6 +34,7 @@ MODELS = [
     TimeModel("pipelined", splits=4),
     TimeModel("pipelined", splits=3, local_mem_bw_gbps=1600.0, efficiency=(0.5, 0.75, 1.0)),
     TimeModel("pipelined", splits=7, latency=False, local_mem_bw_gbps=50.0),
+    TimeModel("pipelined", splits=2, latency=False),     # neither hops nor sizes are read
 ]
 
 

@@ -74,12 +74,14 @@ def _pipelined(colls, net: Network, model, traffic, used, coll_of, dim_of):
     N, D = traffic.shape
     kind = np.fromiter(map(_KIND.__getitem__, map(operator.attrgetter("type"), colls)), np.int64, count=N)
     alg = np.fromiter(map(_ALG.__getitem__, map(operator.attrgetter("algorithm"), colls)), np.int64, count=N)
-    size = np.fromiter(map(operator.attrgetter("size_bytes"), colls), float, count=N)
-    # Small integers (read as such: faster), exact as floats: the arithmetic below is then the
-    # scalar code's. Reading them is most of the time at 100k collectives, so only what the model
-    # uses is read: the participants scale the ring all-to-all (and, with a memory bandwidth, the
-    # reduce copies); hops only count with latency (else they are multiplied by 0).
+    # Reading the fields is much of the time at 100k collectives, so only what the model uses is
+    # read: sizes and participants size the reduce copies with a memory bandwidth, participants
+    # also scale the ring all-to-all; hops only count with latency (else they are multiplied by 0).
+    # Participants and hops are small integers (read as such: faster), exact as floats: the
+    # arithmetic below is then the scalar code's.
+    size = None
     if model.local_mem_bw_gbps is not None:
+        size = np.fromiter(map(operator.attrgetter("size_bytes"), colls), float, count=N)
         parts = _column(colls, "participants", np.int64, D).astype(float)
     else:
         parts = np.ones((N, D))
@@ -112,7 +114,7 @@ def _reduced_bytes(reduces: np.ndarray, carried: np.ndarray, p: np.ndarray) -> n
 def _flat(kind, alg, size, parts, traffic, hops, used, coll_of, dim_of, lat, k, mem):
     # One stage over all crossed dimensions (flat ring or P2P): the slowest crossed link sets the pace.
     steps_lat = np.where(used, hops * lat, -np.inf).max(axis=1)
-    red = np.zeros(size.shape[0])
+    red = np.zeros(kind.shape[0])
     if mem is not None:
         p = np.prod(np.maximum(parts, 1), axis=1)
         red = np.where(alg == _FLAT, 3.0 * _reduced_bytes((kind == _AR) | (kind == _RS), size, p) / mem, 0.0)
