@@ -124,10 +124,11 @@ def _groups(s: _Scaled, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if dup.shape[0] and not _same_rows(s, items[dup], items[first[inv[dup]]]):
         # Two collectives share a hash without having equal rows: compare rows whole instead.
         first, inv = _exact_groups(s, items)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.shape[0])
-    return first[order], rank[inv]
+    # The first positions are distinct: marking them orders them without a sort.
+    is_first = np.zeros(items.shape[0], dtype=bool)
+    is_first[first] = True
+    number = np.cumsum(is_first) - 1        # a group's number at its first position
+    return np.flatnonzero(is_first), number[first][inv]
 
 
 def _exact_groups(s: _Scaled, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
