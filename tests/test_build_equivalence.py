@@ -34,6 +34,7 @@ MODELS = [
     TimeModel("pipelined", splits=4),
     TimeModel("pipelined", splits=3, local_mem_bw_gbps=1600.0, efficiency=(0.5, 0.75, 1.0)),
     TimeModel("pipelined", splits=7, latency=False, local_mem_bw_gbps=50.0),
+    TimeModel("pipelined", splits=2, latency=False),     # neither hops nor sizes are read
 ]
 
 
@@ -251,3 +252,39 @@ def test_merging_survives_hash_collisions(monkeypatch):
     monkeypatch.setattr(terms_mod, "_multipliers", lambda count: np.zeros(count, dtype=np.uint64))
     ((_, got),) = class_terms(dem, net, model, {})
     assert_same_terms(got, expected)
+
+
+@pytest.mark.parametrize("model", [MODELS[0], MODELS[2], MODELS[4]], ids=["libra", "pipelined", "no-latency"])
+@pytest.mark.parametrize("collide", [False, True], ids=["hashed", "colliding"])
+def test_merging_in_slices_is_merging_whole(monkeypatch, model, collide):
+    """Keys hashed and compared a few rows at a time (slices that split collectives), with and
+    without hash collisions: the terms are the old ones."""
+    import libra_astra.optimize.terms as terms_mod
+    net = net8()
+    model = model_for(net, model)
+    colls = mixed_collectives(net, 300, seed=17)
+    dem = Demand("eq", net.npus_per_dim, (RankClass(0.0, tuple(colls)), RankClass(1.0, tuple(colls[::-2]))))
+    monkeypatch.setattr(terms_mod, "_SLICE_ROWS", 37)
+    if collide:
+        monkeypatch.setattr(terms_mod, "_multipliers", lambda count: np.zeros(count, dtype=np.uint64))
+    for (_, got), rc in zip(class_terms(dem, net, model, {}), dem.rank_classes):
+        assert_same_terms(got, ref.merge_terms(((c, c.count) for c in rc.collectives), net, model, {}))
+
+
+@pytest.mark.parametrize("model", [MODELS[0], MODELS[2]], ids=["libra", "pipelined"])
+def test_rows_compared_in_slices_find_a_difference_in_the_last_slice(monkeypatch, model):
+    """60 equal pairs of collectives, then one pair with as many rows but other rows: compared a
+    few rows at a time, the difference past the first slices is found."""
+    import libra_astra.optimize.terms as terms_mod
+    net = net8()
+    colls = mixed_collectives(net, 200, seed=19)
+    s = terms_mod._scaled(*collective_rows_of(colls[:60] + colls[:60] + colls[60:], net, model))
+    last = 120
+    other = next(j for j in range(60) if s.nrows[j] == s.nrows[last]
+                 and not np.array_equal(s.A[s.starts[j]:s.starts[j] + s.nrows[j]],
+                                        s.A[s.starts[last]:s.starts[last] + s.nrows[last]]))
+    monkeypatch.setattr(terms_mod, "_SLICE_ROWS", 37)
+    same, firsts = np.arange(60, 120), np.arange(60)
+    assert s.nrows[:60].sum() > 3 * 37      # several slices before the differing pair
+    assert terms_mod._same_rows(s, same, firsts)
+    assert not terms_mod._same_rows(s, np.r_[same, last], np.r_[firsts, other])

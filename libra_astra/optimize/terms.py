@@ -40,18 +40,24 @@ class Terms:
 
 
 class _Scaled(NamedTuple):
-    """Scaled rows of a sequence of collectives, and what merging compares."""
+    """Rows of a sequence of collectives, their scales, and what merging compares. The scaled
+    rows (rows / scale of their collective) and their rounded bits are computed for the rows a
+    step needs, a slice at a time: at 100k collectives each whole (M, D) copy is fresh memory,
+    whose first touch costs more than the arithmetic."""
 
-    A: np.ndarray          # (M, D) rows / scale of their collective
+    A: np.ndarray          # (M, D) rows as built
     g_ns: np.ndarray       # (M,)
     starts: np.ndarray     # (N,)
     nrows: np.ndarray      # (N,)
     scale: np.ndarray      # (N,)
-    bits: np.ndarray       # (D + 1, M) uint64: each row's rounded scaled coefficients, then its constant
+    row_scale: np.ndarray | None   # (M,) scale of each row's collective; None if every scale is 1
+    g_bits: np.ndarray     # (M,) uint64: each row's constant
     hash: np.ndarray       # (N,) uint64: a hash of each collective's row count and bits
+    whole: dict            # the scaled rows of all collectives, once a step needed them all
 
 
 _PRIME = np.uint64(0x9E3779B97F4A7C15)
+_SLICE_ROWS = 1 << 15
 
 
 def _multipliers(count: int) -> np.ndarray:
@@ -64,28 +70,61 @@ def _scaled(A: np.ndarray, g: np.ndarray, starts: np.ndarray) -> _Scaled:
     M, D = A.shape
     N = starts.shape[0]
     nrows = np.diff(np.r_[starts, M]).astype(np.int64)
-    if N:
-        amax = np.maximum.reduceat(A.max(axis=1, initial=0.0), starts)
-        has_const = np.logical_or.reduceat(g != 0, starts).astype(bool)
-    else:
-        amax, has_const = np.zeros(0), np.zeros(0, dtype=bool)
-    scale = np.where(~has_const & (amax > 0), amax, 1.0)
-    An = A if np.all(scale == 1.0) else A / np.repeat(scale, nrows)[:, None]
-    keys = np.empty((D + 1, M))
-    np.round(An.T, 12, out=keys[:D])
-    keys[D] = g
-    bits = keys.view(np.uint64)
+    has_const = np.logical_or.reduceat(g != 0, starts).astype(bool) if N else np.zeros(0, dtype=bool)
+    scale = np.ones(N)
+    if not has_const.all():
+        amax = np.maximum.reduceat(_row_max(A), starts)
+        scale = np.where(~has_const & (amax > 0), amax, 1.0)
+    row_scale = None if np.all(scale == 1.0) else np.repeat(scale, nrows)
+    g_bits = np.ascontiguousarray(g, dtype=float).view(np.uint64)
+    mult = _multipliers(D + 2)
+    row_hash = np.empty(M, dtype=np.uint64)
+    buf = np.empty((min(M, _SLICE_ROWS), D))
     with np.errstate(over="ignore"):
-        mult = _multipliers(D + 2)
-        row_hash = bits[0] * mult[0]
-        for j in range(1, D + 1):
-            row_hash += bits[j] * mult[j]
+        for lo in range(0, M, _SLICE_ROWS):
+            rows = slice(lo, min(lo + _SLICE_ROWS, M))
+            bits = _round_bits(A[rows] if row_scale is None else A[rows] / row_scale[rows, None],
+                               buf[:rows.stop - lo])
+            np.matmul(bits, mult[:D], out=row_hash[rows])        # integer matmul: wraps modulo 2^64
+        row_hash += g_bits * mult[D]
         # A row's place in its collective counts: rows (a, b) and (b, a) differ.
         place = np.arange(M, dtype=np.int64) - np.repeat(starts, nrows)
         row_hash *= place.astype(np.uint64) * _PRIME + mult[D + 1]
         h = np.add.reduceat(row_hash, starts) if N else np.zeros(0, np.uint64)
         h += nrows.astype(np.uint64) * _PRIME
-    return _Scaled(An, g, starts, nrows, scale, bits, h)
+    return _Scaled(A, g, starts, nrows, scale, row_scale, g_bits, h, {})
+
+
+def _round_bits(An: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """The scaled coefficients rounded to 12 decimals, as uint64 bits (what merging compares)."""
+    return np.round(An, 12, out=out).view(np.uint64)
+
+
+def _scaled_rows(s: _Scaled, rows: np.ndarray) -> np.ndarray:
+    """Scaled rows ``rows``: the division of the whole array, element by element."""
+    A = s.A.take(rows, axis=0)
+    return A if s.row_scale is None else A / s.row_scale.take(rows)[:, None]
+
+
+def _all_scaled_rows(s: _Scaled) -> np.ndarray:
+    if s.row_scale is None:
+        return s.A
+    if "A" not in s.whole:
+        s.whole["A"] = s.A / s.row_scale[:, None]
+    return s.whole["A"]
+
+
+def _row_bits(s: _Scaled, rows: np.ndarray) -> np.ndarray:
+    return _round_bits(_scaled_rows(s, rows), np.empty((rows.shape[0], s.A.shape[1])))
+
+
+def _row_max(A: np.ndarray) -> np.ndarray:
+    """Largest coefficient of each row, and 0: one pass per column, where a max over each short
+    row (A.max(axis=1)) costs twice as much. Maxima are exact, so the order does not matter."""
+    out = np.zeros(A.shape[0])
+    for j in range(A.shape[1]):
+        np.maximum(out, A[:, j], out=out)
+    return out
 
 
 def _same_rows(s: _Scaled, a: np.ndarray, b: np.ndarray) -> bool:
@@ -96,7 +135,12 @@ def _same_rows(s: _Scaled, a: np.ndarray, b: np.ndarray) -> bool:
     within = np.arange(int(nr.sum())) - np.repeat(np.cumsum(nr) - nr, nr)
     rows_a = np.repeat(s.starts[a], nr) + within
     rows_b = np.repeat(s.starts[b], nr) + within
-    return bool(np.array_equal(s.bits[:, rows_a], s.bits[:, rows_b]))
+    for lo in range(0, rows_a.shape[0], _SLICE_ROWS):
+        ra, rb = rows_a[lo:lo + _SLICE_ROWS], rows_b[lo:lo + _SLICE_ROWS]
+        if not (np.array_equal(s.g_bits.take(ra), s.g_bits.take(rb))
+                and np.array_equal(_row_bits(s, ra), _row_bits(s, rb))):
+            return False
+    return True
 
 
 def _groups(s: _Scaled, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -108,10 +152,11 @@ def _groups(s: _Scaled, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if dup.shape[0] and not _same_rows(s, items[dup], items[first[inv[dup]]]):
         # Two collectives share a hash without having equal rows: compare rows whole instead.
         first, inv = _exact_groups(s, items)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.shape[0])
-    return first[order], rank[inv]
+    # The first positions are distinct: marking them orders them without a sort.
+    is_first = np.zeros(items.shape[0], dtype=bool)
+    is_first[first] = True
+    number = np.cumsum(is_first) - 1        # a group's number at its first position
+    return np.flatnonzero(is_first), number[first][inv]
 
 
 def _exact_groups(s: _Scaled, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -120,8 +165,8 @@ def _exact_groups(s: _Scaled, items: np.ndarray) -> tuple[np.ndarray, np.ndarray
     nr = s.nrows[items]
     for r in np.unique(nr).tolist():
         sel = np.flatnonzero(nr == r)
-        rows = s.starts[items[sel]][:, None] + np.arange(r)
-        keys = s.bits[:, rows].transpose(1, 2, 0).reshape(sel.shape[0], -1)
+        rows = (s.starts[items[sel]][:, None] + np.arange(r)).ravel()
+        keys = np.concatenate([_row_bits(s, rows), s.g_bits[rows][:, None]], axis=1).reshape(sel.shape[0], -1)
         _, first, k = np.unique(keys, axis=0, return_index=True, return_inverse=True)
         inv[sel] = k.ravel() + len(firsts)
         firsts.extend(sel[first].tolist())
@@ -136,12 +181,12 @@ def _merge(s: _Scaled, items: np.ndarray, count: np.ndarray) -> Terms:
     weight = np.bincount(term, weights=count * s.scale[items], minlength=first.shape[0])
     rep = items[first]
     if rep.shape[0] == s.starts.shape[0] and np.array_equal(rep, np.arange(rep.shape[0])):
-        return Terms(s.A, s.g_ns, s.starts, weight)       # nothing merged, every collective kept
+        return Terms(_all_scaled_rows(s), s.g_ns, s.starts, weight)       # nothing merged, every collective kept
     nrows = s.nrows[rep]
     starts = np.zeros(rep.shape[0], dtype=np.int64)
     np.cumsum(nrows[:-1], out=starts[1:])
     rows = np.repeat(s.starts[rep] - starts, nrows) + np.arange(int(nrows.sum()))
-    return Terms(s.A.take(rows, axis=0), s.g_ns.take(rows), starts, weight)
+    return Terms(_scaled_rows(s, rows), s.g_ns.take(rows), starts, weight)
 
 
 def _demand_scaled(demand: Demand, net: Network, model: TimeModel, cache: dict) -> tuple[_Scaled, np.ndarray]:

@@ -74,11 +74,21 @@ def _pipelined(colls, net: Network, model, traffic, used, coll_of, dim_of):
     N, D = traffic.shape
     kind = np.fromiter(map(_KIND.__getitem__, map(operator.attrgetter("type"), colls)), np.int64, count=N)
     alg = np.fromiter(map(_ALG.__getitem__, map(operator.attrgetter("algorithm"), colls)), np.int64, count=N)
-    size = np.fromiter(map(operator.attrgetter("size_bytes"), colls), float, count=N)
-    # Small integers (read as such: faster), exact as floats: the arithmetic below is then the
-    # scalar code's.
-    parts = _column(colls, "participants", np.int64, D).astype(float)
-    hops = _column(colls, "hops", np.int64, D).astype(float)
+    # Reading the fields is much of the time at 100k collectives, so only what the model uses is
+    # read: sizes and participants size the reduce copies with a memory bandwidth, participants
+    # also scale the ring all-to-all; hops only count with latency (else they are multiplied by 0).
+    # Participants and hops are small integers (read as such: faster), exact as floats: the
+    # arithmetic below is then the scalar code's.
+    size = None
+    if model.local_mem_bw_gbps is not None:
+        size = np.fromiter(map(operator.attrgetter("size_bytes"), colls), float, count=N)
+        parts = _column(colls, "participants", np.int64, D).astype(float)
+    else:
+        parts = np.ones((N, D))
+        a2a = np.flatnonzero(kind == _A2A)
+        if a2a.shape[0]:
+            parts[a2a] = _column([colls[i] for i in a2a.tolist()], "participants", np.int64, D)
+    hops = _column(colls, "hops", np.int64, D).astype(float) if model.latency else np.zeros((N, D))
     lat = np.array([dim.latency_ns for dim in net.dims]) if model.latency else np.zeros(D)
     M = coll_of.shape[0]
     flat = alg != _HIER
@@ -104,7 +114,7 @@ def _reduced_bytes(reduces: np.ndarray, carried: np.ndarray, p: np.ndarray) -> n
 def _flat(kind, alg, size, parts, traffic, hops, used, coll_of, dim_of, lat, k, mem):
     # One stage over all crossed dimensions (flat ring or P2P): the slowest crossed link sets the pace.
     steps_lat = np.where(used, hops * lat, -np.inf).max(axis=1)
-    red = np.zeros(size.shape[0])
+    red = np.zeros(kind.shape[0])
     if mem is not None:
         p = np.prod(np.maximum(parts, 1), axis=1)
         red = np.where(alg == _FLAT, 3.0 * _reduced_bytes((kind == _AR) | (kind == _RS), size, p) / mem, 0.0)
@@ -115,51 +125,54 @@ def _flat(kind, alg, size, parts, traffic, hops, used, coll_of, dim_of, lat, k, 
 
 
 def _hierarchical(kind, alg, size, parts, traffic, hops, used, coll_of, dim_of, lat, k, mem):
-    # One contiguous vector per dimension: every step below is a pass over the collectives or rows.
-    parts, traffic, hops, used = (np.ascontiguousarray(x.T) for x in (parts, traffic, hops, used))
-    D, N = traffic.shape
+    # Row-major (collectives, dimensions) throughout, as the rows are returned: every step is a
+    # pass over contiguous memory and no (M, D) array is transposed.
+    N, D = traffic.shape
     # ASTRA-sim's ring all-to-all forwards each block hop by hop round the ring: every link
     # carries m (p - 1) / 2 bytes, p / 2 times the table's m (p - 1) / p, and the ring pays
     # p (p - 1) / 2 hop latencies instead of p - 1 (both measured).
-    a2a = kind == _A2A
+    a2a = (kind == _A2A)[:, None]
     if a2a.any():
         ring_factor = np.maximum(parts, 2) / 2.0
         traffic = np.where(a2a, traffic * ring_factor, traffic)
         hops = np.where(a2a, hops * ring_factor, hops)
     reduces = (kind == _AR) | (kind == _RS)
-    red = np.zeros((D, N))
+    red = np.zeros((N, D))
     if mem is not None:
         # Size carried into each dimension, in the algorithm's order of dimensions.
-        carried_in = np.empty((D, N))
+        carried_in = np.empty((N, D))
         m = size
         for d in range(D):
-            carried_in[d] = m
-            m = np.where(reduces, m / parts[d], m)
+            carried_in[:, d] = m
+            m = np.where(reduces, m / parts[:, d], m)
         gather = kind == _AG
         if gather.any():
             m = size
             for d in reversed(range(D)):
-                carried_in[d] = np.where(gather, m, carried_in[d])
-                m = m * parts[d]
-        red = 3.0 * _reduced_bytes(reduces, carried_in, parts) / mem
-    stage_lat = hops * lat[:, None]
+                carried_in[:, d] = np.where(gather, m, carried_in[:, d])
+                m = m * parts[:, d]
+        red = 3.0 * _reduced_bytes(reduces[:, None], carried_in, parts) / mem
+    stage_lat = hops * lat
     # Chunks flow through the stages. As measured on ASTRA-sim, the stages that add a chunk's
     # share to the bottleneck stage d are the lower dimensions for all-reduce and every other
     # dimension for reduce-scatter, all-gather and all-to-all.
     M = coll_of.shape[0]
     rows = np.arange(M)
-    adds = used.take(coll_of, axis=1)
-    adds &= (kind != _AR).take(coll_of) | (np.arange(D)[:, None] < dim_of)
-    adds[dim_of, rows] = False
+    # Which stages add, by (all-reduce or not, bottleneck d): a (2 D, D) table read row by row.
+    lower = np.tri(D, D, -1, dtype=bool)
+    others = ~np.eye(D, dtype=bool)
+    adds = np.vstack([lower, others]).take((kind != _AR).take(coll_of) * D + dim_of, axis=0)
+    adds &= used.take(coll_of, axis=0)
     # Multiplying by the mask is where(adds, x, 0.0) (the values are finite and >= 0), and cheaper.
-    A = (traffic / k).take(coll_of, axis=1)
+    A = (traffic / k).take(coll_of, axis=0)
     A *= adds
-    own = dim_of * N + coll_of
-    A[dim_of, rows] = traffic.take(own)
+    own = coll_of * D + dim_of
+    A[rows, dim_of] = traffic.take(own)
     # Summed one dimension at a time, in order, as the scalar code does (same round-off); the
     # dimensions not added contribute exact zeros.
     const = red.take(own) + k * stage_lat.take(own)
-    share = red / k + stage_lat
+    share = np.ascontiguousarray((red / k + stage_lat).T)
+    adds_by_dim = np.ascontiguousarray(adds.T)     # contiguous per dimension: faster than a transposed walk
     for e in range(D):
-        const += share[e].take(coll_of) * adds[e]
-    return A.T, const
+        const += share[e].take(coll_of) * adds_by_dim[e]
+    return A, const
