@@ -8,10 +8,10 @@ their DAG order, so a node starts at max(its dependencies' finish, its slot's fr
 A receive also waits for the matching send of another rank class (the DAG's ``links``, from
 pipeline parallelism) and a collective shared with ranks of other classes starts when they are
 ready for it too (``syncs``), so all classes are replayed together, in one event-driven
-simulation over their joint graph. When every slot of the graph can only run its nodes in one
-order, whatever the durations, the same times come from one pass over it in a fixed order instead
-(fixed_order.py), and the event-driven simulation runs only where a tie on a critical path needs
-its order of events.
+simulation over their joint graph. When every slot of the graph runs its nodes in node order
+(forced by dependencies, or checked against the times found), the same times come from one pass
+over it in a fixed order instead (fixed_order.py), and the event-driven simulation runs only
+where that order does not hold or a tie on a critical path needs its order of events.
 Collective durations come from a time model (model.py), normally the ``pipelined`` model with
 the simulator's chunk count, latency and local memory bandwidth.
 
