@@ -40,14 +40,13 @@ class _SlotChecks:
     unready: np.ndarray                 # whether it has dependencies
     after: np.ndarray                   # whether it depends on the slot's node before it
     run_end: np.ndarray                 # the last position of the run of such nodes it is in
-    seg_end: np.ndarray                 # the position after its slot's last node
     segments: tuple[tuple[int, int], ...]   # positions of each slot
 
     @staticmethod
     def none() -> "_SlotChecks":
         empty = np.zeros(0, dtype=np.int64)
         flags = np.zeros(0, dtype=bool)
-        return _SlotChecks(empty, empty, empty, empty, empty, flags, flags, empty, empty, ())
+        return _SlotChecks(empty, empty, empty, empty, empty, flags, flags, empty, ())
 
 
 @dataclass(frozen=True)
@@ -120,11 +119,14 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
     if waits or syncs or loose_next.size:
         # (a node after a slot's node it does not depend on also waits for that node's end)
         us, vs = [cu, srcs, loose_prev], [cv, dsts, loose_next]
+        takers, counts = [], []
         for g, partners in syncs.items():
             for p in partners:
                 ins = cu[dep_ptr[p]:dep_ptr[p + 1]]
                 us.append(ins if ins.size else np.array([n]))
-                vs.append(np.full(max(ins.size, 1), g))
+                takers.append(g)
+                counts.append(max(ins.size, 1))
+        vs.append(np.repeat(np.array(takers, dtype=np.int64), counts))
         iu, iv = np.concatenate(us), np.concatenate(vs)
         ii = np.argsort(iv, kind="stable")
         iu, iv = iu[ii], iv[ii]
@@ -188,8 +190,9 @@ def _slot_checks(on: np.ndarray, slot: np.ndarray, direct: np.ndarray, same: np.
     plain sum the slot order needs)."""
     direct_all = np.zeros(on.size, dtype=bool)
     direct_all[1:][same] = direct
-    loose_slots = np.unique(slot[on[1:][same][~direct]])
-    mask = np.isin(slot[on], loose_slots)
+    loose = np.zeros(int(slot[on].max()) + 1, dtype=bool)
+    loose[slot[on[1:][same][~direct]]] = True
+    mask = loose[slot[on]]
     nodes = on[mask]
     special = set(waits) | set(waits.values()) | set(syncs) | {u for us in syncs.values() for u in us}
     if special and np.isin(nodes, np.fromiter(special, dtype=np.int64, count=len(special))).any():
@@ -209,8 +212,7 @@ def _slot_checks(on: np.ndarray, slot: np.ndarray, direct: np.ndarray, same: np.
     first = np.where(deg > 0, ptr[nodes], cu.size - 1)
     dep_start = np.cumsum(lens) - lens
     dep_idx = cu[np.repeat(first - dep_start, lens) + np.arange(int(lens.sum()))]
-    seg_end = np.repeat(edges[1:], np.diff(edges))
-    return _SlotChecks(nodes, prev, dep_idx, dep_start, lens, deg > 0, ~brk, run_end, seg_end, segments)
+    return _SlotChecks(nodes, prev, dep_idx, dep_start, lens, deg > 0, ~brk, run_end, segments)
 
 
 def _slot_order_holds(c: _SlotChecks, F: list[float]) -> bool:
@@ -250,11 +252,21 @@ def _slot_order_holds(c: _SlotChecks, F: list[float]) -> bool:
     # taken in node order).
     pos = np.where(at_max, np.arange(dep_ends.size), dep_ends.size)
     why = np.where(c.unready & (latest == 1), c.dep_idx[np.minimum.reduceat(pos, c.dep_start)], -1)
-    for i in np.flatnonzero(open_).tolist():
-        lo, hi = c.run_end[i] + 1, c.seg_end[i]
-        if why[i] < 0 or np.any(why[lo:hi][ready[lo:hi] == ready[i]] != why[i]):
-            return False
-    return True
+    # The other nodes ready then are, from position a = run_end + 1, the ones ready at the
+    # earliest readiness from each position on (which never decreases within a slot), in the
+    # block of positions from a that share a's: per block, the least and greatest of their causes
+    # from each position on, as one running extreme over keys that order the blocks.
+    earliest = np.minimum(ready, later)
+    start = np.concatenate(([True], earliest[1:] != earliest[:-1]))
+    start[[lo for lo, _ in c.segments]] = True
+    base = (np.cumsum(start) - 1) * (len(F) + 3)
+    at_earliest = ready == earliest
+    cause = why + 2                     # 1 for a tie among its latest dependencies
+    lowest = np.minimum.accumulate((base + np.where(at_earliest, cause, len(F) + 2))[::-1])[::-1] - base
+    highest = np.maximum.accumulate((np.where(at_earliest, cause, 0) - base)[::-1])[::-1] + base
+    a = c.run_end[open_] + 1
+    mine = cause[open_]
+    return bool(np.all((why[open_] >= 0) & (lowest[a] == mine) & (highest[a] == mine)))
 
 
 def _starts(sorted_nodes: np.ndarray, n: int) -> np.ndarray:

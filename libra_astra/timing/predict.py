@@ -25,7 +25,7 @@ import heapq
 from contextlib import contextmanager
 from itertools import chain
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Iterator, Sequence
 
@@ -185,6 +185,8 @@ class _Times:
     fixed: FixedOrder
     dur: np.ndarray
     ends_ns: np.ndarray                 # finish, as an array
+    # path_nodes' answers by their ends: the optimizer asks again at the design it settles on
+    walked: dict = field(default_factory=dict, compare=False, repr=False)
 
     def class_finish(self, ci: int) -> list[float]:
         return self.finish[self.offsets[ci]:self.offsets[ci + 1]]
@@ -196,7 +198,11 @@ class _Times:
 
     def path_nodes(self, ends: Sequence[int]) -> list[list[int]] | None:
         """As _Replay.path_nodes, or None where two causes of a node on a path tie."""
-        return fixed_path_nodes(self.fixed, self.ends_ns, self.dur, ends)
+        key = tuple(ends)
+        if key not in self.walked:
+            self.walked[key] = fixed_path_nodes(self.fixed, self.ends_ns, self.dur, ends)
+        found = self.walked[key]
+        return None if found is None else [list(ids) for ids in found]
 
 
 # Per demand object (not per equal demand: a demand read again builds its plan again, as a new
