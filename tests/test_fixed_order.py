@@ -136,7 +136,8 @@ def test_generated_pipeline(tmp_path):
 def competing(seed: int) -> Demand:
     """Classes whose GPU and CPU slots hold nodes that do not depend on the slot's node before
     them (some do), so ready nodes compete for a slot: durations with ties and zeros, receives
-    on nodes without a slot and collectives shared across classes (random_demand's), no cycles."""
+    on nodes without a slot (in most demands taking no time) and collectives shared across
+    classes (random_demand's), no cycles."""
     rng = random.Random(seed)
     d = random_demand(seed)
     classes = []
@@ -145,7 +146,9 @@ def competing(seed: int) -> Demand:
         if dag is None:
             classes.append(rc)
             continue
-        nodes = tuple((k, rng.choice((0.0, 1.0, 1.0, 1e3, 5e4))) if k != "coll" else (k, x) for k, x in dag.nodes)
+        waiting = {v for v, _, _ in dag.links} if rng.random() < 0.8 else set()   # receives taking no time
+        nodes = tuple((k, x) if k == "coll" else (k, 0.0) if v in waiting else (k, rng.choice((0.0, 1.0, 1.0, 1e3, 5e4)))
+                      for v, (k, x) in enumerate(dag.nodes))
         deps = set(dag.deps)
         chain_p = rng.choice((0.0, 0.5, 0.9))
         for kind in ("comp", "cpu"):
