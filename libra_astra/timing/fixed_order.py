@@ -7,6 +7,13 @@ ending at the latest end (or readiness, for a shared collective's partners) of w
 plus its duration. One pass in a fixed topological order computes them with the same additions
 and maxima as the event-driven replay, so the times are identical, at a fraction of its cost.
 
+A slot whose nodes do not all depend on the slot's node before them could run them in an order
+that depends on the durations. It is taken to run them in node order (a node then also waits for
+the slot's node before it, and starts at the later of that end and its readiness), and each pass
+checks, from the ends it found, that the replay would have issued them in that order: that no
+other node left for the slot was ready first, or at the same moment in an order of events that
+could put it first. If not, the caller replays with events.
+
 A node's cause (what it waited for last) is the one that ended last. The event-driven replay
 breaks ties in the order its events happen to be taken; the walk along a critical path here gives
 up at any tie instead (``None``), and the caller replays with events.
@@ -18,6 +25,28 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class _SlotChecks:
+    """The slots taken to run their nodes in node order without dependencies forcing it: their
+    nodes (by slot, then node) and what each replay needs to check that order."""
+
+    nodes: np.ndarray
+    prev: np.ndarray                    # the slot's node before each (the zero node for its first)
+    dep_idx: np.ndarray                 # each node's dependencies (the zero node for none) ...
+    dep_start: np.ndarray               # ... from dep_start[i]
+    dep_count: np.ndarray               # ... their number (1 for none)
+    unready: np.ndarray                 # whether it has dependencies
+    after: np.ndarray                   # whether it depends on the slot's node before it
+    run_end: np.ndarray                 # the last position of the run of such nodes it is in
+    segments: tuple[tuple[int, int], ...]   # positions of each slot
+
+    @staticmethod
+    def none() -> "_SlotChecks":
+        empty = np.zeros(0, dtype=np.int64)
+        flags = np.zeros(0, dtype=bool)
+        return _SlotChecks(empty, empty, empty, empty, empty, flags, flags, empty, ())
 
 
 @dataclass(frozen=True)
@@ -39,28 +68,42 @@ class FixedOrder:
     waits: dict[int, int]
     syncs: dict[int, list[int]]
     busy_comp: tuple[float, ...]        # per class: its GPU compute, summed in the order it runs
+    loose_prev: np.ndarray              # a slot's node that the slot's next node does not depend on ...
+    loose_next: np.ndarray              # ... and that next node, which also waits for it
+    checks: _SlotChecks
 
 
 def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, slot: np.ndarray,
                 comp: np.ndarray, base_ns: np.ndarray, waits: dict[int, int], syncs: dict[int, list[int]],
                 busy_start: Sequence[float]) -> FixedOrder | None:
-    """The fixed order of a plan's graph, or None if its slots' order could depend on durations,
-    a class's nodes are not numbered in dependency order, or ranks wait on each other in a cycle."""
+    """The fixed order of a plan's graph, or None if a class's nodes are not numbered in
+    dependency order, ranks wait on each other in a cycle, or a slot whose order could depend on
+    durations runs a node that waits on or is awaited by another class."""
     n = int(offsets[-1])
     if not n or dep_u.size and not np.all(dep_u < dep_v):
         return None
-    # Each node of a slot must depend directly on the slot's node before it (in node order, which
-    # then is the only order the slot can run them in).
+    # A slot whose nodes each depend directly on the slot's node before it can only run them in
+    # node order. Any other slot is taken to run them in node order too (each node then also waits
+    # for the one before it), which each replay checks (_slot_order_holds).
     on = np.flatnonzero(slot >= 0)
     on = on[np.argsort(slot[on], kind="stable")]
     same = slot[on[1:]] == slot[on[:-1]]
     # dependencies as one sorted key each, by node then dependency, each once
     keys = np.sort(dep_v * n + dep_u)
     keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if keys.size else keys
-    pairs = on[1:][same] * n + on[:-1][same]
-    if pairs.size:
+    prev, nxt = on[:-1][same], on[1:][same]
+    pairs = nxt * n + prev
+    direct = np.ones(pairs.size, dtype=bool)
+    if pairs.size and keys.size:
         at = np.minimum(np.searchsorted(keys, pairs), keys.size - 1)
-        if not keys.size or not np.all(keys[at] == pairs):
+        direct = keys[at] == pairs
+    elif pairs.size:
+        direct[:] = False
+    loose_prev, loose_next = prev[~direct], nxt[~direct]
+    checks = _SlotChecks.none()
+    if loose_next.size:
+        checks = _slot_checks(on, slot, direct, same, keys, n, waits, syncs)
+        if checks is None:
             return None
     order = _merge_classes(offsets, dep_u, dep_v, waits, syncs)
     if order is None:
@@ -73,13 +116,17 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
     srcs = np.fromiter(waits.values(), dtype=np.int64, count=len(waits))
     dsts = np.fromiter(waits.keys(), dtype=np.int64, count=len(waits))
     iu, iv, ptr = cu, cv, dep_ptr
-    if waits or syncs:
-        us, vs = [cu, srcs], [cv, dsts]
+    if waits or syncs or loose_next.size:
+        # (a node after a slot's node it does not depend on also waits for that node's end)
+        us, vs = [cu, srcs, loose_prev], [cv, dsts, loose_next]
+        takers, counts = [], []
         for g, partners in syncs.items():
             for p in partners:
                 ins = cu[dep_ptr[p]:dep_ptr[p + 1]]
                 us.append(ins if ins.size else np.array([n]))
-                vs.append(np.full(max(ins.size, 1), g))
+                takers.append(g)
+                counts.append(max(ins.size, 1))
+        vs.append(np.repeat(np.array(takers, dtype=np.int64), counts))
         iu, iv = np.concatenate(us), np.concatenate(vs)
         ii = np.argsort(iv, kind="stable")
         iu, iv = iu[ii], iv[ii]
@@ -130,7 +177,96 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
         comps = base_ns[lo:hi][comp[lo:hi]]
         # one addition after the other, as the replay adds each compute node when it ends
         busy.append(float(np.cumsum(np.concatenate(([busy_start[ci]], comps)))[-1]))
-    return FixedOrder(n, extra, out_order, out_a, out_b, out_c, dsts, srcs, cu, dep_ptr, waits, syncs, tuple(busy))
+    return FixedOrder(n, extra, out_order, out_a, out_b, out_c, dsts, srcs, cu, dep_ptr, waits, syncs, tuple(busy),
+                      loose_prev, loose_next, checks)
+
+
+def _slot_checks(on: np.ndarray, slot: np.ndarray, direct: np.ndarray, same: np.ndarray, keys: np.ndarray,
+                 n: int, waits: dict[int, int], syncs: dict[int, list[int]]) -> _SlotChecks | None:
+    """What the replays check of the slots with a node that does not depend on the slot's node
+    before it (``on``: slotted nodes by slot, then node; ``same``: each next to the one before in
+    the same slot; ``direct``: of those pairs, the ones with a direct dependency); None if such a
+    slot runs a node that waits on or is awaited by another class (its end or start is not the
+    plain sum the slot order needs)."""
+    direct_all = np.zeros(on.size, dtype=bool)
+    direct_all[1:][same] = direct
+    loose = np.zeros(int(slot[on].max()) + 1, dtype=bool)
+    loose[slot[on[1:][same][~direct]]] = True
+    mask = loose[slot[on]]
+    nodes = on[mask]
+    special = set(waits) | set(waits.values()) | set(syncs) | {u for us in syncs.values() for u in us}
+    if special and np.isin(nodes, np.fromiter(special, dtype=np.int64, count=len(special))).any():
+        return None
+    prev_all = np.full(on.size, n, dtype=np.int64)
+    prev_all[1:][same] = on[:-1][same]
+    prev = prev_all[mask]
+    brk = ~direct_all[mask]              # a slot's first node or one not depending on the one before
+    run_end = np.flatnonzero(np.append(brk[1:], True))[np.cumsum(brk) - 1]
+    bounds = np.flatnonzero(np.diff(slot[nodes]) != 0) + 1
+    edges = [0, *bounds.tolist(), nodes.size]
+    segments = tuple(zip(edges[:-1], edges[1:]))
+    cu = np.append(keys % n, n)
+    ptr = _starts(keys // n, n)
+    deg = np.diff(ptr)[nodes]
+    lens = np.maximum(deg, 1)
+    first = np.where(deg > 0, ptr[nodes], cu.size - 1)
+    dep_start = np.cumsum(lens) - lens
+    dep_idx = cu[np.repeat(first - dep_start, lens) + np.arange(int(lens.sum()))]
+    return _SlotChecks(nodes, prev, dep_idx, dep_start, lens, deg > 0, ~brk, run_end, segments)
+
+
+def _slot_order_holds(c: _SlotChecks, F: list[float]) -> bool:
+    """Whether each checked slot ran its nodes in node order with these ends (``F``: every node's,
+    the zero node's included). When a node is issued, the slot's nodes before it have run and the
+    ones left come after it, so it is the one the slot takes if it is queued by then: if it was
+    ready before the slot's node before it ended, if it had no dependencies (ready before any
+    node ends), or if it became ready when that node ended, as its only latest dependency (the
+    slot is issued after that node's dependants are ready). Otherwise the slot is free when it
+    becomes ready, and takes it only if every other node left for the slot becomes ready strictly
+    later (in a tie the order of events would decide); the nodes that depend on it along the
+    slot's direct dependencies cannot be ready before it ends."""
+    if not c.nodes.size:
+        return True
+    ends = np.array(F)
+    dep_ends = ends[c.dep_idx]
+    ready = np.maximum.reduceat(dep_ends, c.dep_start)
+    before = ends[c.prev]
+    queued = (ready < before) | ~c.unready
+    at_max = dep_ends == np.repeat(ready, c.dep_count)
+    latest = np.add.reduceat(at_max, c.dep_start)
+    queued |= c.after & (ready == before) & (latest == 1)
+    if queued.all():
+        return True
+    later = np.full(ready.size, np.inf)
+    for lo, hi in c.segments:
+        if hi - lo > 1:
+            later[lo:hi - 1] = np.minimum.accumulate(ready[hi - 1:lo:-1])[::-1]
+    rest = later[c.run_end]
+    open_ = ~queued & ~(ready < rest)
+    if not open_.any():
+        return True
+    if np.any(open_ & (ready > rest)):
+        return False
+    # Ready at the same moment as another node left for the slot: it still comes first if both
+    # became ready when the same node ended, its only latest dependency (its dependants are
+    # taken in node order).
+    pos = np.where(at_max, np.arange(dep_ends.size), dep_ends.size)
+    why = np.where(c.unready & (latest == 1), c.dep_idx[np.minimum.reduceat(pos, c.dep_start)], -1)
+    # The other nodes ready then are, from position a = run_end + 1, the ones ready at the
+    # earliest readiness from each position on (which never decreases within a slot), in the
+    # block of positions from a that share a's: per block, the least and greatest of their causes
+    # from each position on, as one running extreme over keys that order the blocks.
+    earliest = np.minimum(ready, later)
+    start = np.concatenate(([True], earliest[1:] != earliest[:-1]))
+    start[[lo for lo, _ in c.segments]] = True
+    base = (np.cumsum(start) - 1) * (len(F) + 3)
+    at_earliest = ready == earliest
+    cause = why + 2                     # 1 for a tie among its latest dependencies
+    lowest = np.minimum.accumulate((base + np.where(at_earliest, cause, len(F) + 2))[::-1])[::-1] - base
+    highest = np.maximum.accumulate((np.where(at_earliest, cause, 0) - base)[::-1])[::-1] + base
+    a = c.run_end[open_] + 1
+    mine = cause[open_]
+    return bool(np.all((why[open_] >= 0) & (lowest[a] == mine) & (highest[a] == mine)))
 
 
 def _starts(sorted_nodes: np.ndarray, n: int) -> np.ndarray:
@@ -185,7 +321,8 @@ def _merge_classes(offsets, dep_u, dep_v, waits, syncs) -> np.ndarray | None:
 
 def finish_times(fo: FixedOrder, dur: np.ndarray) -> list[float] | None:
     """Every node's end, or None when the durations leave the fixed order's reach (a receive that
-    takes time, a negative or undefined duration)."""
+    takes time, a negative or undefined duration, a slot that would not run its nodes in node
+    order)."""
     if dur.size and not np.all(dur >= 0.0):
         return None
     if fo.waiters.size and dur[fo.waiters].any():
@@ -203,6 +340,8 @@ def finish_times(fo: FixedOrder, dur: np.ndarray) -> list[float] | None:
         if y > x:
             x = y
         F[g] += x
+    if not _slot_order_holds(fo.checks, F):
+        return None
     del F[fo.size:]
     return F
 
@@ -228,6 +367,10 @@ def causes(fo: FixedOrder, finish: np.ndarray, dur: np.ndarray) -> np.ndarray:
         pos = np.where(at_max, np.arange(vals.size), vals.size)
         first[has] = fo.deps[np.minimum.reduceat(pos, starts)]
     cause = np.where(ties > 1, -2, first)
+    if fo.loose_next.size:
+        # a node that waited for its slot waited for the slot's node before it (ran in node order)
+        late = F[fo.loose_prev] > ready[fo.loose_next]
+        cause[fo.loose_next[late]] = fo.loose_prev[late]
     start = ready
     if fo.syncs:
         # a shared collective starts when its partners are ready, if later (the first latest partner)

@@ -8,10 +8,10 @@ their DAG order, so a node starts at max(its dependencies' finish, its slot's fr
 A receive also waits for the matching send of another rank class (the DAG's ``links``, from
 pipeline parallelism) and a collective shared with ranks of other classes starts when they are
 ready for it too (``syncs``), so all classes are replayed together, in one event-driven
-simulation over their joint graph. When every slot of the graph can only run its nodes in one
-order, whatever the durations, the same times come from one pass over it in a fixed order instead
-(fixed_order.py), and the event-driven simulation runs only where a tie on a critical path needs
-its order of events.
+simulation over their joint graph. When every slot of the graph runs its nodes in node order
+(forced by dependencies, or checked against the times found), the same times come from one pass
+over it in a fixed order instead (fixed_order.py), and the event-driven simulation runs only
+where that order does not hold or a tie on a critical path needs its order of events.
 Collective durations come from a time model (model.py), normally the ``pipelined`` model with
 the simulator's chunk count, latency and local memory bandwidth.
 
@@ -25,7 +25,7 @@ import heapq
 from contextlib import contextmanager
 from itertools import chain
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Iterator, Sequence
 
@@ -185,6 +185,8 @@ class _Times:
     fixed: FixedOrder
     dur: np.ndarray
     ends_ns: np.ndarray                 # finish, as an array
+    # path_nodes' answers by their ends: the optimizer asks again at the design it settles on
+    walked: dict = field(default_factory=dict, compare=False, repr=False)
 
     def class_finish(self, ci: int) -> list[float]:
         return self.finish[self.offsets[ci]:self.offsets[ci + 1]]
@@ -196,7 +198,11 @@ class _Times:
 
     def path_nodes(self, ends: Sequence[int]) -> list[list[int]] | None:
         """As _Replay.path_nodes, or None where two causes of a node on a path tie."""
-        return fixed_path_nodes(self.fixed, self.ends_ns, self.dur, ends)
+        key = tuple(ends)
+        if key not in self.walked:
+            self.walked[key] = fixed_path_nodes(self.fixed, self.ends_ns, self.dur, ends)
+        found = self.walked[key]
+        return None if found is None else [list(ids) for ids in found]
 
 
 # Per demand object (not per equal demand: a demand read again builds its plan again, as a new
