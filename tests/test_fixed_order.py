@@ -16,7 +16,8 @@ from libra_astra.model.network import Dimension, Network, load_network
 from libra_astra.timing import fixed_order as fixed
 from libra_astra.timing import predict as joint
 
-from test_replay_equivalence import MODELS, REAL, REAL_SETS, ROOT, SAMPLES, bandwidths, random_demand
+from test_replay_equivalence import (MODELS, REAL_SETS, ROOT, SAMPLES, bandwidths, random_demand, real_demand,
+                                     shipped_demand)
 
 NET = Network("r", (Dimension("a", "Ring", 4, 500.0), Dimension("b", "Switch", 2, 700.0)))
 
@@ -99,17 +100,13 @@ def test_random_dags():
 @pytest.mark.parametrize("typed", [False, True])
 @pytest.mark.parametrize("name", sorted(REAL_SETS))
 def test_real_traces(name, typed):
-    net = load_network(REAL / f"{REAL_SETS[name]}.yml")
-    d, _ = demand_from_traces(REAL / name / name, net, type_cpu_collectives=typed)
+    d, net = real_demand(name, typed)
     compare(d, net, len(name), Counter(), count=2)
 
 
 @pytest.mark.parametrize("sample", sorted(SAMPLES))
 def test_shipped_traces(sample):
-    net = load_network(ROOT / "network_configs" / f"{SAMPLES[sample]}.yml")
-    prefix = ROOT / "traces" / sample
-    groups = prefix.parent / (prefix.name + ".groups.json")
-    d, _ = demand_from_traces(str(prefix), net, comm_groups=str(groups) if groups.exists() else None)
+    d, net = shipped_demand(sample)
     seen: Counter = Counter()
     compare(d, net, 7, seen)
     assert seen["fixed"] == len(MODELS) * 3     # generated traces run each slot along dependencies
@@ -159,6 +156,21 @@ def competing(seed: int) -> Demand:
     return replace(d, rank_classes=tuple(classes))
 
 
+def unchecked_pass(d: Demand, bw, model):
+    """A fresh copy of ``d`` replayed at ``bw``: (the copy, the replay's times, its plan, its fixed
+    order, the fixed order's ends without the slot check), or None where there is no fixed order
+    or no slot whose nodes compete."""
+    d = replace(d)
+    t = joint._times(d, bw, NET, model)
+    plan = joint._plan(d)
+    fo = plan.fixed
+    if not isinstance(fo, fixed.FixedOrder) or not fo.loose_next.size:
+        return None
+    dur = joint._duration_array(d, plan, bw, NET, model)
+    F = fixed.finish_times(replace(fo, checks=fixed._SlotChecks.none()), dur)
+    return None if F is None else (d, t, plan, fo, F)
+
+
 def test_random_dags_with_competing_slot_nodes():
     """Slots taken in node order without dependencies forcing it: the fixed order is taken where
     each replay's check confirms that order, and gives the event-driven replay's numbers; where the
@@ -170,16 +182,10 @@ def test_random_dags_with_competing_slot_nodes():
         compare(d, NET, seed, seen)
         for model in MODELS:
             for bw in bandwidths(NET, seed, 3):
-                d = replace(d)
-                t = joint._times(d, bw, NET, model)
-                plan = joint._plan(d)
-                fo = plan.fixed
-                if not isinstance(fo, fixed.FixedOrder) or not fo.loose_next.size:
+                got = unchecked_pass(d, bw, model)
+                if got is None:
                     continue
-                dur = joint._duration_array(d, plan, bw, NET, model)
-                unchecked = fixed.finish_times(replace(fo, checks=fixed._SlotChecks.none()), dur)
-                if unchecked is None:
-                    continue
+                d, t, plan, _, unchecked = got
                 if isinstance(t, joint._Times):
                     seen["order confirmed"] += 1
                     assert unchecked == t.finish
@@ -215,17 +221,10 @@ def test_slot_check_follows_its_rule():
     for seed in range(300):
         d = competing(seed)
         for bw in bandwidths(NET, seed, 3):
-            d = replace(d)
-            model = MODELS[seed % len(MODELS)]
-            joint._times(d, bw, NET, model)
-            plan = joint._plan(d)
-            fo = plan.fixed
-            if not isinstance(fo, fixed.FixedOrder) or not fo.loose_next.size:
+            got = unchecked_pass(d, bw, MODELS[seed % len(MODELS)])
+            if got is None:
                 continue
-            dur = joint._duration_array(d, plan, bw, NET, model)
-            F = fixed.finish_times(replace(fo, checks=fixed._SlotChecks.none()), dur)
-            if F is None:
-                continue
+            _, _, _, fo, F = got
             F += [0.0] * (1 + fo.extra)
             got = fixed._slot_order_holds(fo.checks, F)
             assert got == holds_by_hand(fo.checks, F)

@@ -55,20 +55,30 @@ def assert_all_same(d: Demand, net: Network, seed: int, count: int = 3) -> None:
             assert assert_same(d, net, model, bw)
 
 
+def real_demand(name: str, typed: bool) -> tuple[Demand, Network]:
+    """The demand of a real PyTorch trace set of tests/fixtures/real, and its network."""
+    net = load_network(REAL / f"{REAL_SETS[name]}.yml")
+    return demand_from_traces(REAL / name / name, net, type_cpu_collectives=typed)[0], net
+
+
+def shipped_demand(sample: str) -> tuple[Demand, Network]:
+    """The demand of a shipped sample trace set (with its groups file, if it has one), and its network."""
+    net = load_network(ROOT / "network_configs" / f"{SAMPLES[sample]}.yml")
+    prefix = ROOT / "traces" / sample
+    groups = prefix.parent / (prefix.name + ".groups.json")
+    return demand_from_traces(str(prefix), net, comm_groups=str(groups) if groups.exists() else None)[0], net
+
+
 @pytest.mark.parametrize("typed", [False, True])
 @pytest.mark.parametrize("name", sorted(REAL_SETS))
 def test_real_traces(name, typed):
-    net = load_network(REAL / f"{REAL_SETS[name]}.yml")
-    d, _ = demand_from_traces(REAL / name / name, net, type_cpu_collectives=typed)
+    d, net = real_demand(name, typed)
     assert_all_same(d, net, len(name), count=2)
 
 
 @pytest.mark.parametrize("sample", sorted(SAMPLES))
 def test_shipped_traces(sample):
-    net = load_network(ROOT / "network_configs" / f"{SAMPLES[sample]}.yml")
-    prefix = ROOT / "traces" / sample
-    groups = prefix.parent / (prefix.name + ".groups.json")
-    d, _ = demand_from_traces(str(prefix), net, comm_groups=str(groups) if groups.exists() else None)
+    d, net = shipped_demand(sample)
     assert_all_same(d, net, 7)
 
 
