@@ -59,16 +59,18 @@ def compare(d: Demand, net: Network, seed: int, seen: Counter, count: int = 3) -
             assert p.exposed_comm_ns == times[i] - exact.busy_comp[i]
 
 
+def with_dags(d: Demand, change) -> Demand:
+    """``d`` with ``change(dag)`` as the DAG of each rank class that has one."""
+    return replace(d, rank_classes=tuple(rc if rc.dag is None else replace(rc, dag=change(rc.dag))
+                                         for rc in d.rank_classes))
+
+
 def chained(d: Demand, seed: int) -> Demand:
     """``d`` with each GPU and CPU node depending on the one before it of its kind (a fixed slot
     order) and, in most demands, receives taking no time."""
     timed = random.Random(seed).random() < 0.2
-    classes = []
-    for rc in d.rank_classes:
-        dag = rc.dag
-        if dag is None:
-            classes.append(rc)
-            continue
+
+    def change(dag):
         deps = set(dag.deps)
         for kind in ("comp", "cpu"):
             mine = [v for v, (k, _) in enumerate(dag.nodes) if k == kind]
@@ -76,8 +78,8 @@ def chained(d: Demand, seed: int) -> Demand:
         waiting = {v for v, _, _ in dag.links}
         nodes = tuple((k, 0.0) if v in waiting and k != "coll" and not timed else (k, x)
                       for v, (k, x) in enumerate(dag.nodes))
-        classes.append(replace(rc, dag=replace(dag, nodes=nodes, deps=tuple(sorted(deps)))))
-    return replace(d, rank_classes=tuple(classes))
+        return replace(dag, nodes=nodes, deps=tuple(sorted(deps)))
+    return with_dags(d, change)
 
 
 def test_random_dags_with_a_fixed_slot_order():
@@ -136,13 +138,8 @@ def competing(seed: int) -> Demand:
     on nodes without a slot (in most demands taking no time) and collectives shared across
     classes (random_demand's), no cycles."""
     rng = random.Random(seed)
-    d = random_demand(seed)
-    classes = []
-    for rc in d.rank_classes:
-        dag = rc.dag
-        if dag is None:
-            classes.append(rc)
-            continue
+
+    def change(dag):
         waiting = {v for v, _, _ in dag.links} if rng.random() < 0.8 else set()   # receives taking no time
         nodes = tuple((k, x) if k == "coll" else (k, 0.0) if v in waiting else (k, rng.choice((0.0, 1.0, 1.0, 1e3, 5e4)))
                       for v, (k, x) in enumerate(dag.nodes))
@@ -152,8 +149,8 @@ def competing(seed: int) -> Demand:
             mine = [v for v, (k, _) in enumerate(nodes) if k == kind]
             deps |= {(a, b) for a, b in zip(mine, mine[1:]) if rng.random() < chain_p}
         links = tuple(link for link in dag.links if nodes[link[0]][0] == "free")
-        classes.append(replace(rc, dag=replace(dag, nodes=nodes, deps=tuple(sorted(deps)), links=links)))
-    return replace(d, rank_classes=tuple(classes))
+        return replace(dag, nodes=nodes, deps=tuple(sorted(deps)), links=links)
+    return with_dags(random_demand(seed), change)
 
 
 def unchecked_pass(d: Demand, bw, model):
