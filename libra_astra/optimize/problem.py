@@ -122,7 +122,13 @@ def build_problem(workloads: Sequence[Workload], net: Network, cost: CostModel, 
     # Time unit: the EqualBW time of the demand at b0, so scaled values are O(1).
     if paths is not None:
         classes = list(paths)
-        t_eq = sum(w.weight * demand_time(w.demand, [b0] * D, net, model).total_ns for w in workloads)
+        # the same for every round of paths of one optimization: timed once
+        key = ("t_eq", b0, model)
+        t_eq = cache.get(key) if cache is not None else None
+        if t_eq is None:
+            t_eq = sum(w.weight * demand_time(w.demand, [b0] * D, net, model).total_ns for w in workloads)
+            if cache is not None:
+                cache[key] = t_eq
     else:
         cache = {} if cache is None else cache
         classes = [(wi, comp, terms) for wi, w in enumerate(workloads)
