@@ -38,6 +38,7 @@ import os
 import shlex
 import stat
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -165,7 +166,10 @@ def _check_options(splits: int, endpoint_delay_ns: int, local_mem_bw_gbps: float
         raise LibraError(f"max_repeats must be an integer >= 1, got {max_repeats!r}")
 
 
+@lru_cache(maxsize=None)
 def _version(dist: str) -> str | None:
+    # reading the installed metadata costs a few ms, a large share of a small emit; it cannot
+    # change while the process runs
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
