@@ -30,7 +30,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,7 +37,7 @@ from chakra.schema.protobuf import et_def_pb2 as pb
 from chakra.src.third_party.utils import protolib
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_trace import gpt_set, write_mixed_set  # noqa: E402
+from bench_trace import add_set_options, fix_pairs, trace_sets, workspace  # noqa: E402
 
 from libra_astra.astra.rewrite import rewrite_traces  # noqa: E402
 from libra_astra.demand.from_traces import demand_from_traces  # noqa: E402
@@ -144,56 +143,25 @@ def _rewrite(design: Design, prefix: Path, out: Path, demand, byte_level: bool):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--nodes", type=int, default=1 << 20, help="nodes in the mixed set (default 1,048,576)")
-    ap.add_argument("--cols", type=int, default=4, help="ranks along dim 0 of the mixed set")
-    ap.add_argument("--rows", type=int, default=4, help="ranks along dim 1 of the mixed set (even)")
-    ap.add_argument("--gpt-layers", type=int, help="transformer layers of the 4,096-rank set (default 8; "
-                    "with --gpt-prefix, for the label only: default 96)")
-    ap.add_argument("--gpt-prefix", help="use this existing 4,096-rank GPT-3 set (tools/gen_traces.py "
-                    "traces/large/gpt3_175b_4096.yml, 9.8 M nodes) instead of generating one")
-    ap.add_argument("--skip-mixed", action="store_true", help="skip the mixed set")
-    ap.add_argument("--skip-4096", action="store_true", help="skip the 4,096-rank set")
+    add_set_options(ap)
     ap.add_argument("--skip-real", action="store_true", help="skip the real traces of tests/fixtures/real")
     ap.add_argument("--schema", action="store_true", help="also time the schema path of the rewrite (slow)")
     ap.add_argument("--repeat", type=int, default=2, help="runs of each side; the best counts (default 2)")
     ap.add_argument("--json", help="also write the figures to this JSON file (tools/readme_figures.py --emit)")
-    ap.add_argument("--workdir", help="generate here and keep the inputs (default: a temporary directory)")
     args = ap.parse_args()
-    if args.rows % 2:
-        raise SystemExit("--rows must be even (rows pair up as sender/receiver)")
-    tmp = None
-    if args.workdir:
-        work = Path(args.workdir)
-        work.mkdir(parents=True, exist_ok=True)
-    else:
-        tmp = tempfile.TemporaryDirectory(prefix="bench_emit.")
-        work = Path(tmp.name)
-    runs = work / "runs"
-    runs.mkdir(exist_ok=True)
+    fix_pairs(args.cols, args.rows)
     results = []
-    try:
-        if not args.skip_mixed:
-            n_ranks = args.cols * args.rows
-            per_rank = max(8, args.nodes // n_ranks)
-            t, (prefix, net, groups) = timed(write_mixed_set, work, args.cols, args.rows, per_rank)
-            print(f"generated the mixed set ({n_ranks} ranks x {per_rank:,} nodes) in {t:.1f} s")
-            results.append(bench_set("mixed set, every file distinct", prefix, net, groups, runs, args.repeat,
-                                     args.schema))
-        if not args.skip_4096:
-            layers = args.gpt_layers or (96 if args.gpt_prefix else 8)
-            prefix4, net4, groups4 = gpt_set(work, layers, Path(args.gpt_prefix) if args.gpt_prefix else None)
-            label = f"GPT-3 175B, {layers} layers"
-            results.append(bench_set(label, prefix4, net4, groups4, runs, args.repeat, args.schema))
+    with workspace(args, "bench_emit") as work:
+        runs = work / "runs"
+        runs.mkdir(exist_ok=True)
+        for label, prefix, net, groups in trace_sets(args, work):
+            results.append(bench_set(label, prefix, net, groups, runs, args.repeat, args.schema))
         if not args.skip_real:
             for name, network in REAL_SETS.items():
                 results.append(bench_set(f"real PyTorch traces {name}", REAL / name / name,
                                          load_network(REAL / f"{network}.yml"), None, runs, args.repeat, args.schema))
-    finally:
-        if tmp is not None:
-            tmp.cleanup()
     if args.json:
         Path(args.json).write_text(json.dumps({"bench": "emit", "sets": results}, indent=1) + "\n")
-
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONHASHSEED", "0")

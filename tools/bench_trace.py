@@ -29,7 +29,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from chakra.schema.protobuf import et_def_pb2 as pb
 from chakra.src.third_party.utils import protolib
@@ -207,8 +209,8 @@ def gpt_set(work: Path, layers: int, prefix: Path | None) -> tuple[Path, Network
     return work / "gpt" / "gpt3", net, gen.groups_path
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_set_options(ap: argparse.ArgumentParser) -> None:
+    """The options naming the mixed and GPT-3 sets (tools/bench_emit.py takes them too)."""
     ap.add_argument("--nodes", type=int, default=1 << 20, help="nodes in the mixed set (default 1,048,576)")
     ap.add_argument("--cols", type=int, default=4, help="ranks along dim 0 of the mixed set")
     ap.add_argument("--rows", type=int, default=4, help="ranks along dim 1 of the mixed set (even)")
@@ -218,41 +220,49 @@ def main() -> None:
                     "traces/large/gpt3_175b_4096.yml, 9.8 M nodes) instead of generating one")
     ap.add_argument("--skip-mixed", action="store_true", help="skip the mixed set")
     ap.add_argument("--skip-4096", action="store_true", help="skip the 4,096-rank set")
-    ap.add_argument("--json", help="also write the figures to this JSON file (tools/readme_figures.py)")
-    ap.add_argument("--workdir", help="generate here and keep the files (default: a temporary directory)")
-    args = ap.parse_args()
-    fix_pairs(args.cols, args.rows)
+    ap.add_argument("--workdir", help="generate here and keep the inputs (default: a temporary directory)")
 
-    tmp = None
+
+@contextmanager
+def workspace(args: argparse.Namespace, name: str) -> Iterator[Path]:
+    """--workdir (kept), or a temporary directory removed afterwards."""
     if args.workdir:
         work = Path(args.workdir)
         work.mkdir(parents=True, exist_ok=True)
+        yield work
     else:
-        tmp = tempfile.TemporaryDirectory(prefix="bench_trace.")
-        work = Path(tmp.name)
+        with tempfile.TemporaryDirectory(prefix=f"{name}.") as tmp:
+            yield Path(tmp)
+
+
+def trace_sets(args: argparse.Namespace, work: Path) -> Iterator[tuple[str, Path, Network, Path | None]]:
+    """(label, prefix, network, groups file) of each set the options name, generated or found."""
+    if not args.skip_mixed:
+        n_ranks = args.cols * args.rows
+        per_rank = max(8, args.nodes // n_ranks)
+        t_gen, (prefix, net, groups) = timed(write_mixed_set, work, args.cols, args.rows, per_rank)
+        print(f"generated the mixed set ({n_ranks} ranks x {per_rank:,} nodes) in {t_gen:.1f} s")
+        yield "mixed set, every file distinct", prefix, net, groups
+    if not args.skip_4096:
+        layers = args.gpt_layers or (96 if args.gpt_prefix else 8)
+        prefix, net, groups = gpt_set(work, layers, Path(args.gpt_prefix) if args.gpt_prefix else None)
+        yield f"GPT-3 175B, {layers} layers", prefix, net, groups
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_set_options(ap)
+    ap.add_argument("--json", help="also write the figures to this JSON file (tools/readme_figures.py)")
+    args = ap.parse_args()
+    fix_pairs(args.cols, args.rows)
     results = []
-    try:
-        if not args.skip_mixed:
-            n_ranks = args.cols * args.rows
-            per_rank = max(8, args.nodes // n_ranks)
-            t_gen, (prefix, net, groups) = timed(write_mixed_set, work, args.cols, args.rows, per_rank)
-            print(f"generated the mixed set ({n_ranks} ranks x {per_rank:,} nodes) in {t_gen:.1f} s")
-            net_path = work / "mixed.net.yml"
+    with workspace(args, "bench_trace") as work:
+        for label, prefix, net, groups in trace_sets(args, work):
+            net_path = work / f"{prefix.name}.net.yml"
             net_path.write_text(dump_network(net))
-            results.append(bench_set("mixed set, every file distinct", prefix, net, groups, n_ranks, net_path))
-        if not args.skip_4096:
-            layers = args.gpt_layers or (96 if args.gpt_prefix else 8)
-            prefix4, net4, groups4 = gpt_set(work, layers, Path(args.gpt_prefix) if args.gpt_prefix else None)
-            net_path = work / "gpt4096.net.yml"
-            net_path.write_text(dump_network(net4))
-            label = f"GPT-3 175B, {layers} layers"
-            results.append(bench_set(label, prefix4, net4, groups4, 4096, net_path))
-    finally:
-        if tmp is not None:
-            tmp.cleanup()
+            results.append(bench_set(label, prefix, net, groups, net.npus_count, net_path))
     if args.json:
         Path(args.json).write_text(json.dumps({"bench": "trace", "sets": results}, indent=1) + "\n")
-
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONHASHSEED", "0")
