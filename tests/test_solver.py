@@ -252,10 +252,9 @@ def test_guess_on_a_bound_is_not_taken_as_interior():
     check_certificate(r, (math.sqrt(0.4) + math.sqrt(0.2)) ** 2 / 0.15)
 
 
-def test_surrogate_start_is_a_relaxation_and_changes_nothing(monkeypatch):
-    # Thousands of distinct terms not certified after a few steps restart from a merged
-    # surrogate's optimum: the surrogate is a relaxation (its optimum is below the problem's),
-    # and the certified optimum is the same with or without it.
+def many_terms_problem(dims: int, splits: int):
+    """3,000 random collectives under the pipelined model on ``dims`` rings of 4 (latency 300 ns
+    per dimension index), 100 GB/s per dimension in total: thousands of distinct terms."""
     from libra_astra.demand import synthetic
     from libra_astra.model.cost import cost_from_dict
     from libra_astra.model.network import network_from_dict
@@ -264,10 +263,17 @@ def test_surrogate_start_is_a_relaxation_and_changes_nothing(monkeypatch):
 
     net = network_from_dict({"name": "s", "dimensions": [
         {"name": f"d{i}", "topology": "Ring", "npus": 4, "latency_ns": 300.0 * (i + 1), "cost_class": "x"}
-        for i in range(4)]})
+        for i in range(dims)]})
     cost = cost_from_dict({"unit_prices_usd_per_gbps": {"x": {"link": 1.0}}})
-    b = build_problem([Workload(synthetic.random_demand(net, 3000, seed=3))], net, cost, Constraints(400.0), "perf",
-                      TimeModel("pipelined", splits=4))
+    return build_problem([Workload(synthetic.random_demand(net, 3000, seed=3))], net, cost,
+                         Constraints(100.0 * dims), "perf", TimeModel("pipelined", splits=splits))
+
+
+def test_surrogate_start_is_a_relaxation_and_changes_nothing(monkeypatch):
+    # Thousands of distinct terms not certified after a few steps restart from a merged
+    # surrogate's optimum: the surrogate is a relaxation (its optimum is below the problem's),
+    # and the certified optimum is the same with or without it.
+    b = many_terms_problem(dims=4, splits=4)
     pu = solver._unit_weights(b.problem)
     sur = solver._surrogate(pu)
     assert sur is not None and sur.w.shape[0] * 4 <= pu.w.shape[0]
@@ -287,18 +293,7 @@ def test_surrogate_start_is_a_relaxation_and_changes_nothing(monkeypatch):
 def test_first_start_judged_by_progress_not_a_step_budget(monkeypatch):
     # With thousands of terms the first start hands over to the surrogate once it stalls or runs
     # past _COLD steps; a run still closing in (mu falling tenfold within a few steps) goes on.
-    from libra_astra.demand import synthetic
-    from libra_astra.model.cost import cost_from_dict
-    from libra_astra.model.network import network_from_dict
-    from libra_astra.optimize.problem import Constraints, Workload, build_problem
-    from libra_astra.timing.model import TimeModel
-
-    net = network_from_dict({"name": "s", "dimensions": [
-        {"name": f"d{i}", "topology": "Ring", "npus": 4, "latency_ns": 300.0 * (i + 1), "cost_class": "x"}
-        for i in range(3)]})
-    cost = cost_from_dict({"unit_prices_usd_per_gbps": {"x": {"link": 1.0}}})
-    b = build_problem([Workload(synthetic.random_demand(net, 3000, seed=3))], net, cost, Constraints(300.0), "perf",
-                      TimeModel("pipelined", splits=1))
+    b = many_terms_problem(dims=3, splits=1)
     calls = []
     real = solver._surrogate
     monkeypatch.setattr(solver, "_surrogate", lambda p: calls.append(1) or real(p))
