@@ -65,7 +65,6 @@ class FixedOrder:
     wait_srcs: np.ndarray               # ... and their sends
     deps: np.ndarray                    # distinct dependencies, grouped by node ...
     dep_ptr: np.ndarray                 # ... node g's from dep_ptr[g] (n + 1 entries)
-    waits: dict[int, int]
     syncs: dict[int, list[int]]
     busy_comp: tuple[float, ...]        # per class: its GPU compute, summed in the order it runs
     loose_prev: np.ndarray              # a slot's node that the slot's next node does not depend on ...
@@ -177,7 +176,7 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
         comps = base_ns[lo:hi][comp[lo:hi]]
         # one addition after the other, as the replay adds each compute node when it ends
         busy.append(float(np.cumsum(np.concatenate(([busy_start[ci]], comps)))[-1]))
-    return FixedOrder(n, extra, out_order, out_a, out_b, out_c, dsts, srcs, cu, dep_ptr, waits, syncs, tuple(busy),
+    return FixedOrder(n, extra, out_order, out_a, out_b, out_c, dsts, srcs, cu, dep_ptr, syncs, tuple(busy),
                       loose_prev, loose_next, checks)
 
 
@@ -392,11 +391,16 @@ def causes(fo: FixedOrder, finish: np.ndarray, dur: np.ndarray) -> np.ndarray:
 def path_nodes(fo: FixedOrder, finish: np.ndarray, dur: np.ndarray, ends: Sequence[int]) -> list[list[int]] | None:
     """The path of causes that ends in each node of ``ends``, first node first, as the event-driven
     replay's causes give it; None if a node on a path has two causes that end at the same time."""
-    cause = causes(fo, finish, dur).tolist()
+    return walk_causes(causes(fo, finish, dur).tolist(), ends)
+
+
+def walk_causes(cause: list[int], ends: Sequence[int]) -> list[list[int]] | None:
+    """The path of causes (-1: none) that ends in each node of ``ends``, first node first; None
+    if one reaches a tie (-2)."""
     # the paths of a pipeline's classes share most of their nodes: each is walked only up to a
     # node of a path walked already
-    path_of = [-1] * fo.size
-    at = [0] * fo.size
+    path_of = [-1] * len(cause)
+    at = [0] * len(cause)
     walked: list[list[int]] = []
     for g in ends:
         ids: list[int] = []

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..demand.types import Demand, RankClass
 from ..model.network import Network
-from .fixed_order import FixedOrder, finish_times, fixed_order, path_nodes as fixed_path_nodes
+from .fixed_order import FixedOrder, finish_times, fixed_order, path_nodes as fixed_path_nodes, walk_causes
 from .model import TimeModel, class_rows, class_time_ns, rows_times_ns
 
 # A node of the job: (rank class, node index); node -1 stands for a whole class without a DAG.
@@ -58,7 +58,6 @@ class _Replay:
     cause: list[int]                    # what each node waited for last, -1 for nothing
     busy_comp: tuple[float, ...]        # per class
     offsets: tuple[int, ...]
-    cls_of: list[int]
     job_of: list[JobNode]               # (class, node) of each global node
     cycles: int                         # waits dropped because ranks waited on each other in a cycle
 
@@ -70,31 +69,11 @@ class _Replay:
         f = self.class_finish(ci)
         return self.offsets[ci] + f.index(max(f)) if f else -1
 
-    def paths_to(self, ends: Sequence[int]) -> list[tuple[JobNode, ...]]:
-        """The path of causes that ends in each global node of ``ends``, first node first."""
-        job_of = self.job_of
-        return [tuple(map(job_of.__getitem__, ids)) for ids in self.path_nodes(ends)]
-
     def path_nodes(self, ends: Sequence[int]) -> list[list[int]]:
-        """``paths_to`` as global nodes. The paths of a pipeline's classes share most of their
-        nodes: each is walked only up to a node of a path already walked."""
-        cause = self.cause
-        walked: list[list[int]] = []            # each path from its end back to its first node
-        seen: dict[int, tuple[int, int]] = {}   # node -> (walked path, position in it)
-        out = []
-        for g in ends:
-            ids: list[int] = []
-            while g >= 0:
-                hit = seen.get(g)
-                if hit is not None:
-                    ids += walked[hit[0]][hit[1]:]
-                    break
-                seen[g] = (len(walked), len(ids))
-                ids.append(g)
-                g = cause[g]
-            walked.append(ids)
-            out.append(ids[::-1])
-        return out
+        """The path of causes that ends in each global node of ``ends``, first node first."""
+        found = walk_causes(self.cause, ends)
+        assert found is not None     # the event-driven replay's causes never tie
+        return found
 
 
 _COMP, _CPU, _COLL, _FREE = 0, 1, 2, 3
@@ -130,6 +109,12 @@ class _Plan:
     @cached_property
     def cls_of(self) -> list[int]:
         return self.cls.tolist()
+
+    def busy_start(self, d: Demand) -> list[float]:
+        """Busy compute of each class before its first node: the whole compute of a class
+        replayed as one node."""
+        return [d.rank_classes[ci].compute_time_ns if ci in self.no_dag else 0.0
+                for ci in range(len(self.offsets) - 1)]
 
     @cached_property
     def slot(self) -> list[int]:
@@ -187,9 +172,6 @@ class _Times:
     ends_ns: np.ndarray                 # finish, as an array
     # path_nodes' answers by their ends: the optimizer asks again at the design it settles on
     walked: dict = field(default_factory=dict, compare=False, repr=False)
-
-    def class_finish(self, ci: int) -> list[float]:
-        return self.finish[self.offsets[ci]:self.offsets[ci + 1]]
 
     def class_last(self, ci: int) -> int:
         """As _Replay.class_last (argmax takes the first of equal ends, and no end is NaN)."""
@@ -351,8 +333,7 @@ def _times(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) 
             return cached[1]
     if plan.fixed is False:
         plan.fixed = fixed_order(plan.offsets, *plan.edges, plan.base_ns, plan.waits, plan.syncs,
-                                 [d.rank_classes[ci].compute_time_ns if ci in plan.no_dag else 0.0
-                                  for ci in range(len(plan.offsets) - 1)])
+                                 plan.busy_start(d))
     fo = plan.fixed
     if fo is not None:
         dur = _duration_array(d, plan, bw_gbps, net, model)
@@ -389,7 +370,7 @@ def _simulate(plan: _Plan, dur: list[float], d: Demand) -> _Replay:
     queue: list[list[int]] = [[] for _ in range(2 * k)]
     running = [False] * (2 * k)
     last_on = [-1] * (2 * k)
-    busy = [d.rank_classes[ci].compute_time_ns if ci in plan.no_dag else 0.0 for ci in range(k)]
+    busy = plan.busy_start(d)
     events: list[tuple[float, int]] = []
     wait_on: dict[int, list[int]] = {}          # send -> receives waiting for its end
     sync_on: dict[int, list[int]] = {}          # collective -> collectives waiting for it to be ready
@@ -561,7 +542,7 @@ def _simulate(plan: _Plan, dur: list[float], d: Demand) -> _Replay:
         else:
             start, why, _ = pend_sync.pop(g)
             synced(g, start, why)
-    return _Replay(finish, cause, tuple(busy), plan.offsets, cls_of, plan.job_of, cycles)
+    return _Replay(finish, cause, tuple(busy), plan.offsets, plan.job_of, cycles)
 
 
 def critical_paths(d: Demand, bw_gbps: Sequence[float], net: Network,
