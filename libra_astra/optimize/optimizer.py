@@ -14,7 +14,6 @@ network file, and linear constraints from text (constraints.py).
 from __future__ import annotations
 
 import math
-from itertools import chain
 from operator import attrgetter
 from dataclasses import dataclass, field, replace
 from typing import Sequence
@@ -31,6 +30,7 @@ from .problem import OBJECTIVES, Constraints, ScaledProblem, Workload, build_pro
 from .terms import node_path_terms
 from .solver import ConvexProblem, solve, term_values, unbounded_coordinates
 from ..timing.model import LIBRA, TimeModel, demand_time
+from ..timing.rows import column
 
 MAX_PATH_ROUNDS = 500     # rounds of critical-path generation before giving up (not converged)
 
@@ -423,8 +423,7 @@ def baseline_traffic(workloads: Sequence[Workload], D: int) -> np.ndarray:
             if not n:
                 continue
             counts = np.fromiter(map(attrgetter("count"), rc.collectives), float, count=n)
-            traffic = np.fromiter(chain.from_iterable(map(attrgetter("traffic_bytes"), rc.collectives)), float,
-                                  count=n * D).reshape(n, D)
+            traffic = column(rc.collectives, "traffic_bytes", float, D)
             parts.append((w.weight * counts)[:, None] * traffic * rc.num_ranks)
     return np.cumsum(np.concatenate(parts), axis=0)[-1]
 
