@@ -30,14 +30,13 @@ import json
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 from chakra.schema.protobuf import et_def_pb2 as pb
 from chakra.src.third_party.utils import protolib
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_trace import add_set_options, fix_pairs, trace_sets, workspace  # noqa: E402
+from bench_trace import add_set_options, fix_pairs, timed, trace_sets, workspace  # noqa: E402
 
 from libra_astra.astra.rewrite import rewrite_traces  # noqa: E402
 from libra_astra.demand.from_traces import demand_from_traces  # noqa: E402
@@ -70,13 +69,6 @@ def bare(paths: list[Path], out: Path) -> int:
         f.close()
         (out / f"bare.{r}.et").write_bytes(buf.getvalue())
     return count
-
-
-def timed(fn, *a, **kw):
-    """CPU time of this process (user + system): on a shared machine wall time measures the neighbours."""
-    t = time.process_time()
-    out = fn(*a, **kw)
-    return time.process_time() - t, out
 
 
 def bench_set(label: str, prefix: Path, net: Network, groups: Path | None, work: Path, repeat: int,

@@ -59,6 +59,7 @@ def main() -> int:
             raise LibraError(f"{args.search_json}: --rank {args.rank} is not one of the {len(rows)} ranked designs")
         row = rows[args.rank - 1]
         raw = load_yaml(data["spec"], "trace spec")
+        full_layers = raw["model"].get("layers")
         if args.layers is not None:
             if raw["model"].get("type") != "transformer":
                 raise LibraError("--layers applies to transformer specs only")
@@ -91,8 +92,7 @@ def main() -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     pred, sim = res["emit_predicted_ns"], res["simulated_ns"]
-    layers = f"{args.layers} of {load_yaml(data['spec'], 'trace spec')['model'].get('layers')} layers" \
-        if args.layers else "all layers"
+    layers = f"{args.layers} of {full_layers} layers" if args.layers else "all layers"
     print(f"design {args.rank}: {row['shape']} {row['blocks']} {row['tp']}/{row['pp']}/{row['dp']} "
           f"{row['placement']}, {layers}")
     print(f"predicted {pred / 1e6:,.4f} ms, simulated {sim / 1e6:,.4f} ms, error {pred / sim - 1:+.4%} "

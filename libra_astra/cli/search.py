@@ -168,7 +168,7 @@ def search_command(spec_path, npus, cost_path, catalog_path, total_bw, total_bw_
     names = tuple(b.strip() for b in blocks.split(",") if b.strip())
     progress = _Progress(quiet)
     echo = click.echo
-    res = driver.run(spec, spec_path, npus or spec.net.npus_count, load_cost(cost_path),
+    res = driver.run(spec, spec_path, n_total, load_cost(cost_path),
                      catalog_path or _default_catalog(cost_path), objective, cons,
                      _model(model_kind, splits, local_mem_bw, overlap), names, max_dims, sp, micro_batches,
                      (hbm_gb or spec.hbm_gb or 80.0) * 1e9, optimizer_bytes, top, max_evals, time_limit, n_sim, binary, timeout,

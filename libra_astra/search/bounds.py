@@ -36,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from .upstream import COLL, COMP, RECV, SEND, Constraints, ring_steps
+from .upstream import COLL, COMP, RECV, SEND, Constraints
 
 TIME_BOUNDS = ("compute path", "bytes path", "collective chain")
 
@@ -210,36 +210,12 @@ def collective_chains(programs: dict) -> list[PathSummary]:
     return out
 
 
-def path_traffic(path: PathSummary, traffic, num_dims: int) -> list[float]:
-    """Per-dimension bytes per NPU of the path's collectives; ``traffic(kind, size, axis)`` gives one's."""
-    tot = [0.0] * num_dims
-    for (kind, size, axis), cnt in path.colls:
-        for d, t in enumerate(traffic(kind, size, axis)):
-            tot[d] += t * cnt
-    return tot
-
-
-def path_ring_steps(path: PathSummary, participants, num_dims: int) -> list[float]:
-    """Per dimension, the ring steps the path's collectives take there (``participants(axis)``)."""
-    tot = [0.0] * num_dims
-    for (kind, _size, axis), cnt in path.colls:
-        for d, p in enumerate(participants(axis)):
-            tot[d] += ring_steps(kind, p) * cnt
-    return tot
-
-
-def path_latency_ns(steps: Sequence[float], hop_ns: Sequence[float]) -> float:
-    """Hop latency the path's collectives pay at least: in the simulator-matching model a collective's
-    bottleneck row holds the latency of every dimension it uses (steps x hops per step x latency)."""
-    return sum(s * h for s, h in zip(steps, hop_ns))
-
-
 def bound(objective: str, paths: Sequence[tuple[str, float, Sequence[float], float]], prices: Sequence[float],
           cons: Constraints, splits: int, c_min: float = 0.0) -> tuple[float, str]:
     """(lower bound on the candidate's objective, name of the path that gives it); inf = infeasible.
 
     ``paths``: (name, compute_ns, per-dimension traffic S, latency_ns) of each path (see
-    :func:`path_traffic`, :func:`path_latency_ns`; latency 0 for a model without latency)."""
+    ``engine._path_sums``; latency 0 for a model without latency)."""
     k = float(splits)
     best, name = 0.0, "none"
     W, U = cons.total_bw_gbps, cons.budget_usd

@@ -223,8 +223,6 @@ def placement_infos(shape: tuple[int, ...], tp: int, pp: int, dp: int) -> tuple[
 
 def placements(shape: Sequence[int], par: Parallelization) -> list[dict[str, list[int]]]:
     """Distinct layouts of ``par``'s axes on ``shape`` as generator ``placement`` mappings."""
-    if par.tp == par.pp == par.dp == 1:
-        return [{}]
     return [{a: list(dims) for a, dims in pi.order} for pi in placement_infos(tuple(shape), par.tp, par.pp, par.dp)]
 
 
