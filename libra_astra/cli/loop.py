@@ -58,9 +58,7 @@ def loop_command(shared: SharedOptions, objective, budget, time_target, binary, 
 
     check_plot(plot_out, force)
     binary = resolve_binary(binary)        # before the traces are read: a missing simulator fails at once
-    net, cost, workloads, cons = shared.load(budget, time_target,
-                                             prices_for=None if objective == "perf" else f"--objective {objective}")
-    cost.check_priced(net, objective)
+    net, cost, workloads, cons = shared.load(budget, time_target, objective=objective)
     from ..demand.workload import uncounted_traffic
     warnings = uncounted_traffic(workloads)
     with Progress("loop") as p:

@@ -111,11 +111,9 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, as_j
         check_writable(output, force)
     check_plot(plot_out, force)
     tm = shared.time_model()
-    net, cost, workloads, cons = shared.load(budget, time_target,
-                                             prices_for=None if objective == "perf" else f"--objective {objective}")
     if objective != "min-cost" and time_target is not None:
         raise LibraError("--time-target only applies to --objective min-cost")
-    cost.check_priced(net, objective)
+    net, cost, workloads, cons = shared.load(budget, time_target, objective=objective)
     with Progress("optimize") as p:
         p.note(f"solving ({objective}, {tm.kind} model)")
         r = optimize(workloads, net, cost, objective=objective, constraints=cons, model=tm)

@@ -68,15 +68,18 @@ class SharedOptions:
         return Constraints(total, self.total_bw_max is not None, budget, time_target, linear)
 
     def load(self, budget: float | None = None, time_target: float | None = None, *,
-             prices_for: str | None = None) -> Inputs:
-        """Network, cost model, workloads and constraints named by the options. ``prices_for`` names
-        what needs unit prices (an objective, a command), so that a missing --cost is refused."""
+             objective: str = "perf", prices_for: str | None = None) -> Inputs:
+        """Network, cost model, workloads and constraints named by the options. What needs unit
+        prices (a cost objective, ``prices_for``: a command) is refused without --cost, and the
+        prices are checked for ``objective``, before the workloads are read."""
         from ..demand.workload import load_workloads
         from ..model.cost import load_cost, unpriced
         from ..model.network import load_network
         from .progress import Progress
 
         net = load_network(self.network_path)
+        if objective != "perf":
+            prices_for = f"--objective {objective}"
         if self.cost_path:
             cost = load_cost(self.cost_path)
         elif prices_for or budget is not None:
@@ -84,6 +87,7 @@ class SharedOptions:
                              f"(e.g. network_configs/cost.yml)")
         else:
             cost = unpriced(net)
+        cost.check_priced(net, objective)
         with Progress("reading") as p:
             workloads = load_workloads(self.traces, self.demands, self.weights, net, self.comm_groups,
                                        on_progress=lambda prefix, done, total: p(done, total, prefix),
