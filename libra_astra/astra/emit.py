@@ -329,8 +329,10 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None
     if lnet.npus_count + 8 > limits.value(limits.MAX_EMIT_FILES):
         raise limits.exceeded(limits.MAX_EMIT_FILES, f"{out}", f"the run needs {lnet.npus_count + 8:,} files "
                               f"({lnet.npus_count:,} rank files)")
-    if wl.traces and completion.check_complete(wl.traces) is not None:
-        completion.expected_digests(wl.traces, rank_files(wl.traces, lnet.npus_count, f"design {design.name!r}"))
+    marker = completion.check_complete(wl.traces) if wl.traces else None
+    if marker is not None:
+        completion.expected_digests(wl.traces, rank_files(wl.traces, lnet.npus_count, f"design {design.name!r}"),
+                                    marker)
     if endpoint_delay_ns == 0 and any(d.latency_ns == 0 for d in lnet.dims):
         raise LibraError("ASTRA-sim aborts when a dimension has latency 0 and endpoint-delay is 0; "
                          "use an endpoint delay of at least 1 ns (--endpoint-delay) or give every dimension a latency")

@@ -26,14 +26,14 @@ class WorkloadStats:
     empty_ranks: int = 0
     sizes_rounded_to_splits: int = 0
 
-    def add(self, other: "WorkloadStats", times: int = 1) -> None:
-        """Add ``times`` x the counts of ``other`` (what one more rank, or one more node, changed)."""
+    def add(self, other: "WorkloadStats") -> None:
+        """Add the counts of ``other`` (what one more rank file changed)."""
         for k, v in other.__dict__.items():
             if k == "converted_types":
                 for name, c in v.items():
-                    self.converted_types[name] = self.converted_types.get(name, 0) + c * times
+                    self.converted_types[name] = self.converted_types.get(name, 0) + c
             elif v:
-                setattr(self, k, getattr(self, k) + v * times)
+                setattr(self, k, getattr(self, k) + v)
 
     def to_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if v}

@@ -119,13 +119,17 @@ class GroupShape:
         return "hierarchical" if self.participants is not None else "flat_ring"
 
 
-def _member_strides(net: Network, coords: np.ndarray) -> tuple[int, ...]:
+def _coordinate_sets(coords: np.ndarray) -> list[np.ndarray]:
+    """The distinct coordinates of the members in each dimension, ascending."""
+    return [np.unique(coords[:, d]) for d in range(coords.shape[1])]
+
+
+def _member_strides(sets: Sequence[np.ndarray]) -> tuple[int, ...]:
     """Per dimension, the distance between consecutive member coordinates of a sub-grid group when
     they form an arithmetic progression (a strided piece of the dimension, emitted as a logical
     Ring piece whose hop costs ``stride`` hops), else 1."""
     out = []
-    for d in range(net.num_dims):
-        vals = np.unique(coords[:, d])
+    for vals in sets:
         s = 1
         if vals.size > 1:
             diff = np.diff(vals)
@@ -142,12 +146,12 @@ def group_shape(net: Network, key: str, members: Sequence[int], source: str) -> 
         return group_shape_one_by_one(net, key, members, source)  # raises the error it gives
     # One coordinate array for all members: a trace set can hold hundreds of groups (one per
     # tensor-parallel slice), and coordinates one NPU at a time dominated the analysis.
-    coords = net.coords_array(np.asarray(uniq, dtype=np.int64))
-    box = tuple(int(np.unique(coords[:, d]).size) for d in range(net.num_dims))
+    sets = _coordinate_sets(net.coords_array(np.asarray(uniq, dtype=np.int64)))
+    box = tuple(int(v.size) for v in sets)
     # a sub-grid is the product of its per-dimension coordinate sets (coll.group_participation)
     parts = box if math.prod(box) == len(uniq) else None
     if parts is not None:
-        return GroupShape(key, uniq, source, parts, box, ring_step_hops=_member_strides(net, coords))
+        return GroupShape(key, uniq, source, parts, box, ring_step_hops=_member_strides(sets))
     step = coll.flat_ring_step_hops(net, uniq)
     dims = tuple(d for d in range(net.num_dims) if step[d] > 0)
     return GroupShape(key, uniq, source, None, box, dims, step)
@@ -157,11 +161,11 @@ def group_shape_one_by_one(net: Network, key: str, members: Sequence[int], sourc
     """:func:`group_shape` one member at a time (the reference it is tested against; it also
     raises the errors of an empty group or an NPU id outside the network)."""
     uniq = tuple(sorted(set(int(m) for m in members)))
-    coords = np.asarray([net.coords(m) for m in uniq], dtype=np.int64).reshape(len(uniq), net.num_dims)
-    box = tuple(int(np.unique(coords[:, d]).size) for d in range(net.num_dims))
+    sets = _coordinate_sets(np.asarray([net.coords(m) for m in uniq], dtype=np.int64).reshape(len(uniq), net.num_dims))
+    box = tuple(int(v.size) for v in sets)
     parts = coll.group_participation(net, uniq)
     if parts is not None:
-        return GroupShape(key, uniq, source, parts, box, ring_step_hops=_member_strides(net, coords))
+        return GroupShape(key, uniq, source, parts, box, ring_step_hops=_member_strides(sets))
     step = coll.flat_ring_step_hops(net, uniq)
     dims = tuple(d for d in range(net.num_dims) if step[d] > 0)
     return GroupShape(key, uniq, source, None, box, dims, step)

@@ -72,19 +72,16 @@ def check_complete(prefix: str | Path) -> dict[str, Any] | None:
     return data
 
 
-_UNREAD: Any = object()
-
-
 def expected_digests(prefix: str | Path, paths: Sequence[str | Path],
-                     marker: dict[str, Any] | None = _UNREAD) -> dict[str, str] | None:
+                     marker: dict[str, Any] | None) -> dict[str, str] | None:
     """Check the set's marker against ``paths`` (rank order); the content digest each file must have.
 
     None when the set has no marker. Raises LibraError when the marker says the set is
     incomplete or lists other files, sizes or a different rank count. ``marker``: what
-    :func:`check_complete` returned for ``prefix`` just before, so a caller that already checked
-    does not parse the 4,096-entry marker of a large set twice.
+    :func:`check_complete` returned for ``prefix`` (callers check it before listing the rank
+    files), so the 4,096-entry marker of a large set is parsed once.
     """
-    data = check_complete(prefix) if marker is _UNREAD else marker
+    data = marker
     if data is None:
         return None
     m = marker_path(prefix)
