@@ -227,7 +227,7 @@ class _Run:
         owner, dep_keys = self._edges(kept, changed, ctrl_keys, data_keys)
         order = self._issue_order(sorted_keys, order_by_key, kept, owner, dep_keys)
         order = order[~self.bad[b.files[order]]]
-        chained, prev = self._chain(order, coll, owner, dep_keys)
+        chained, prev = self._chain(order, coll, owner, dep_keys, keys)
         body, per_file = self._assemble(order, coll, to_comp, changed, chained, prev, group, colls)
         return self._outputs(body, per_file, order, dropped, dangling, chained, coll | to_comp, group, colls)
 
@@ -411,15 +411,14 @@ class _Run:
             pieces[f] = mine[np.asarray(order, dtype=np.int64)]
         return np.concatenate(pieces)
 
-    def _chain(self, order, coll, owner, dep_keys) -> tuple[np.ndarray, np.ndarray]:
+    def _chain(self, order, coll, owner, dep_keys, keys) -> tuple[np.ndarray, np.ndarray]:
         """Collectives that need a control dependency on the collective before them in their
-        file, and that one's id."""
+        file, and that one's id (``keys``: every node's, as ``_keys`` gives them)."""
         seq = order[coll[order]]
         if seq.size < 2:
             return np.zeros(0, np.int64), np.zeros(0, np.uint64)
         files = self.b.files
         n = coll.size
-        keys = self._keys(self.b.ids)
         prev = np.zeros(n, np.uint64)
         has = np.zeros(n, bool)
         follows = files[seq[1:]] == files[seq[:-1]]

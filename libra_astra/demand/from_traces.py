@@ -206,7 +206,8 @@ def demand_from_traces(prefix: str | Path, network: Network,
         read = reader.read_many(paths, expect)
     read = _with_inferred_peers(reader, read, paths, n_npus, inferred := [0, 0])
     untyped = (0, 0)
-    has_comm = _programs_with(read, ((COMM_COLL_NODE, None), (COMM_SEND_NODE, None), (COMM_RECV_NODE, None)))
+    has_comm = (None if type_cpu_collectives else
+                _programs_with(read, ((COMM_COLL_NODE, None), (COMM_SEND_NODE, None), (COMM_RECV_NODE, None))))
     for r, prog in enumerate(read):
         pi = by_digest.get(prog.digest)
         if pi is None:
