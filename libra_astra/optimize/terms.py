@@ -14,14 +14,13 @@ compared before it merges.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from operator import attrgetter
 from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from ..demand.types import Demand
 from ..model.network import Network
-from ..timing.model import TimeModel, class_rows
+from ..timing.model import TimeModel, demand_rows
 from ..timing.predict import node_table
 
 
@@ -189,37 +188,33 @@ def _merge(s: _Scaled, items: np.ndarray, count: np.ndarray) -> Terms:
     return Terms(_scaled_rows(s, rows), s.g_ns.take(rows), starts, weight)
 
 
-def _demand_scaled(demand: Demand, net: Network, model: TimeModel, cache: dict) -> tuple[_Scaled, np.ndarray]:
-    """Scaled rows of every collective of the demand's classes (classes in order) and the index
-    of each class's first collective; kept in ``cache`` for the calls of one optimization."""
+def _demand_scaled(demand: Demand, net: Network, model: TimeModel,
+                   cache: dict) -> tuple[_Scaled, np.ndarray, np.ndarray]:
+    """Scaled rows of every collective of the demand's classes (classes in order), the index of
+    each class's first collective and every collective's count; kept in ``cache`` for the calls
+    of one optimization."""
     # Rows do not depend on overlap: the overlap optimize's paths reuse its no-overlap start's.
     key = (id(demand), net, replace(model, overlap=False))
     hit = cache.get(key)
-    if hit is not None and hit[0] is demand:
-        return hit[1], hit[2]
-    parts = [class_rows(rc, net, model) for rc in demand.rank_classes]
-    sizes = np.array([p.starts.shape[0] for p in parts], dtype=np.int64)
-    first = np.zeros(len(parts), dtype=np.int64)
+    if hit is not None:
+        return hit[1:]
+    sizes = np.array([len(rc.collectives) for rc in demand.rank_classes], dtype=np.int64)
+    first = np.zeros(sizes.shape[0], dtype=np.int64)
     np.cumsum(sizes[:-1], out=first[1:])
-    if len(parts) == 1:
-        A, g, starts = parts[0]
-    else:
-        row_offset = np.cumsum([0] + [p.A.shape[0] for p in parts[:-1]])
-        A = np.vstack([p.A for p in parts]) if parts else np.zeros((0, net.num_dims))
-        g = np.concatenate([p.const_ns for p in parts]) if parts else np.zeros(0)
-        starts = np.concatenate([p.starts + o for p, o in zip(parts, row_offset)]) if parts else np.zeros(0, np.int64)
-    s = _scaled(A, g, starts)
-    cache[key] = (demand, s, first)   # the demand is kept so its id names it while cached
-    return s, first
+    counts = np.fromiter((c.count for rc in demand.rank_classes for c in rc.collectives), float,
+                         count=int(sizes.sum()))
+    s = _scaled(*demand_rows(demand, net, model))
+    cache[key] = (demand, s, first, counts)   # the demand is kept so its id names it while cached
+    return s, first, counts
 
 
 def class_terms(demand: Demand, net: Network, model: TimeModel, cache: dict) -> list[tuple[float, Terms]]:
     """Per rank class (no overlap): compute time and merged terms."""
-    s, first = _demand_scaled(demand, net, model, cache)
+    s, first, counts = _demand_scaled(demand, net, model, cache)
     out = []
     for rc, f in zip(demand.rank_classes, first.tolist()):
-        counts = np.fromiter(map(attrgetter("count"), rc.collectives), float, count=len(rc.collectives))
-        out.append((rc.compute_time_ns, _merge(s, f + np.arange(counts.shape[0]), counts)))
+        n = len(rc.collectives)
+        out.append((rc.compute_time_ns, _merge(s, f + np.arange(n), counts[f:f + n])))
     return out
 
 
@@ -236,7 +231,7 @@ def path_terms(demand: Demand, path: Sequence[tuple[int, int]], net: Network, mo
 def node_path_terms(demand: Demand, nodes: np.ndarray, net: Network, model: TimeModel,
                     cache: dict) -> tuple[float, Terms]:
     """``path_terms`` of a path given as global nodes of the replay's joint graph (``node_table``)."""
-    s, first = _demand_scaled(demand, net, model, cache)
+    s, first, every = _demand_scaled(demand, net, model, cache)
     _, value, coll_item, whole_of = node_table(demand)
     g = np.asarray(nodes, dtype=np.int64)
     ci = whole_of[g]
@@ -254,14 +249,12 @@ def node_path_terms(demand: Demand, nodes: np.ndarray, net: Network, model: Time
         counts = np.ones(items.shape[0])
     else:
         # A whole class stands for all its collectives, in order, each run its count times.
-        sizes = np.array([len(rc.collectives) for rc in demand.rank_classes], dtype=np.int64)
+        sizes = np.diff(np.r_[first, every.shape[0]])
         lengths = np.where(whole, sizes[ci], is_coll.astype(np.int64))
         begin = np.where(whole, first[ci], item)
         ends = np.cumsum(lengths)
         items = np.repeat(begin - (ends - lengths), lengths) + np.arange(int(ends[-1]) if ends.size else 0)
         counts = np.ones(items.shape[0])
         in_whole = np.repeat(whole, lengths)
-        every = np.fromiter((c.count for rc in demand.rank_classes for c in rc.collectives), float,
-                            count=int(sizes.sum()))
         counts[in_whole] = every[items[in_whole]]
     return comp, _merge(s, items, counts)

@@ -112,32 +112,53 @@ def collective_time_ns(c: Collective, bw_gbps: Sequence[float], net: Network, mo
     return float(np.max(_apply(A, inv) + const))
 
 
-# Rows of a class, kept while the class lives (by identity: hashing a class walks all its
-# collectives, which costs more than building their rows), for its last few time models.
-_CLASS_MEMO: dict[int, tuple[weakref.ref, dict]] = {}
+# Rows of a class (and of a demand's classes stacked), kept while the class (demand) lives, by
+# identity: hashing a class walks all its collectives, which costs more than building their rows;
+# for its last few time models.
+_MEMO: dict[int, tuple[weakref.ref, dict]] = {}
 _MODELS_PER_CLASS = 4
+
+
+def _memoized(owner: RankClass | Demand, net: Network, model: TimeModel, build) -> Rows:
+    key = id(owner)
+    entry = _MEMO.get(key)
+    if entry is None or entry[0]() is not owner:
+        def forget(ref, key=key):
+            if _MEMO.get(key, (None,))[0] is ref:
+                _MEMO.pop(key, None)
+        entry = (weakref.ref(owner, forget), {})
+        _MEMO[key] = entry
+    memo = entry[1]
+    mkey = (net, _rows_key(model))
+    rows = memo.get(mkey)
+    if rows is None:
+        rows = _frozen(build(mkey[1]))
+        if len(memo) >= _MODELS_PER_CLASS:
+            del memo[next(iter(memo))]
+        memo[mkey] = rows
+    return rows
 
 
 def class_rows(rc: RankClass, net: Network, model: TimeModel = LIBRA) -> Rows:
     """Every collective's rows of one rank class stacked (``rows.Rows``: A, const, first row of
     each collective), built for all of them at once and kept while the class lives. Read-only."""
-    key = id(rc)
-    entry = _CLASS_MEMO.get(key)
-    if entry is None or entry[0]() is not rc:
-        def forget(ref, key=key):
-            if _CLASS_MEMO.get(key, (None,))[0] is ref:
-                _CLASS_MEMO.pop(key, None)
-        entry = (weakref.ref(rc, forget), {})
-        _CLASS_MEMO[key] = entry
-    memo = entry[1]
-    mkey = (net, _rows_key(model))
-    rows = memo.get(mkey)
-    if rows is None:
-        rows = _frozen(collective_rows_of(rc.collectives, net, mkey[1]))
-        if len(memo) >= _MODELS_PER_CLASS:
-            del memo[next(iter(memo))]
-        memo[mkey] = rows
-    return rows
+    return _memoized(rc, net, model, lambda m: collective_rows_of(rc.collectives, net, m))
+
+
+def demand_rows(d: Demand, net: Network, model: TimeModel = LIBRA) -> Rows:
+    """``class_rows`` of every class of ``d``, stacked in class order (a class's collectives then
+    follow the previous class's); kept while the demand lives, so the optimizer's terms and the
+    replay's durations share them. Read-only."""
+    def build(m: TimeModel) -> Rows:
+        parts = [class_rows(rc, net, m) for rc in d.rank_classes]
+        if not parts:
+            return Rows(np.zeros((0, net.num_dims)), np.zeros(0), np.zeros(0, dtype=np.int64))
+        row_offset = np.cumsum([0] + [p.A.shape[0] for p in parts[:-1]])
+        return Rows(np.vstack([p.A for p in parts]), np.concatenate([p.const_ns for p in parts]),
+                    np.concatenate([p.starts + o for p, o in zip(parts, row_offset)]).astype(np.int64))
+    if len(d.rank_classes) == 1:
+        return class_rows(d.rank_classes[0], net, model)
+    return _memoized(d, net, model, build)
 
 
 def collective_times_ns(rc: RankClass, bw_gbps: Sequence[float], net: Network, model: TimeModel = LIBRA) -> np.ndarray:

@@ -25,16 +25,16 @@ import heapq
 from contextlib import contextmanager
 from itertools import chain
 import weakref
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterator, Sequence
 
 import numpy as np
 
-from ..demand.types import Demand, RankClass
+from ..demand.types import Demand
 from ..model.network import Network
 from .fixed_order import FixedOrder, finish_times, fixed_order, path_nodes as fixed_path_nodes, walk_causes
-from .model import TimeModel, class_rows, class_time_ns, rows_times_ns
+from .model import TimeModel, class_time_ns, demand_rows, rows_times_ns
 
 # A node of the job: (rank class, node index); node -1 stands for a whole class without a DAG.
 JobNode = tuple[int, int]
@@ -100,7 +100,6 @@ class _Plan:
     # (dependency sources, targets: dependants by node, then the rank's next collective), the
     # GPU or CPU slot (2 per class) a node takes or -1, and whether it is GPU compute
     edges: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-    rows: tuple | None = None           # ((network, model), every class's collective rows stacked)
     last: tuple | None = None           # ((bandwidths, network, model), its _Replay)
     node_table: tuple | None = None     # node_table(), once asked for
     fixed: FixedOrder | None | bool = False   # fixed_order(), False until asked for
@@ -292,17 +291,9 @@ def _durations(d: Demand, plan: _Plan, bw_gbps: Sequence[float], net: Network, m
 def _duration_array(d: Demand, plan: _Plan, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> np.ndarray:
     # Collective times do not depend on overlap: the rows are the ones the no-overlap optimum
     # (the optimizer's start) has built already, stacked once per demand, network and model.
-    model = replace(model, overlap=False)
-    cached = plan.rows      # one read: another thread may replace it (each value is whole)
-    if cached is None or cached[0] != (net, model):
-        rows = [class_rows(rc, net, model) for rc in d.rank_classes]
-        firsts = np.cumsum([0] + [r[0].shape[0] for r in rows[:-1]])
-        stacked = (np.vstack([r[0] for r in rows]), np.concatenate([r[1] for r in rows]),
-                   np.concatenate([r[2] + f for r, f in zip(rows, firsts)]).astype(np.int64))
-        cached = plan.rows = ((net, model), stacked)
     dur = plan.base_ns.copy()
     if plan.coll_pos.size:
-        dur[plan.coll_pos] = rows_times_ns(cached[1], bw_gbps)[plan.coll_idx]
+        dur[plan.coll_pos] = rows_times_ns(demand_rows(d, net, model), bw_gbps)[plan.coll_idx]
     for ci in plan.no_dag:
         comp, comm = class_time_ns(d.rank_classes[ci], bw_gbps, net, model)
         dur[plan.offsets[ci]] = comp + comm
