@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Collection
+from typing import Collection, Iterator
 
-from ..demand import groups as grp
-from ..errors import LibraError
+from ..demand.group_check import merge_process_groups
 from ..traces import chakra_io as cio
 from ..traces.files import rank_files, read_file_bytes
 from ..traces.process_groups import metadata_groups
@@ -48,7 +47,13 @@ def trace_metadata_groups(prefix: str | Path, npus: int, file_groups: Collection
         network.
     """
     found: dict[str, tuple[int, ...]] = {}
-    where_of: dict[str, str] = {}
+    merge_process_groups(_files_groups(prefix, npus), npus, file_groups, found, {})
+    return {key: found[key] or tuple(range(npus))
+            for key in sorted(found, key=lambda k: (len(k), k)) if key not in file_groups}
+
+
+def _files_groups(prefix: str | Path, npus: int) -> Iterator[tuple[str, Iterator[tuple[str, list[int]]]]]:
+    """(file, the (name, ranks) pairs of its METADATA nodes) of each distinct rank file that has any."""
     seen: set[bytes] = set()
     for p in rank_files(prefix, npus, f"{npus} NPUs"):
         buf = read_file_bytes(p)
@@ -58,23 +63,5 @@ def trace_metadata_groups(prefix: str | Path, npus: int, file_groups: Collection
         if digest in seen:
             continue
         seen.add(digest)
-        for node in _metadata_nodes(buf, str(p)):
-            for name, ranks in metadata_groups(node, f"{p}: node {node.id} (METADATA)"):
-                key = grp.normalize_key(name)
-                if key == grp.ALL_RANKS:
-                    continue
-                members = tuple(sorted(set(ranks)))
-                if found.setdefault(key, members) != members:
-                    raise LibraError(f"{p}: METADATA defines process group {key} with ranks {list(members)[:8]} "
-                                     f"but {where_of[key]} defines it differently")
-                where_of.setdefault(key, str(p))
-    out = {}
-    for key in sorted(found, key=lambda k: (len(k), k)):
-        if key in file_groups:
-            continue
-        bad = grp.outside(found[key], npus)
-        if bad:
-            raise LibraError(f"{where_of[key]}: METADATA process group {key} has rank(s) {bad[:5]} outside "
-                             f"0..{npus - 1}")
-        out[key] = found[key] or tuple(range(npus))
-    return out
+        yield str(p), (pair for node in _metadata_nodes(buf, str(p))
+                       for pair in metadata_groups(node, f"{p}: node {node.id} (METADATA)"))

@@ -3,7 +3,7 @@ collectives in the same order, and which ranks share a communicator."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Collection, Iterable, Sequence
 
 import numpy as np
 
@@ -16,28 +16,39 @@ from .program import Program
 
 def merge_metadata(ctx: Context, progs: Sequence[RankProgram]) -> None:
     """Process groups from the programs' METADATA nodes into ``ctx``; every rank must agree."""
-    n = ctx.net.npus_count
-    for prog in progs:
-        for name, ranks in prog.pg_info:
+    merge_process_groups(((prog.path, prog.pg_info) for prog in progs), ctx.net.npus_count, ctx.file_groups,
+                         ctx.meta_groups, ctx.meta_where)
+
+
+def merge_process_groups(sources: Iterable[tuple[str, Iterable[tuple[str, Sequence[int]]]]], n: int,
+                         file_groups: Collection[str], groups: dict[str, tuple[int, ...]],
+                         where: dict[str, str]) -> None:
+    """METADATA process groups, (file, its (name, ranks) pairs) at a time, into ``groups`` (key ->
+    sorted members) and ``where`` (key -> the first file to define it). Groups of all ranks are
+    skipped; every file must describe a group the same way, and a group the comm-groups file
+    (``file_groups``) does not define must fit the ``n`` NPUs."""
+    for path, pairs in sources:
+        for name, ranks in pairs:
             key = grp.normalize_key(name)
             if key == grp.ALL_RANKS:
                 continue
             members = tuple(sorted(set(ranks)))
-            prev = ctx.meta_groups.get(key)
+            prev = groups.get(key)
             if prev is not None and prev != members:
                 raise LibraError(
-                    f"{prog.path}: METADATA defines process group {key} with ranks {list(members)[:8]} but "
-                    f"{ctx.meta_where[key]} defines it with {list(prev)[:8]}; every rank must describe a group the "
+                    f"{path}: METADATA defines process group {key} with ranks {list(members)[:8]} but "
+                    f"{where[key]} defines it with {list(prev)[:8]}; every rank must describe a group the "
                     "same way"
                 )
-            ctx.meta_groups[key] = members
-            ctx.meta_where.setdefault(key, prog.path)
-    check_groups = {k: v for k, v in ctx.meta_groups.items() if k not in ctx.file_groups}
-    for key, members in check_groups.items():
+            groups[key] = members
+            where.setdefault(key, path)
+    for key, members in groups.items():
+        if key in file_groups:
+            continue
         bad = grp.outside(members, n)
         if bad:
             raise LibraError(
-                f"{ctx.meta_where[key]}: METADATA process group {key} has rank(s) {bad[:5]} outside 0..{n - 1} "
+                f"{where[key]}: METADATA process group {key} has rank(s) {bad[:5]} outside 0..{n - 1} "
                 f"(the network has {n} NPUs); use the matching network"
             )
 
