@@ -39,6 +39,7 @@ from ..interning import Interner
 from ..model.network import Network
 from ..traces import chakra_io as cio
 from ..traces import cpu_collectives as cpu
+from ..traces.wire import row_groups
 from ..traces import completion
 from ..traces.files import rank_files, read_file_bytes
 from ..traces.schema import COMM_COLL_NODE, COMM_RECV_NODE, COMM_SEND_NODE
@@ -83,8 +84,7 @@ def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     distinct rows are put in np.unique's order, lexicographic by value."""
     if a.shape[0] == 0 or a.shape[1] == 0:
         return np.unique(a, axis=0, return_inverse=True)
-    raw = a.view(np.dtype((np.void, a.dtype.itemsize * a.shape[1]))).reshape(-1)
-    _, first, inv = np.unique(raw, return_index=True, return_inverse=True)
+    first, inv = row_groups(a)
     distinct = a[first]
     order = np.lexsort(distinct.T[::-1])
     rank = np.empty_like(order)

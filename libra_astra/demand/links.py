@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..traces.schema import COMM_RECV_NODE, COMM_SEND_NODE
+from ..traces.wire import row_groups
 from .context import Context
 from .group_check import communicators
 from .program import Program
@@ -101,12 +102,10 @@ def _padded(lists: list[tuple[int, ...]]) -> np.ndarray | None:
 
 def _first_seen_ids(rows: np.ndarray) -> tuple[np.ndarray, int]:
     """Id of each row, equal rows equal ids, numbered in order of first appearance; and the count."""
-    rows = np.ascontiguousarray(rows)
-    raw = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).reshape(-1)
-    _, first, inv = np.unique(raw, return_index=True, return_inverse=True)
+    first, inv = row_groups(rows)
     rank = np.empty_like(first)
     rank[np.argsort(first)] = np.arange(first.size)
-    return rank[inv.reshape(-1)], int(first.size)
+    return rank[inv], int(first.size)
 
 
 def _regrouped(groups: list[tuple[Any, list[int]]], cls: list[int]) -> list[tuple[Any, list[int]]]:

@@ -18,6 +18,7 @@ from . import groups as grp
 from ..errors import LibraError
 from ..traces.reader import RankProgram
 from ..traces.schema import COMM_COLL_NODE, COMM_SEND_NODE, COMM_TYPE_NAMES, COMP_NODE
+from ..traces.wire import row_groups
 from .context import Context
 from .program import _UNRESOLVED, Program, _shape, analyze, digest, program_of, resolve_rows
 
@@ -210,10 +211,9 @@ def _seq_digests(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) ->
     for size in np.unique(lengths).tolist():
         sel = np.flatnonzero(lengths == size)
         seqs = np.ascontiguousarray(values[starts[sel][:, None] + np.arange(size)])
-        raw = seqs.view(np.dtype((np.void, seqs.dtype.itemsize * size))).reshape(-1)
-        _, first, inv = np.unique(raw, return_index=True, return_inverse=True)
+        first, inv = row_groups(seqs)
         hashes = [digest(seqs[i]) for i in first.tolist()]
-        for k, h in zip(sel.tolist(), inv.reshape(-1).tolist()):
+        for k, h in zip(sel.tolist(), inv.tolist()):
             out[k] = hashes[h]
     return out
 

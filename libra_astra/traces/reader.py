@@ -411,7 +411,8 @@ class TraceReader:
         np.cumsum(count[:-1], out=start[1:])
         seq = np.full((m, width), -1, dtype=np.int64)
         seq[wb, np.arange(wb.size, dtype=np.int64) - start[wb]] = sid
-        rows, first, inv = np.unique(seq, axis=0, return_index=True, return_inverse=True)
+        first, inv = wire.row_groups(seq)
+        rows = seq[first]
         ids = np.zeros(rows.shape[0], dtype=np.int64)
         intern = self.attrs.intern
         for r in np.argsort(first, kind="stable").tolist():
@@ -420,7 +421,7 @@ class TraceReader:
                 if g >= 0:
                     vals[hits[g][0]] = hits[g][1]
             ids[r] = intern(NodeAttrs(**vals)) if vals else 0
-        return ids[inv.reshape(-1)]
+        return ids[inv]
 
     def _global_metadata(self, buf: bytes, where: str) -> tuple[str, int]:
         try:

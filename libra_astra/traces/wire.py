@@ -253,6 +253,16 @@ def byte_rows(arr: np.ndarray, start: np.ndarray, size: int) -> np.ndarray:
     return sliding_window_view(arr, size)[start]
 
 
+def row_groups(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Equal rows of a 2-D array (at least one column) grouped by their raw bytes: (first row of
+    each group, group of each row). One sort of fixed-size byte strings, where
+    ``np.unique(axis=0)`` sorts column by column."""
+    rows = np.ascontiguousarray(rows)
+    raw = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).reshape(-1)
+    _, first, inv = np.unique(raw, return_index=True, return_inverse=True)
+    return first, inv.reshape(-1)
+
+
 def group_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Exact grouping of the rows of a (k, size) uint8 array: (first member of each group, group of
     each row), groups numbered in no particular order.
