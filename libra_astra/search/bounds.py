@@ -145,6 +145,8 @@ def longest_paths(programs: dict, collective_bytes, total_bw_gbps: float | None)
                     if ptr[e[0]] <= e[1]:
                         break
                     e = base[e[0]] + e[1]
+                # both longest paths (compute only; with communication) and their argmax inline:
+                # a helper call per input would cost more than this whole loop body
                 b0 = b1 = 0.0
                 w0 = w1 = -1
                 for u in preds[i]:

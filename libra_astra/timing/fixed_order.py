@@ -99,17 +99,17 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
     elif pairs.size:
         direct[:] = False
     loose_prev, loose_next = prev[~direct], nxt[~direct]
+    # distinct dependencies (a repeated one is still one cause), by node then dependency
+    cu, cv = keys % n, keys // n
+    dep_ptr = _starts(cv, n)
     checks = _SlotChecks.none()
     if loose_next.size:
-        checks = _slot_checks(on, slot, direct, same, keys, n, waits, syncs)
+        checks = _slot_checks(on, slot, direct, same, cu, dep_ptr, n, waits, syncs)
         if checks is None:
             return None
     order = _merge_classes(offsets, dep_u, dep_v, waits, syncs)
     if order is None:
         return None
-    # distinct dependencies (a repeated one is still one cause), by node then dependency
-    cu, cv = keys % n, keys // n
-    dep_ptr = _starts(cv, n)
     # Inputs: dependencies, the send a receive waits for, the dependencies of a shared
     # collective's partners (their readiness), or the zero node for a partner with none.
     srcs = np.fromiter(waits.values(), dtype=np.int64, count=len(waits))
@@ -180,11 +180,13 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
                       loose_prev, loose_next, checks)
 
 
-def _slot_checks(on: np.ndarray, slot: np.ndarray, direct: np.ndarray, same: np.ndarray, keys: np.ndarray,
-                 n: int, waits: dict[int, int], syncs: dict[int, list[int]]) -> _SlotChecks | None:
+def _slot_checks(on: np.ndarray, slot: np.ndarray, direct: np.ndarray, same: np.ndarray, deps: np.ndarray,
+                 dep_ptr: np.ndarray, n: int, waits: dict[int, int],
+                 syncs: dict[int, list[int]]) -> _SlotChecks | None:
     """What the replays check of the slots with a node that does not depend on the slot's node
     before it (``on``: slotted nodes by slot, then node; ``same``: each next to the one before in
-    the same slot; ``direct``: of those pairs, the ones with a direct dependency); None if such a
+    the same slot; ``direct``: of those pairs, the ones with a direct dependency; ``deps``,
+    ``dep_ptr``: the distinct dependencies grouped by node, as ``FixedOrder``); None if such a
     slot runs a node that waits on or is awaited by another class (its end or start is not the
     plain sum the slot order needs)."""
     direct_all = np.zeros(on.size, dtype=bool)
@@ -204,8 +206,8 @@ def _slot_checks(on: np.ndarray, slot: np.ndarray, direct: np.ndarray, same: np.
     bounds = np.flatnonzero(np.diff(slot[nodes]) != 0) + 1
     edges = [0, *bounds.tolist(), nodes.size]
     segments = tuple(zip(edges[:-1], edges[1:]))
-    cu = np.append(keys % n, n)
-    ptr = _starts(keys // n, n)
+    cu = np.append(deps, n)
+    ptr = dep_ptr
     deg = np.diff(ptr)[nodes]
     lens = np.maximum(deg, 1)
     first = np.where(deg > 0, ptr[nodes], cu.size - 1)
