@@ -37,8 +37,9 @@ class Axis:
     degree: int
     parts: tuple[AxisPart, ...]
 
-    def index(self, coords: Sequence[int]) -> int:
-        """This axis' index of an NPU with the given network coordinates."""
+    def index(self, coords: Sequence[int] | np.ndarray) -> int | np.ndarray:
+        """This axis' index of an NPU with the given network coordinates (or of many NPUs at
+        once, their coordinates as a (dimensions, NPUs) array)."""
         idx, scale = 0, 1
         for p in self.parts:
             idx += ((coords[p.dim] // p.stride) % p.size) * scale
@@ -167,13 +168,7 @@ def place_axes(net: Network, degrees: Mapping[str, int | None], placement: Mappi
     index = {}
     coords = net.coords_array(np.arange(net.npus_count))
     for a in axes:
-        # Axis.index for every rank at once
-        idx = np.zeros(net.npus_count, dtype=np.int64)
-        scale = 1
-        for p in a.parts:
-            idx += ((coords[:, p.dim] // p.stride) % p.size) * scale
-            scale *= p.size
-        index[a.name] = tuple(idx.tolist())
+        index[a.name] = tuple(np.broadcast_to(a.index(coords.T), (net.npus_count,)).tolist())
     return Layout(net, tuple(axes), index)
 
 
