@@ -20,6 +20,7 @@ from libra_astra.model.network import load_network, network_from_dict
 from libra_astra.optimize.problem import Constraints, Workload, build_problem
 from libra_astra.optimize.terms import class_terms, node_path_terms, path_terms
 from libra_astra.timing.model import TimeModel, class_rows, collective_rows
+from libra_astra.timing import rows as rows_mod
 from libra_astra.timing.rows import collective_rows_of
 from libra_astra.optimize.optimizer import baseline_traffic
 from libra_astra.timing.predict import critical_path_nodes, critical_paths
@@ -70,9 +71,12 @@ def model_for(net, model: TimeModel) -> TimeModel:
     return replace(model, efficiency=tuple(np.linspace(0.5, 1.0, net.num_dims)))
 
 
+@pytest.mark.parametrize("block", [None, 37], ids=["one-block", "blocks-of-37"])
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: f"{m.kind}-{m.splits}")
 @pytest.mark.parametrize("make_net", [net3, net8])
-def test_rows_are_those_of_one_collective_at_a_time(make_net, model):
+def test_rows_are_those_of_one_collective_at_a_time(make_net, model, block, monkeypatch):
+    if block is not None:     # blocks that end mid-way through flat and hierarchical runs
+        monkeypatch.setattr(rows_mod, "_BLOCK", block)
     net = make_net()
     model = model_for(net, model)
     colls = mixed_collectives(net, 400, seed=3)

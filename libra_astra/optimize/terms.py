@@ -13,6 +13,8 @@ compared before it merges.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from dataclasses import dataclass, replace
 from typing import NamedTuple, Sequence
 
@@ -130,16 +132,27 @@ def _same_rows(s: _Scaled, a: np.ndarray, b: np.ndarray) -> bool:
     """Whether collectives a[i] and b[i] have the same row count and bits, for every i."""
     if not np.array_equal(s.nrows[a], s.nrows[b]):
         return False
-    nr = s.nrows[a]
-    within = np.arange(int(nr.sum())) - np.repeat(np.cumsum(nr) - nr, nr)
-    rows_a = np.repeat(s.starts[a], nr) + within
-    rows_b = np.repeat(s.starts[b], nr) + within
+    # Many a[i] share one b[i] (a group's first collective): b's rows are scaled and rounded once.
+    ub, inv = np.unique(b, return_inverse=True)
+    rows_u, first_u, _ = _rows_of(s, ub)
+    bits_u, g_u = _row_bits(s, rows_u), s.g_bits.take(rows_u)
+    rows_a, _, within = _rows_of(s, a)
+    ref = np.repeat(first_u.take(inv.ravel()), s.nrows[a]) + within
     for lo in range(0, rows_a.shape[0], _SLICE_ROWS):
-        ra, rb = rows_a[lo:lo + _SLICE_ROWS], rows_b[lo:lo + _SLICE_ROWS]
-        if not (np.array_equal(s.g_bits.take(ra), s.g_bits.take(rb))
-                and np.array_equal(_row_bits(s, ra), _row_bits(s, rb))):
+        ra, rr = rows_a[lo:lo + _SLICE_ROWS], ref[lo:lo + _SLICE_ROWS]
+        if not (np.array_equal(s.g_bits.take(ra), g_u.take(rr))
+                and np.array_equal(_row_bits(s, ra), bits_u.take(rr, axis=0))):
             return False
     return True
+
+
+def _rows_of(s: _Scaled, items: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows of collectives ``items``, listed in order; where each collective's rows begin in
+    that list; each row's place within its collective."""
+    nr = s.nrows[items]
+    first = np.cumsum(nr) - nr
+    within = np.arange(int(nr.sum())) - np.repeat(first, nr)
+    return np.repeat(s.starts[items], nr) + within, first, within
 
 
 def _groups(s: _Scaled, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -201,8 +214,8 @@ def _demand_scaled(demand: Demand, net: Network, model: TimeModel,
     sizes = np.array([len(rc.collectives) for rc in demand.rank_classes], dtype=np.int64)
     first = np.zeros(sizes.shape[0], dtype=np.int64)
     np.cumsum(sizes[:-1], out=first[1:])
-    counts = np.fromiter((c.count for rc in demand.rank_classes for c in rc.collectives), float,
-                         count=int(sizes.sum()))
+    every = itertools.chain.from_iterable(rc.collectives for rc in demand.rank_classes)
+    counts = np.fromiter(map(operator.attrgetter("count"), every), float, count=int(sizes.sum()))
     s = _scaled(*demand_rows(demand, net, model))
     cache[key] = (demand, s, first, counts)   # the demand is kept so its id names it while cached
     return s, first, counts

@@ -23,6 +23,7 @@ _KIND = {kind: i for i, kind in enumerate(coll.TYPES)}
 _AR, _RS, _AG, _A2A = (_KIND[k] for k in (coll.ALL_REDUCE, coll.REDUCE_SCATTER, coll.ALL_GATHER, coll.ALL_TO_ALL))
 _ALG = {name: i for i, name in enumerate(ALGORITHMS)}
 _HIER, _FLAT, _P2P = (_ALG[a] for a in ("hierarchical", "flat_ring", "p2p"))
+_BLOCK = 4096
 
 
 class Rows(NamedTuple):
@@ -59,11 +60,11 @@ def collective_rows_of(colls: Sequence[Collective], net: Network, model) -> Rows
         A = _own_rows(traffic, coll_of, dim_of)
         const = np.zeros(coll_of.shape[0])
     else:
-        A, const = _pipelined(colls, net, model, traffic, used, coll_of, dim_of)
+        A, const = _pipelined(colls, net, model, traffic, used, coll_of, dim_of, starts)
     A[starts[none]] = 0.0
     const[starts[none]] = 0.0
     if model.efficiency is not None:
-        A = A / np.asarray(model.efficiency, dtype=float)
+        A /= np.asarray(model.efficiency, dtype=float)     # A is ours: divided in place, no copy
     # Row-major, as one collective's rows are: sums and products over a row then round off as
     # they did, so times and the problem's scales stay equal to the last bit.
     return Rows(np.ascontiguousarray(A), const, starts)
@@ -76,7 +77,7 @@ def _own_rows(traffic: np.ndarray, coll_of: np.ndarray, dim_of: np.ndarray) -> n
     return A
 
 
-def _pipelined(colls, net: Network, model, traffic, used, coll_of, dim_of):
+def _pipelined(colls, net: Network, model, traffic, used, coll_of, dim_of, starts):
     """(M, D) rows and (M,) constants of the pipelined model for rows (collective, dimension)."""
     N, D = traffic.shape
     kind = np.fromiter(map(_KIND.__getitem__, map(operator.attrgetter("type"), colls)), np.int64, count=N)
@@ -97,16 +98,32 @@ def _pipelined(colls, net: Network, model, traffic, used, coll_of, dim_of):
             parts[a2a] = column([colls[i] for i in a2a.tolist()], "participants", np.int64, D)
     hops = column(colls, "hops", np.int64, D).astype(float) if model.latency else np.zeros((N, D))
     lat = np.array([dim.latency_ns for dim in net.dims]) if model.latency else np.zeros(D)
-    M = coll_of.shape[0]
-    flat = alg != _HIER
-    flat_row = flat[coll_of]
     cols = (kind, alg, size, parts, traffic, hops, used)
     args = (lat, model.splits, model.local_mem_bw_gbps)
+    M = coll_of.shape[0]
+    A = np.empty((M, D))
+    const = np.empty(M)
+    row_end = np.r_[starts[1:], M]
+    # A block of collectives at a time: their rows are contiguous, and a block's temporaries stay
+    # in cache where whole (M, D) ones are fresh memory (first touch costs more than arithmetic).
+    for lo in range(0, N, _BLOCK):
+        hi = min(lo + _BLOCK, N)
+        r0, r1 = int(starts[lo]), int(row_end[hi - 1])
+        block = tuple(None if c is None else c[lo:hi] for c in cols)
+        A[r0:r1], const[r0:r1] = _block_rows(block, coll_of[r0:r1] - lo, dim_of[r0:r1], args)
+    return A, const
+
+
+def _block_rows(cols, coll_of, dim_of, args):
+    """Rows of a block of collectives (columns ``cols``; ``coll_of`` indexes the block)."""
+    alg = cols[1]
+    flat = alg != _HIER
     with np.errstate(divide="ignore", invalid="ignore"):
         if not flat.any():
             return _hierarchical(*cols, coll_of, dim_of, *args)
-        A = np.empty((M, D))
-        const = np.empty(M)
+        flat_row = flat[coll_of]
+        A = np.empty((coll_of.shape[0], cols[4].shape[1]))
+        const = np.empty(coll_of.shape[0])
         for rows, build in ((flat_row, _flat), (~flat_row, _hierarchical)):
             if rows.any():
                 A[rows], const[rows] = build(*cols, coll_of[rows], dim_of[rows], *args)
