@@ -248,6 +248,7 @@ def _build_plan(d: Demand) -> _Plan:
     syncs: dict[int, list[int]] = {}
     no_dag = []
     first_coll = 0
+    shape = None        # the last DAG's, kept for the next class while their DAGs are equal
     for ci, rc in enumerate(classes):
         off, dag = offsets[ci], rc.dag
         if dag is None:
@@ -255,18 +256,14 @@ def _build_plan(d: Demand) -> _Plan:
             first_coll += len(rc.collectives)
             continue
         end = off + sizes[ci]
-        code[off:end] = [_KIND_CODE[kind] for kind, _ in dag.nodes]
+        if shape is None or shape[0] is not dag and (dag.nodes != shape[0].nodes or dag.deps != shape[0].deps):
+            shape = (dag, *_dag_shape(dag))
+        kinds, deps, colls = shape[1:]
+        code[off:end] = kinds
         value[off:end] = [v for _, v in dag.nodes]
         coll_base[off:end] = first_coll
-        # A node's children in the order a replay of its class alone visits them (dependants by
-        # node, then the next collective): ties in readiness and slot dispatch resolve alike.
-        deps = np.fromiter(chain.from_iterable(dag.deps), dtype=np.int64, count=2 * len(dag.deps))
-        deps = deps.reshape(-1, 2) + off
-        deps = deps[np.argsort(deps[:, 1], kind="stable")]
-        # the emitted traces chain a rank's collectives: each waits for the one before
-        colls = off + np.flatnonzero(code[off:end] == _COLL)
-        us += [deps[:, 0], colls[:-1]]
-        vs += [deps[:, 1], colls[1:]]
+        us += [deps[:, 0] + off, colls[:-1] + off]
+        vs += [deps[:, 1] + off, colls[1:] + off]
         for v, c, u in dag.links:
             if 0 <= c < k and 0 <= u < sizes[c]:
                 waits[off + v] = offsets[c] + u
@@ -282,6 +279,19 @@ def _build_plan(d: Demand) -> _Plan:
     return _Plan(tuple(offsets), cls, waits, syncs, base, coll_pos,
                  coll_base[coll_pos] + value[coll_pos].astype(np.int64), tuple(no_dag),
                  (u_all, v_all, np.where(slotted, 2 * cls + code, -1), code == _COMP))
+
+
+def _dag_shape(dag) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A DAG's node kinds, its dependencies (u, v rows) and its collectives, numbered within the
+    DAG. Equal DAGs have equal shapes (a pipeline's middle stages often do), so the plan reuses
+    the last one; the node values are read for each class all the same, as -0.0 equals 0.0."""
+    kinds = np.array([_KIND_CODE[kind] for kind, _ in dag.nodes], dtype=np.int64)
+    deps = np.fromiter(chain.from_iterable(dag.deps), dtype=np.int64, count=2 * len(dag.deps)).reshape(-1, 2)
+    # A node's children in the order a replay of its class alone visits them (dependants by
+    # node, then the next collective): ties in readiness and slot dispatch resolve alike.
+    deps = deps[np.argsort(deps[:, 1], kind="stable")]
+    # the emitted traces chain a rank's collectives: each waits for the one before
+    return kinds, deps, np.flatnonzero(kinds == _COLL)
 
 
 def _durations(d: Demand, plan: _Plan, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> list[float]:
