@@ -4,10 +4,12 @@ paths and predictions, on real, shipped, generated and random DAGs; it is taken 
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from libra_astra.demand.from_traces import demand_from_traces
@@ -227,3 +229,30 @@ def test_slot_check_follows_its_rule():
             assert got == holds_by_hand(fo.checks, F)
             seen[got] += 1
     assert seen[True] > 0 and seen[False] > 0
+
+
+def test_latest_dependency_by_columns_and_by_runs():
+    """causes() finds each node's latest dependency with whole columns where no node has more
+    than a few, by runs otherwise: both give the same readiness (0 without dependencies) and the
+    same cause (-1 for none, -2 for a tie), on random graphs whose ends take few values (ties,
+    zeros, an infinite end)."""
+    rng = random.Random(5)
+    seen: Counter = Counter()
+    for _ in range(400):
+        n = rng.randint(1, 30)
+        width = rng.randint(0, fixed._MAX_COLUMNS)
+        deps, ptr = [], [0]
+        for _ in range(n):
+            deps += sorted(rng.sample(range(n), rng.randint(0, min(width, n))))
+            ptr.append(len(deps))
+        deps_a, ptr_a = np.array(deps, dtype=np.int64), np.array(ptr, dtype=np.int64)
+        F = np.array([rng.choice((0.0, 1.0, 2.5, 3.0, math.inf)) for _ in range(n)])
+        cols = fixed._dep_columns(deps_a, ptr_a, n)
+        assert cols is not None and len(cols) == max(np.diff(ptr_a).max(), 0)
+        ready, cause = fixed._latest_by_columns(cols, F, n)
+        want_ready, want_cause = fixed._latest_by_runs(deps_a, ptr_a, F, n)
+        assert ready.tobytes() == want_ready.tobytes() and cause.tolist() == want_cause.tolist()
+        seen.update(("tie" if c == -2 else "none" if c == -1 else "one") for c in cause.tolist())
+    assert seen["tie"] and seen["none"] and seen["one"]
+    wide = np.arange(fixed._MAX_COLUMNS + 1, dtype=np.int64)
+    assert fixed._dep_columns(wide, np.array([0, wide.size]), wide.size) is None

@@ -4,9 +4,11 @@ changes, kept in tests/replay_reference.py), on real and generated traces and ra
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from libra_astra.demand.from_traces import demand_from_traces
@@ -188,3 +190,31 @@ def reference_prediction(d, bw, net, model):
     i = max(range(len(times)), key=times.__getitem__)
     return joint.Prediction(times[i], tuple(times), times[i] - r.busy_comp[i],
                             any(rc.dag is not None for rc in d.rank_classes))
+
+
+def test_classes_with_equal_dags():
+    """Consecutive classes with equal DAGs (the same object, equal tuples, or equal but for -0.0
+    durations where the first has 0.0) share the plan's reading of their kinds and dependencies,
+    not their node values: the replay is the reference replay's, and each class's durations keep
+    their own sign bits."""
+    net = Network("r", (Dimension("a", "Ring", 4, 500.0), Dimension("b", "Switch", 2, 700.0)))
+    signed = 0
+    for seed in range(40):
+        d = random_demand(seed)
+        rc = next(rc for rc in d.rank_classes if rc.dag is not None)
+        dag = Dag(rc.dag.nodes, rc.dag.deps)
+        twin = Dag(tuple((kind, x) for kind, x in dag.nodes), tuple((u, v) for u, v in dag.deps))
+        minus = Dag(tuple((kind, -0.0 if kind != "coll" and x == 0.0 else x) for kind, x in dag.nodes), dag.deps)
+        assert twin == dag == minus
+        dags = (dag, dag, twin, minus, dag)
+        e = Demand(f"equal{seed}", (4, 2), tuple(RankClass(rc.compute_time_ns, rc.collectives, 1, dag=x) for x in dags))
+        for model in MODELS:
+            for bw in bandwidths(net, seed, 2):
+                assert assert_same(e, net, model, bw)
+        plan = joint._plan(e)
+        for ci, x in enumerate(dags):
+            mine = plan.base_ns[plan.offsets[ci]:plan.offsets[ci + 1]]
+            want = [math.copysign(1.0, v) < 0 if kind != "coll" else False for kind, v in x.nodes]
+            assert np.signbit(mine).tolist() == want
+            signed += any(want)
+    assert signed > 0

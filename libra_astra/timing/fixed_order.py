@@ -65,6 +65,7 @@ class FixedOrder:
     wait_srcs: np.ndarray               # ... and their sends
     deps: np.ndarray                    # distinct dependencies, grouped by node ...
     dep_ptr: np.ndarray                 # ... node g's from dep_ptr[g] (n + 1 entries)
+    dep_cols: tuple[np.ndarray, ...] | None   # the same as columns (see _dep_columns)
     syncs: dict[int, list[int]]
     busy_comp: tuple[float, ...]        # per class: its GPU compute, summed in the order it runs
     loose_prev: np.ndarray              # a slot's node that the slot's next node does not depend on ...
@@ -88,7 +89,7 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
     on = on[np.argsort(slot[on], kind="stable")]
     same = slot[on[1:]] == slot[on[:-1]]
     # dependencies as one sorted key each, by node then dependency, each once
-    keys = np.sort(dep_v * n + dep_u)
+    keys = np.sort(dep_v * n + dep_u, kind="stable")     # runs already sorted: the stable sort is fastest
     keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if keys.size else keys
     prev, nxt = on[:-1][same], on[1:][same]
     pairs = nxt * n + prev
@@ -176,8 +177,27 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
         comps = base_ns[lo:hi][comp[lo:hi]]
         # one addition after the other, as the replay adds each compute node when it ends
         busy.append(float(np.cumsum(np.concatenate(([busy_start[ci]], comps)))[-1]))
-    return FixedOrder(n, extra, out_order, out_a, out_b, out_c, dsts, srcs, cu, dep_ptr, syncs, tuple(busy),
+    return FixedOrder(n, extra, out_order, out_a, out_b, out_c, dsts, srcs, cu, dep_ptr,
+                      _dep_columns(cu, dep_ptr, n), syncs, tuple(busy),
                       loose_prev, loose_next, checks)
+
+
+# Nodes with more distinct dependencies than this have their latest found by runs (reduceat):
+# columns as wide as the widest node would hold mostly padding.
+_MAX_COLUMNS = 4
+
+
+def _dep_columns(deps: np.ndarray, dep_ptr: np.ndarray, n: int) -> tuple[np.ndarray, ...] | None:
+    """Each node's distinct dependencies as columns, column j holding its (j + 1)-th (in the order
+    of ``deps``) or ``n`` where it has fewer; None if a node has more than _MAX_COLUMNS."""
+    deg = np.diff(dep_ptr)
+    width = int(deg.max()) if n else 0
+    if width > _MAX_COLUMNS:
+        return None
+    at = dep_ptr[:-1]
+    last = max(deps.size - 1, 0)
+    padded = np.append(deps, n)
+    return tuple(np.where(deg > j, padded[np.minimum(at + j, last)], n) for j in range(width))
 
 
 def _slot_checks(on: np.ndarray, slot: np.ndarray, direct: np.ndarray, same: np.ndarray, deps: np.ndarray,
@@ -280,16 +300,16 @@ def _merge_classes(offsets, dep_u, dep_v, waits, syncs) -> np.ndarray | None:
     receive until its send is placed and at a shared collective until its partners' dependencies
     are (all of the partner's class before it)."""
     k = len(offsets) - 1
-    cls_of = np.repeat(np.arange(k), np.diff(np.asarray(offsets)))
+    cls_of = np.repeat(np.arange(k), np.diff(np.asarray(offsets))).tolist()
     needs: dict[int, list[tuple[int, int]]] = {}
     for g, src in waits.items():
-        needs.setdefault(g, []).append((int(cls_of[src]), src + 1))
+        needs.setdefault(g, []).append((cls_of[src], src + 1))
     for g, partners in syncs.items():
         for p in partners:
-            needs.setdefault(g, []).append((int(cls_of[p]), p))
+            needs.setdefault(g, []).append((cls_of[p], p))
     stops: list[list[int]] = [[] for _ in range(k)]
     for g in sorted(needs):
-        stops[int(cls_of[g])].append(g)
+        stops[cls_of[g]].append(g)
     cursor = list(offsets[:-1])
     nxt = [0] * k
     pieces: list[tuple[int, int]] = []
@@ -307,7 +327,12 @@ def _merge_classes(offsets, dep_u, dep_v, waits, syncs) -> np.ndarray | None:
                     moved = True
                 if stop == end:
                     break
-                if any(cursor[c] < need for c, need in needs[stop]):
+                blocked = False
+                for c, need in needs[stop]:
+                    if cursor[c] < need:
+                        blocked = True
+                        break
+                if blocked:
                     break
                 pieces.append((stop, stop + 1))
                 cursor[ci] = stop + 1
@@ -317,7 +342,10 @@ def _merge_classes(offsets, dep_u, dep_v, waits, syncs) -> np.ndarray | None:
         return None
     if not pieces:
         return np.zeros(0, dtype=np.int64)
-    return np.concatenate([np.arange(lo, hi) for lo, hi in pieces])
+    lo, hi = np.array(pieces, dtype=np.int64).T
+    size = hi - lo
+    # the ranges one after the other: each position's offset from its range's first position
+    return np.repeat(lo - (np.cumsum(size) - size), size) + np.arange(int(size.sum()))
 
 
 def finish_times(fo: FixedOrder, dur: np.ndarray) -> list[float] | None:
@@ -350,24 +378,11 @@ def finish_times(fo: FixedOrder, dur: np.ndarray) -> list[float] | None:
 def causes(fo: FixedOrder, finish: np.ndarray, dur: np.ndarray) -> np.ndarray:
     """What each node waited for last, as the event-driven replay records it: -1 for nothing, -2
     where two causes end at the same time (the replay's order of events would decide)."""
-    n = fo.size
     F = finish
-    ptr = fo.dep_ptr
-    deg = np.diff(ptr)
-    has = deg > 0
-    vals = F[fo.deps]
-    ready = np.zeros(n)
-    starts = ptr[:-1][has]
-    if starts.size:
-        ready[has] = np.maximum.reduceat(vals, starts)
-    at_max = vals == np.repeat(ready, deg)
-    ties = np.zeros(n, dtype=np.int64)
-    first = np.full(n, -1, dtype=np.int64)
-    if starts.size:
-        ties[has] = np.add.reduceat(at_max, starts)
-        pos = np.where(at_max, np.arange(vals.size), vals.size)
-        first[has] = fo.deps[np.minimum.reduceat(pos, starts)]
-    cause = np.where(ties > 1, -2, first)
+    if fo.dep_cols is not None:
+        ready, cause = _latest_by_columns(fo.dep_cols, F, fo.size)
+    else:
+        ready, cause = _latest_by_runs(fo.deps, fo.dep_ptr, F, fo.size)
     if fo.loose_next.size:
         # a node that waited for its slot waited for the slot's node before it (ran in node order)
         late = F[fo.loose_prev] > ready[fo.loose_next]
@@ -388,6 +403,50 @@ def causes(fo: FixedOrder, finish: np.ndarray, dur: np.ndarray) -> np.ndarray:
         late = F[fo.wait_srcs] > start[w] + dur[w]
         cause[w[late]] = fo.wait_srcs[late]
     return cause
+
+
+def _latest_by_runs(deps: np.ndarray, ptr: np.ndarray, F: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(each node's readiness: the latest end of its dependencies, 0 for none; the first of them
+    to end then, -1 for none, -2 if two do), from the dependencies grouped by node."""
+    deg = np.diff(ptr)
+    has = deg > 0
+    vals = F[deps]
+    ready = np.zeros(n)
+    starts = ptr[:-1][has]
+    if starts.size:
+        ready[has] = np.maximum.reduceat(vals, starts)
+    at_max = vals == np.repeat(ready, deg)
+    ties = np.zeros(n, dtype=np.int64)
+    first = np.full(n, -1, dtype=np.int64)
+    if starts.size:
+        ties[has] = np.add.reduceat(at_max, starts)
+        pos = np.where(at_max, np.arange(vals.size), vals.size)
+        first[has] = deps[np.minimum.reduceat(pos, starts)]
+    return ready, np.where(ties > 1, -2, first)
+
+
+def _latest_by_columns(cols: tuple[np.ndarray, ...], F: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """As _latest_by_runs, from the dependencies as columns (_dep_columns): a few operations on
+    whole columns instead of reductions over runs of one to a few entries. The padding ends at
+    -inf, below any end, so it is never the latest of a node with dependencies."""
+    if not cols:
+        return np.zeros(n), np.full(n, -1, dtype=np.int64)
+    ends = np.append(F, -np.inf)
+    vals = [ends[c] for c in cols]
+    ready = vals[0]
+    for v in vals[1:]:
+        ready = np.maximum(ready, v)
+    ties = np.zeros(n, dtype=np.int64)
+    first = np.full(n, -1, dtype=np.int64)
+    for c, v in zip(cols, vals):
+        at = v == ready
+        ties += at
+        first = np.where(at, c, first)      # the cause where it is the only one at the latest end
+    cause = np.where(ties > 1, -2, first)
+    none = cols[0] == n
+    ready[none] = 0.0
+    cause[none] = -1
+    return ready, cause
 
 
 def path_nodes(fo: FixedOrder, finish: np.ndarray, dur: np.ndarray, ends: Sequence[int]) -> list[list[int]] | None:
