@@ -292,3 +292,30 @@ def test_rows_compared_in_slices_find_a_difference_in_the_last_slice(monkeypatch
     assert s.nrows[:60].sum() > 3 * 37      # several slices before the differing pair
     assert terms_mod._same_rows(s, same, firsts)
     assert not terms_mod._same_rows(s, np.r_[same, last], np.r_[firsts, other])
+
+
+@pytest.mark.parametrize("collide", [False, True], ids=["hashed", "colliding"])
+def test_paths_of_one_optimization_share_the_groups_of_all_collectives(monkeypatch, collide):
+    """The paths of one optimization (one cache) group their collectives by the groups found once
+    over all collectives: with and without hash collisions, each path's terms are the old ones."""
+    import libra_astra.optimize.terms as terms_mod
+    if collide:
+        monkeypatch.setattr(terms_mod, "_multipliers", lambda count: np.zeros(count, dtype=np.uint64))
+    net = net3()
+    model = TimeModel("pipelined", splits=4)
+    colls = mixed_collectives(net, 300, seed=23)
+    rng = np.random.default_rng(23)
+    nodes = [("coll", i) for i in range(len(colls))] + [("comp", float(rng.uniform(0, 1e4))) for _ in range(50)]
+    dag = Dag(tuple(nodes[i] for i in rng.permutation(len(nodes))), ())
+    dem = Demand("eq", net.npus_per_dim, (RankClass(0.0, tuple(colls), dag=dag), RankClass(7.5, tuple(colls[::-4])),
+                                           RankClass(0.0, tuple(colls[::-1]), dag=dag)))
+    cache: dict = {}
+    every = [c for rc in dem.rank_classes for c in rc.collectives]
+    for trial in range(15):
+        path = [(c, int(rng.integers(0, len(nodes)))) for c in rng.choice([0, 2], int(rng.integers(0, 300))).tolist()]
+        if trial % 4 == 0:
+            path.insert(int(rng.integers(0, len(path) + 1)), (1, -1))
+        comp, terms = path_terms(dem, tuple(path), net, model, cache)
+        comp_ref, items = ref.path_items(dem, tuple(path))
+        assert comp == comp_ref
+        assert_same_terms(terms, ref.merge_terms(((every[i], n) for i, n in items), net, model, {}))

@@ -54,7 +54,7 @@ class _Scaled(NamedTuple):
     row_scale: np.ndarray | None   # (M,) scale of each row's collective; None if every scale is 1
     g_bits: np.ndarray     # (M,) uint64: each row's constant
     hash: np.ndarray       # (N,) uint64: a hash of each collective's row count and bits
-    whole: dict            # the scaled rows of all collectives, once a step needed them all
+    whole: dict            # the scaled rows and groups (_group_ids) of all collectives, once a step needed them
 
 
 _PRIME = np.uint64(0x9E3779B97F4A7C15)
@@ -164,11 +164,25 @@ def _groups(s: _Scaled, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if dup.shape[0] and not _same_rows(s, items[dup], items[first[inv[dup]]]):
         # Two collectives share a hash without having equal rows: compare rows whole instead.
         first, inv = _exact_groups(s, items)
+    return _numbered(first, inv)
+
+
+def _numbered(first: np.ndarray, inv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """_groups' answer from each group's first position (in any order) and each item's group."""
     # The first positions are distinct: marking them orders them without a sort.
-    is_first = np.zeros(items.shape[0], dtype=bool)
+    is_first = np.zeros(inv.shape[0], dtype=bool)
     is_first[first] = True
     number = np.cumsum(is_first) - 1        # a group's number at its first position
     return np.flatnonzero(is_first), number[first][inv]
+
+
+def _group_ids(s: _Scaled) -> np.ndarray:
+    """Every collective's group (_groups over all of them), found once, when a dependency path
+    first needs it: the paths of an optimization, many and each with a long stretch of the same
+    few collectives, then group theirs by these numbers. A subset's groups are the same either way."""
+    if "groups" not in s.whole:
+        s.whole["groups"] = _groups(s, np.arange(s.starts.shape[0]))[1]
+    return s.whole["groups"]
 
 
 def _exact_groups(s: _Scaled, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -185,11 +199,16 @@ def _exact_groups(s: _Scaled, items: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return np.asarray(firsts, dtype=np.int64), inv
 
 
-def _merge(s: _Scaled, items: np.ndarray, count: np.ndarray) -> Terms:
-    """Terms of the collectives ``items`` (indices into ``s``, in order) run ``count`` times each."""
+def _merge(s: _Scaled, items: np.ndarray, count: np.ndarray, ids: np.ndarray | None = None) -> Terms:
+    """Terms of the collectives ``items`` (indices into ``s``, in order) run ``count`` times each;
+    ``ids``: every collective's group (_group_ids), if found already."""
     keep = count > 0
     items, count = items[keep], count[keep]
-    first, term = _groups(s, items)
+    if ids is None:
+        first, term = _groups(s, items)
+    else:
+        _, first, inv = np.unique(ids[items], return_index=True, return_inverse=True)
+        first, term = _numbered(first, inv.ravel())
     weight = np.bincount(term, weights=count * s.scale[items], minlength=first.shape[0])
     rep = items[first]
     if rep.shape[0] == s.starts.shape[0] and np.array_equal(rep, np.arange(rep.shape[0])):
@@ -270,4 +289,4 @@ def node_path_terms(demand: Demand, nodes: np.ndarray, net: Network, model: Time
         counts = np.ones(items.shape[0])
         in_whole = np.repeat(whole, lengths)
         counts[in_whole] = every[items[in_whole]]
-    return comp, _merge(s, items, counts)
+    return comp, _merge(s, items, counts, _group_ids(s))
