@@ -256,3 +256,35 @@ def test_latest_dependency_by_columns_and_by_runs():
     assert seen["tie"] and seen["none"] and seen["one"]
     wide = np.arange(fixed._MAX_COLUMNS + 1, dtype=np.int64)
     assert fixed._dep_columns(wide, np.array([0, wide.size]), wide.size) is None
+
+
+def test_nodes_with_many_inputs_read_partial_maxima():
+    """A node with more than two inputs reads partial maxima of extra nodes placed just before it:
+    one pass over the steps gives each node its duration plus the latest of all its inputs, for
+    nodes with one to nine inputs (repeated ones and the zero node included)."""
+    rng = random.Random(11)
+    seen: Counter = Counter()
+    for _ in range(200):
+        n = rng.randint(1, 25)
+        inputs = [[rng.randrange(g) for _ in range(rng.randint(1, 9))] if g and rng.random() < 0.8 else [n]
+                  for g in range(n)]
+        iu = np.array([u for us in inputs for u in us], dtype=np.int64)
+        deg = np.array([len(us) for us in inputs], dtype=np.int64)
+        start = np.cumsum(deg) - deg
+        order = np.arange(n, dtype=np.int64)
+        a, b = iu[start], iu[start + np.minimum(deg, 2) - 1]
+        wide = np.flatnonzero(deg > 2)
+        extra = 0
+        if wide.size:
+            order, a, b, extra = fixed._two_at_a_time(order, a, b, wide, deg[wide], start[wide], iu, n)
+        assert extra == int(np.maximum(deg - 2, 0).sum())
+        dur = [rng.choice((0.0, 1.0, 2.5, 4.0)) for _ in range(n)]
+        F = dur + [0.0] * (1 + extra)
+        for g, x, y in zip(order.tolist(), a.tolist(), b.tolist()):
+            F[g] += max(F[x], F[y])
+        want = dur + [0.0]
+        for g in range(n):
+            want[g] += max(want[u] for u in inputs[g])
+        assert F[:n + 1] == want
+        seen[int(deg.max())] += 1
+    assert all(seen[k] for k in range(1, 10))

@@ -51,16 +51,17 @@ class _SlotChecks:
 
 @dataclass(frozen=True)
 class FixedOrder:
-    """A plan's graph in topological order, each node with three of its inputs to take the
-    maximum of (repeated when it has fewer; nodes with more read partial maxima of extra nodes,
-    numbered from ``size + 1``, that add no time; ``size`` itself always ends at 0)."""
+    """A plan's graph in topological order, each node with two of its inputs to take the
+    maximum of (repeated when it has one; nodes with more read partial maxima of extra nodes,
+    numbered from ``size + 1``, that add no time; ``size`` itself always ends at 0). Two, not
+    three: most nodes have one or two inputs, and each step of the pass reads and compares every
+    input it holds, while a node with three takes one extra step."""
 
     size: int                           # nodes of the joint graph
     extra: int                          # partial-maximum nodes after the zero node
     order: list[int]                    # the nodes in topological order ...
-    first: list[int]                    # ... and their three inputs
+    first: list[int]                    # ... and their two inputs
     second: list[int]
-    third: list[int]
     waiters: np.ndarray                 # receives: taken as ending with their send, so they must take no time
     wait_srcs: np.ndarray               # ... and their sends
     deps: np.ndarray                    # distinct dependencies, grouped by node ...
@@ -137,49 +138,51 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
     last = at + np.maximum(deg, 1) - 1
     a = ins[at]
     b = ins[np.minimum(at + 1, last)]
-    c = ins[np.minimum(at + 2, last)]
-    out_order, out_a, out_b, out_c = order.tolist(), a.tolist(), b.tolist(), c.tolist()
     extra = 0
-    wide = np.flatnonzero(deg > 3)
+    wide = np.flatnonzero(deg > 2)
     if wide.size:
-        # Three inputs at a time: partial maxima in extra nodes just before the node.
-        o2: list[int] = []
-        a2: list[int] = []
-        b2: list[int] = []
-        c2: list[int] = []
-        prev = 0
-        for pos in wide.tolist():
-            o2 += out_order[prev:pos]
-            a2 += out_a[prev:pos]
-            b2 += out_b[prev:pos]
-            c2 += out_c[prev:pos]
-            g = out_order[pos]
-            xs = iu[ptr[g]:ptr[g + 1]].tolist()
-            while len(xs) > 3:
-                extra += 1
-                v = n + extra
-                o2.append(v)
-                a2.append(xs[0])
-                b2.append(xs[1])
-                c2.append(xs[2])
-                xs = [v] + xs[3:]
-            xs += [xs[0]] * (3 - len(xs))
-            o2.append(g)
-            a2.append(xs[0])
-            b2.append(xs[1])
-            c2.append(xs[2])
-            prev = pos + 1
-        out_order, out_a, out_b, out_c = (o2 + out_order[prev:], a2 + out_a[prev:], b2 + out_b[prev:],
-                                          c2 + out_c[prev:])
+        order, a, b, extra = _two_at_a_time(order, a, b, wide, deg[wide], ptr[order[wide]], iu, n)
+    out_order, out_a, out_b = order.tolist(), a.tolist(), b.tolist()
     busy = []
     for ci in range(len(offsets) - 1):
         lo, hi = offsets[ci], offsets[ci + 1]
         comps = base_ns[lo:hi][comp[lo:hi]]
         # one addition after the other, as the replay adds each compute node when it ends
         busy.append(float(np.cumsum(np.concatenate(([busy_start[ci]], comps)))[-1]))
-    return FixedOrder(n, extra, out_order, out_a, out_b, out_c, dsts, srcs, cu, dep_ptr,
+    return FixedOrder(n, extra, out_order, out_a, out_b, dsts, srcs, cu, dep_ptr,
                       _dep_columns(cu, dep_ptr, n), syncs, tuple(busy),
                       loose_prev, loose_next, checks)
+
+
+def _two_at_a_time(order: np.ndarray, a: np.ndarray, b: np.ndarray, wide: np.ndarray, deg: np.ndarray,
+                   start: np.ndarray, ins: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(order, first inputs, second inputs, extra nodes) with the nodes at positions ``wide`` (their
+    ``deg`` inputs from ``ins[start]``) reading partial maxima: before each, extra nodes numbered
+    from n + 1 on, the first taking the maximum of its first two inputs and each next one of the
+    extra node before it and its next input; the node itself takes the last extra node and its
+    last input."""
+    m = deg - 2                             # extra nodes of each wide node
+    total = int(m.sum())
+    last_id = n + np.cumsum(m)              # the last extra node of each
+    ids = n + 1 + np.arange(total)
+    j = np.arange(total) - np.repeat(np.cumsum(m) - m, m)      # an extra node's place before its node
+    first_in = np.repeat(start, m)
+    extra_a = np.where(j == 0, ins[first_in], ids - 1)
+    extra_b = ins[first_in + j + 1]
+    a, b = a.copy(), b.copy()
+    a[wide] = last_id
+    b[wide] = ins[start + deg - 1]
+    # every step moves on by the extra nodes placed up to it; the extra nodes fill the gaps
+    shift = np.zeros(order.size, dtype=np.int64)
+    shift[wide] = m
+    at = np.arange(order.size) + np.cumsum(shift)
+    extra_at = np.repeat(at[wide] - m, m) + j
+    size = order.size + total
+    out = [np.empty(size, dtype=np.int64) for _ in range(3)]
+    for o, steps, extras in zip(out, (order, a, b), (ids, extra_a, extra_b)):
+        o[at] = steps
+        o[extra_at] = extras
+    return out[0], out[1], out[2], total
 
 
 # Nodes with more distinct dependencies than this have their latest found by runs (reduceat):
@@ -360,12 +363,9 @@ def finish_times(fo: FixedOrder, dur: np.ndarray) -> list[float] | None:
     # end is then that plus the latest of its inputs (one addition, which is commutative)
     F = dur.tolist()
     F += [0.0] * (1 + fo.extra)
-    for g, a, b, c in zip(fo.order, fo.first, fo.second, fo.third):
+    for g, a, b in zip(fo.order, fo.first, fo.second):
         x = F[a]
         y = F[b]
-        if y > x:
-            x = y
-        y = F[c]
         if y > x:
             x = y
         F[g] += x
