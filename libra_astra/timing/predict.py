@@ -258,9 +258,10 @@ def _build_plan(d: Demand) -> _Plan:
         end = off + sizes[ci]
         if shape is None or shape[0] is not dag and (dag.nodes != shape[0].nodes or dag.deps != shape[0].deps):
             shape = (dag, *_dag_shape(dag))
-        kinds, deps, colls = shape[1:]
+        kinds, deps, colls, values, zero = shape[1:]
         code[off:end] = kinds
-        value[off:end] = [v for _, v in dag.nodes]
+        # equal nodes have equal values, but -0.0 == 0.0: a DAG with a zero duration reads its own
+        value[off:end] = values if shape[0] is dag or not zero else [v for _, v in dag.nodes]
         coll_base[off:end] = first_coll
         us += [deps[:, 0] + off, colls[:-1] + off]
         vs += [deps[:, 1] + off, colls[1:] + off]
@@ -281,17 +282,19 @@ def _build_plan(d: Demand) -> _Plan:
                  (u_all, v_all, np.where(slotted, 2 * cls + code, -1), code == _COMP))
 
 
-def _dag_shape(dag) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A DAG's node kinds, its dependencies (u, v rows) and its collectives, numbered within the
-    DAG. Equal DAGs have equal shapes (a pipeline's middle stages often do), so the plan reuses
-    the last one; the node values are read for each class all the same, as -0.0 equals 0.0."""
+def _dag_shape(dag) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+    """A DAG's node kinds, its dependencies (u, v rows), its collectives (numbered within the DAG),
+    its node values and whether a duration is zero (its sign is not in an equality of nodes).
+    Equal DAGs have equal shapes (a pipeline's middle stages often do): the plan reuses the last."""
     kinds = np.array([_KIND_CODE[kind] for kind, _ in dag.nodes], dtype=np.int64)
+    values = np.array([v for _, v in dag.nodes], dtype=float)
     deps = np.fromiter(chain.from_iterable(dag.deps), dtype=np.int64, count=2 * len(dag.deps)).reshape(-1, 2)
     # A node's children in the order a replay of its class alone visits them (dependants by
     # node, then the next collective): ties in readiness and slot dispatch resolve alike.
     deps = deps[np.argsort(deps[:, 1], kind="stable")]
     # the emitted traces chain a rank's collectives: each waits for the one before
-    return kinds, deps, np.flatnonzero(kinds == _COLL)
+    is_coll = kinds == _COLL
+    return kinds, deps, np.flatnonzero(is_coll), values, bool(np.any(values[~is_coll] == 0.0))
 
 
 def _durations(d: Demand, plan: _Plan, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> list[float]:
