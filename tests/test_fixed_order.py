@@ -288,3 +288,60 @@ def test_nodes_with_many_inputs_read_partial_maxima():
         assert F[:n + 1] == want
         seen[int(deg.max())] += 1
     assert all(seen[k] for k in range(1, 10))
+
+
+def merge_by_hand(offsets, waits, syncs):
+    """Kahn's algorithm over the joint graph the merge of the classes orders: each node after the
+    one before it in its class, a receive after its send, a shared collective after its partners'
+    nodes before them. True if every node can be placed."""
+    n = offsets[-1]
+    after: dict[int, list[int]] = {}
+    for ci in range(len(offsets) - 1):
+        for g in range(offsets[ci] + 1, offsets[ci + 1]):
+            after.setdefault(g, []).append(g - 1)
+    for g, src in waits.items():
+        after.setdefault(g, []).append(src)
+    for g, partners in syncs.items():
+        for p in partners:
+            first = max(c for c in offsets if c <= p)
+            after.setdefault(g, []).extend(range(first, p))
+    placed = [False] * n
+    moved = True
+    while moved:
+        moved = False
+        for g in range(n):
+            if not placed[g] and all(placed[u] for u in after.get(g, ())):
+                placed[g] = moved = True
+    return all(placed)
+
+
+def test_merge_of_the_classes_is_a_topological_order():
+    """On random joint graphs (receives waiting on sends of any class, cycles included): the merge
+    places every node once, each after everything it waits for, and gives up exactly where the
+    waits form a cycle."""
+    seen: Counter = Counter()
+    for seed in range(300):
+        d = random_demand(seed)
+        rng = random.Random(seed)
+        plan = joint._plan(d)
+        waits = dict(plan.waits)
+        if rng.random() < 0.5:      # receives waiting on any node of any class, their own included
+            for g in rng.sample(range(plan.offsets[-1]), min(3, plan.offsets[-1])):
+                waits[g] = rng.randrange(plan.offsets[-1])
+        order = fixed._merge_classes(plan.offsets, *plan.edges[:2], waits, plan.syncs)
+        possible = merge_by_hand(plan.offsets, waits, plan.syncs)
+        assert (order is not None) == possible
+        seen[possible] += 1
+        if order is None:
+            continue
+        pos = np.empty(plan.offsets[-1], dtype=np.int64)
+        pos[order] = np.arange(order.size)
+        assert sorted(order.tolist()) == list(range(plan.offsets[-1]))
+        for ci in range(len(plan.offsets) - 1):
+            assert np.all(np.diff(pos[plan.offsets[ci]:plan.offsets[ci + 1]]) > 0)
+        assert all(pos[src] < pos[g] for g, src in waits.items())
+        for g, partners in plan.syncs.items():
+            for p in partners:
+                first = max(c for c in plan.offsets if c <= p)
+                assert all(pos[u] < pos[g] for u in range(first, p))
+    assert seen[True] and seen[False]

@@ -275,7 +275,7 @@ def node_path_terms(demand: Demand, nodes: np.ndarray, net: Network, model: Time
     comp_ns = value[g]
     if whole.any():
         comp_ns[whole] = [demand.rank_classes[c].compute_time_ns for c in ci[whole].tolist()]
-    comp = float(np.cumsum(np.r_[0.0, comp_ns[~is_coll]])[-1])
+    comp = float(np.cumsum(np.concatenate(([0.0], comp_ns[~is_coll])))[-1])
     if not whole.any():
         items = item[is_coll]
         counts = np.ones(items.shape[0])

@@ -320,16 +320,12 @@ def _merge_classes(offsets, dep_u, dep_v, waits, syncs) -> np.ndarray | None:
     while moved:
         moved = False
         for ci in range(k):
-            end = offsets[ci + 1]
-            while cursor[ci] < end:
-                i = nxt[ci]
-                stop = stops[ci][i] if i < len(stops[ci]) else end
-                if stop > cursor[ci]:
-                    pieces.append((cursor[ci], stop))
-                    cursor[ci] = stop
-                    moved = True
-                if stop == end:
-                    break
+            # the class runs on from its cursor, one piece up to its first stop that has to wait
+            start = cursor[ci]
+            mine, i = stops[ci], nxt[ci]
+            while i < len(mine):
+                stop = mine[i]
+                cursor[ci] = stop       # its nodes before the stop are placed
                 blocked = False
                 for c, need in needs[stop]:
                     if cursor[c] < need:
@@ -337,10 +333,14 @@ def _merge_classes(offsets, dep_u, dep_v, waits, syncs) -> np.ndarray | None:
                         break
                 if blocked:
                     break
-                pieces.append((stop, stop + 1))
+                i += 1
                 cursor[ci] = stop + 1
-                nxt[ci] = i + 1
+            else:
+                cursor[ci] = offsets[ci + 1]
+            if cursor[ci] > start:
+                pieces.append((start, cursor[ci]))
                 moved = True
+            nxt[ci] = i
     if any(cursor[ci] < offsets[ci + 1] for ci in range(k)):
         return None
     if not pieces:
