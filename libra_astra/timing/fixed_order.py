@@ -89,9 +89,13 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
     on = np.flatnonzero(slot >= 0)
     on = on[np.argsort(slot[on], kind="stable")]
     same = slot[on[1:]] == slot[on[:-1]]
-    # dependencies as one sorted key each, by node then dependency, each once
-    keys = np.sort(dep_v * n + dep_u, kind="stable")     # runs already sorted: the stable sort is fastest
-    keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if keys.size else keys
+    # dependencies as one sorted key each, by node then dependency, each once (the stable sort is
+    # the fastest: the keys come in sorted runs)
+    keys = dep_v * n + dep_u
+    by_key = np.argsort(keys, kind="stable")
+    keys = keys[by_key]
+    once = np.concatenate(([True], keys[1:] != keys[:-1])) if keys.size else np.zeros(0, dtype=bool)
+    keys = keys[once]
     prev, nxt = on[:-1][same], on[1:][same]
     pairs = nxt * n + prev
     direct = np.ones(pairs.size, dtype=bool)
@@ -102,7 +106,7 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
         direct[:] = False
     loose_prev, loose_next = prev[~direct], nxt[~direct]
     # distinct dependencies (a repeated one is still one cause), by node then dependency
-    cu, cv = keys % n, keys // n
+    cu, cv = dep_u[by_key][once], dep_v[by_key][once]
     dep_ptr = _starts(cv, n)
     checks = _SlotChecks.none()
     if loose_next.size:
