@@ -16,6 +16,7 @@ building the joint graph is counted.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import time
 from pathlib import Path
@@ -36,7 +37,8 @@ def main() -> None:
     ap.add_argument("--cost", default=str(ROOT / "network_configs/cost.yml"))
     ap.add_argument("--total-bw", type=float, default=300.0)
     ap.add_argument("--splits", type=int, default=4, help="chunks per collective of the pipelined model")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=10, help="runs of each side, interleaved; the fastest counts "
+                    "(default 10: single runs of tens of ms swing by tens of percent on a shared machine)")
     ap.add_argument("--json", help="also write the figures to this JSON file (tools/readme_figures.py)")
     args = ap.parse_args()
     net, cost = load_network(args.network), load_cost(args.cost)
@@ -47,6 +49,7 @@ def main() -> None:
         for overlap in (False, True):  # interleaved, so a busy moment does not decide the ratio
             w = [Workload(load_demand(args.demand))]
             model = TimeModel("pipelined", splits=args.splits, overlap=overlap)
+            gc.collect()       # the previous run's garbage is not this run's to collect
             t = time.process_time()
             results[overlap] = optimize(w, net, cost, constraints=cons, model=model)
             best[overlap] = min(best[overlap], time.process_time() - t)
