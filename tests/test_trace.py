@@ -147,6 +147,66 @@ def test_bulk_attribute_decode_equals_the_per_block_decode(seed):
     assert _outcome(TraceReader(), bufs) == _outcome(_per_block_reader(), bufs)
 
 
+def _unshared_outcome(bufs, monkeypatch):
+    """The outcome with every file's messages read by itself (no template files)."""
+    from libra_astra.traces import reader as rd
+    with monkeypatch.context() as m:
+        m.setattr(rd, "_TEMPLATE_TRIES", 0)
+        return _outcome(TraceReader(), bufs)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_files_sharing_a_template_read_as_when_read_alone(seed, monkeypatch):
+    # copies of a few files with bytes changed in place (names, attributes, ids, length prefixes,
+    # the GlobalMetadata, anything): same length, so each copy is compared with a template
+    rng = random.Random(3000 + seed)
+    bases = []
+    for _ in range(rng.randint(1, 3)):
+        count = rng.randint(1, 120)
+        ids = sorted(rng.sample(range(1, 10**6), count))
+        nodes = [random_node(rng, i, ids) for i in range(count)]
+        for n in nodes:
+            if rng.random() < 0.5:
+                del n.attr[:]
+                n.attr.add(name="comm_size", int64_val=4096)
+                n.attr.add(name="pg_name", string_val=str(rng.randint(0, 9)))
+        bases.append(encode(nodes))
+    bufs = []
+    for _ in range(rng.randint(2, 12)):
+        buf = bytearray(rng.choice(bases))
+        meta = len(cio.encode_metadata())
+        for _ in range(rng.choice([0, 0, 1, 1, 2, 3, 8])):
+            at = rng.randrange(len(buf)) if rng.random() < 0.3 else rng.randrange(meta, len(buf))
+            buf[at] = rng.choice([buf[at] ^ 1, ord("0") + rng.randint(0, 9), 0x80, 0x00, rng.randrange(256)])
+        bufs.append(bytes(buf))
+    assert _outcome(TraceReader(), bufs) == _unshared_outcome(bufs, monkeypatch)
+
+
+def test_template_files_share_most_messages_and_step_aside_on_a_moved_boundary(monkeypatch):
+    from libra_astra.traces import reader as rd
+    seen = []
+    real = rd._repeats
+    monkeypatch.setattr(rd, "_repeats", lambda *a: seen.append(real(*a)) or seen[-1])
+    nodes = [cio.comp_node(1, "c", 5), cio.coll_node(2, "ar", "ALL_REDUCE", 1 << 20, data_deps=[1]),
+             cio.comp_node(3, "d", 7, data_deps=[2])]
+    a = cio.encode_et(nodes)
+    b = a.replace(b"8\x05", b"8\x06")  # another duration (field 7, tag 0x38): one message differs
+    assert len(b) == len(a) and b != a
+    progs = TraceReader().parse_many([a, b, a], ["t.0.et", "t.1.et", "t.2.et"])
+    assert seen[-1].tolist() == [0, 1, 2, 3, 1, 2, 0, 1, 2]
+    assert [p.duration_micros.tolist() for p in progs] == [[5, 0, 7], [6, 0, 7], [5, 0, 7]]
+    # the same bytes cut into messages elsewhere: a length prefix differs, every file reads its own
+    rest = b"".join(framed(bytes([8, i])) for i in range(3, 7))
+    one = cio.encode_metadata() + framed(b"\x08\x01\x12\x03abc") + framed(b"\x08\x02") + rest
+    two = cio.encode_metadata() + framed(b"\x08\x01\x12\x01a") + framed(b"\x08\x02\x12\x00") + rest
+    assert len(one) == len(two)
+    calls = len(seen)
+    progs = TraceReader().parse_many([one, two], ["t.0.et", "t.1.et"])
+    assert len(seen) == calls + 1 and seen[-1] is None
+    assert [p.node_ids.tolist() for p in progs] == [[1, 2, 3, 4, 5, 6]] * 2
+    assert _outcome(TraceReader(), [one, two]) == _unshared_outcome([one, two], monkeypatch)
+
+
 def test_bulk_attribute_decode_runs_on_plain_traces_and_steps_aside_otherwise():
     calls = []
     reader = TraceReader()

@@ -38,7 +38,7 @@ from .graph import resolve_deps
 from .process_groups import metadata_groups
 from .schema import METADATA_NODE, need_chakra, pb
 from . import wire
-from .wire import _bodies, _frames, _heads, _varint_more, _walk
+from .wire import _bodies, _frames, _heads, _varint_more
 
 
 
@@ -48,6 +48,8 @@ from .wire import _bodies, _frames, _heads, _varint_more, _walk
 _BLOCK_CACHE_LIMIT = 1 << 18
 # Files are decoded together until this many bytes: enough to amortize the array walk's fixed cost
 _BATCH_BYTES = 8 << 20
+# Earlier files of one length a file is compared with before its own messages are walked
+_TEMPLATE_TRIES = 3
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,6 +109,59 @@ def _distinct(arr: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[n
         inv[sel] = u_inv + base
         base += u_first.size
     return np.concatenate(firsts_l), inv
+
+
+def _differing(arr: np.ndarray, base: int, t_base: int, size: int, meta_end: int, heads: np.ndarray) -> np.ndarray | None:
+    """Offsets where the file at ``base`` differs from a template at ``t_base`` (both ``size``
+    bytes long); None when the template does not fit: a differing GlobalMetadata message (it
+    ends at ``meta_end``), or differing bytes in more than half of its messages (at ``heads``),
+    where reading the file's own messages costs less than the few it would share."""
+    d = np.flatnonzero(arr[base:base + size] != arr[t_base:t_base + size])
+    if d.size and int(d[0]) < meta_end:
+        return None
+    if d.size > heads.size // 2:
+        j = np.searchsorted(heads, d, side="right")
+        if int(np.count_nonzero(j[1:] != j[:-1])) + 1 > heads.size // 2:
+            return None
+    return d
+
+
+def _template(arr: np.ndarray, base: int, size: int, candidates: list[int], bases: list[int], meta_end: list[int],
+              heads_l: list[np.ndarray]) -> tuple[int, np.ndarray | None]:
+    """(the first of ``candidates`` -- earlier files of this length, most recently fitting first --
+    that the file at ``base`` fits, and the differing offsets; -1, None if none does). A fitting
+    template moves to the front: neighbouring ranks tend to share a pipeline stage, hence bytes."""
+    for k, t in enumerate(candidates[:_TEMPLATE_TRIES]):
+        d = _differing(arr, base, bases[t], size, meta_end[t], heads_l[t])
+        if d is not None:
+            if k:
+                candidates.insert(0, candidates.pop(k))
+            return t, d
+    return -1, None
+
+
+def _repeats(follow: np.ndarray, diffs: list[np.ndarray], off: np.ndarray, first: np.ndarray, h: np.ndarray,
+             starts: np.ndarray) -> np.ndarray | None:
+    """Per message, the template message with the same bytes, or itself (see
+    :meth:`TraceReader._frames_together`). ``follow``: each file's template (-1: none); ``diffs``:
+    the differing byte offsets of each file that has one, in file order; ``h``/``starts``: every
+    message's header and body offset. None if a differing byte is in a length prefix."""
+    files = np.flatnonzero(follow >= 0)
+    d_file = np.repeat(files, [d.size for d in diffs])
+    d_at = np.concatenate(diffs)
+    t_at = d_at - off[d_file] + off[follow[d_file]]   # the same byte in the template
+    j = np.searchsorted(h, t_at, side="right") - 1     # the template's message holding it
+    if bool((t_at < starts[j]).any()):
+        return None
+    n = h.size
+    differs = np.zeros(n, dtype=bool)
+    differs[j - first[follow[d_file]] + first[d_file]] = True
+    msg_file = np.repeat(np.arange(follow.size, dtype=np.int64), np.diff(first))
+    t_of = follow[msg_file]
+    rep = np.arange(n, dtype=np.int64)
+    same = np.flatnonzero((t_of >= 0) & ~differs)
+    rep[same] = same - first[msg_file[same]] + first[t_of[same]]
+    return rep
 
 
 class TraceReader:
@@ -174,9 +229,9 @@ class TraceReader:
             pass
         if framed is None:  # a damaged file: frame file by file, which raises the first file's error
             framed = self._frames_each(bufs, wheres)
-        versions, starts, ends, heads_l, first = framed
+        versions, starts, ends, heads_l, first, rep = framed
         n = starts.size
-        w = _walk(arr, starts, ends, wire.TAGS)
+        w = wire.walk_shared(arr, starts, ends, wire.TAGS, rep)
         slow = w.slow | (w.types == METADATA_NODE)
 
         def where_of(i: int) -> tuple[int, str]:
@@ -184,13 +239,22 @@ class TraceReader:
             return f, wheres[f]
 
         # attribute blocks: one dict lookup per node, schema decode once per distinct block
+        # a message that repeats an earlier one (rep) takes its attribute row: the first node of
+        # every distinct block is read itself, so rows are interned (and errors named) as before
         aid = np.zeros(n, dtype=np.int64)
-        idx = np.nonzero(w.has_attr & ~slow)[0]
+        read = w.has_attr & ~slow
+        if rep is not None:
+            read &= rep == np.arange(n, dtype=np.int64)
+        idx = np.nonzero(read)[0]
         if idx.size:
             got = self._block_ids(buf, arr, w.attr_start[idx], ends[idx], idx,
                                   lambda i: f"{where_of(i)[1]}: node {int(w.ids[i])}")
             aid[idx] = got
-            slow[idx[got < 0]] = True
+            if rep is None:
+                slow[idx[got < 0]] = True
+            else:
+                aid = aid[rep]
+                slow |= aid < 0
 
         dep_frame, dep_vals = w.dep_frame, w.dep_vals
         pg_info: list[list[tuple[str, tuple[int, ...]]]] = [[] for _ in bufs]
@@ -232,8 +296,8 @@ class TraceReader:
         return progs
 
     def _frames_each(self, bufs: Sequence[bytes], wheres: Sequence[str]) -> tuple:
-        """(versions, body starts, body ends, header offsets per file, first message of each file):
-        file by file, raising the first damaged file's error."""
+        """(versions, body starts, body ends, header offsets per file, first message of each file,
+        None): file by file, raising the first damaged file's error."""
         versions, starts_l, ends_l, heads_l = [], [], [], []
         base = 0
         for buf, where in zip(bufs, wheres):
@@ -249,20 +313,40 @@ class TraceReader:
         counts = np.asarray([x.size for x in starts_l], dtype=np.int64)
         first = np.zeros(len(bufs) + 1, dtype=np.int64)
         np.cumsum(counts, out=first[1:])
-        return versions, np.concatenate(starts_l), np.concatenate(ends_l), heads_l, first
+        return versions, np.concatenate(starts_l), np.concatenate(ends_l), heads_l, first, None
 
-    def _frames_together(self, bufs: Sequence[bytes], wheres: Sequence[str], arr: np.ndarray) -> tuple | None:
+    def _frames_together(self, bufs: Sequence[bytes], wheres: Sequence[str], arr: np.ndarray,
+                         share: bool = True) -> tuple | None:
         """As :meth:`_frames_each`, with the length prefixes of all files decoded in one numpy pass
         (per-file numpy calls cost more than the decode on small rank files); None, or a raised
-        error, when a file is damaged: the caller then frames file by file for the right error."""
-        versions, heads_l, bases, counts = [], [], [], []
+        error, when a file is damaged: the caller then frames file by file for the right error.
+
+        Rank files of one job are mostly the same bytes: a file as long as an earlier one of the
+        batch (its template) whose differing bytes are few, outside the GlobalMetadata message and
+        outside every length prefix has the template's message offsets (the prefixes chain
+        through the same bytes), so the Python walk of the prefixes runs once per template. The
+        last item maps each message of such a file whose bytes are all the template's to the
+        template's message (else to itself), for :func:`wire.walk_shared`."""
+        versions, heads_l, bases, counts, meta_end = [], [], [], [], []
+        follow: list[int] = []
+        diffs: list[np.ndarray] = []
+        templates: dict[int, list[int]] = {}
         base = 0
-        for buf, where in zip(bufs, wheres):
+        for f, (buf, where) in enumerate(zip(bufs, wheres)):
             if len(buf) == 0:
                 return None
-            version, pos = self._global_metadata(buf, where)
-            h = _heads(buf, pos, where)
+            candidates = templates.setdefault(len(buf), [])
+            t, d = _template(arr, base, len(buf), candidates, bases, meta_end, heads_l) if share else (-1, None)
+            if d is None:
+                version, pos = self._global_metadata(buf, where)
+                h = _heads(buf, pos, where)
+                candidates.insert(0, f)
+            else:
+                version, pos, h = versions[t], meta_end[t], heads_l[t]
+                diffs.append(d + base)
+            follow.append(t)
             versions.append(version)
+            meta_end.append(pos)
             heads_l.append(h)
             bases.append(base)
             counts.append(h.size)
@@ -277,7 +361,12 @@ class TraceReader:
         last = first[1:][cnt > 0] - 1
         if bool((ends[last] > np.repeat(file_end, cnt)[last]).any()) or bool((ends == starts).any()):
             return None
-        return versions, starts, ends, heads_l, first
+        rep = None
+        if diffs:
+            rep = _repeats(np.asarray(follow, dtype=np.int64), diffs, off, first, h, starts)
+            if rep is None:  # a length prefix differs from its template's: walk every file's own
+                return self._frames_together(bufs, wheres, arr, share=False)
+        return versions, starts, ends, heads_l, first, rep
 
     def _block_ids(self, buf: bytes, arr: np.ndarray, bs: np.ndarray, be: np.ndarray, idx: np.ndarray,
                    where) -> np.ndarray:

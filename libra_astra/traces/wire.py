@@ -291,3 +291,36 @@ def group_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             inv[other] = i2.reshape(-1) + first.size
             first = np.concatenate((first, other[f2]))
     return first, inv
+
+
+def walk_shared(arr: np.ndarray, starts: np.ndarray, ends: np.ndarray, t: "_Tags", rep: np.ndarray | None) -> _Walk:
+    """:func:`_walk` of every message, reading only the messages with ``rep[i] == i``; message i
+    takes the fields of message ``rep[i]``, whose bytes are the same (None: read them all).
+
+    Rank files of one job repeat each other's messages byte for byte; reading each once makes
+    the walk's cost follow the distinct messages instead of all of them."""
+    n = starts.size
+    if rep is None:
+        return _walk(arr, starts, ends, t)
+    own = np.flatnonzero(rep == np.arange(n, dtype=np.int64))
+    if own.size == n:
+        return _walk(arr, starts, ends, t)
+    w = _walk(arr, starts[own], ends[own], t)
+    at = np.empty(n, dtype=np.int64)
+    at[own] = np.arange(own.size, dtype=np.int64)
+    sub = at[rep]
+    # dependencies in the order _walk lists a message's own (by message, then field order)
+    order = np.argsort(w.dep_frame, kind="stable")
+    vals = w.dep_vals[order]
+    count = np.bincount(w.dep_frame, minlength=own.size)
+    ptr = np.zeros(own.size + 1, dtype=np.int64)
+    np.cumsum(count, out=ptr[1:])
+    per = count[sub]
+    total = int(per.sum())
+    dep_frame = np.repeat(np.arange(n, dtype=np.int64), per)
+    out_first = np.zeros(n, dtype=np.int64)
+    np.cumsum(per[:-1], out=out_first[1:])
+    src = np.repeat(ptr[sub] - out_first, per) + np.arange(total, dtype=np.int64)
+    attr_start = w.attr_start[sub] - starts[rep] + starts
+    return _Walk(w.ids[sub], w.types[sub], w.durs[sub], w.has_attr[sub], attr_start, dep_frame, vals[src],
+                 w.slow[sub])
