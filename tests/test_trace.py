@@ -466,3 +466,43 @@ def test_a_batch_with_damaged_files_reports_the_first_damaged_file_as_alone(dama
     progs = TraceReader().parse_many([good, meta_only, good], ["t.0.et", "t.1.et", "t.2.et"])
     assert [p.num_nodes for p in progs] == [2, 0, 2]
     assert progs[2].dep_index.tolist() == [0]
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_dependencies_resolved_together_as_file_by_file(seed):
+    import numpy as np
+    from libra_astra.traces.graph import resolve_deps, resolve_deps_many
+    rng = random.Random(7000 + seed)
+    ids_l, deps_l = [], []
+    for _ in range(rng.randint(1, 8)):
+        n = rng.choice([0, 1, 2, 5, 40])
+        top = rng.choice([50, 10**6, 2**64 - 1])
+        ids = sorted(rng.sample(range(1, min(top, 10**6)), n))
+        if top > 10**6:  # ids near the top of uint64
+            ids = [top - 10**6 + i for i in ids]
+        if n > 1 and rng.random() < 0.3:
+            ids[rng.randrange(n)] = ids[rng.randrange(n)]  # out of order or duplicated
+        deps = [[rng.choice(ids) if ids and rng.random() < 0.95 else rng.randrange(1, top)
+                 for _ in range(rng.randint(0, 3))] for _ in ids]
+        ids_l.append(ids)
+        deps_l.append(deps)
+    node_ids = np.asarray([i for ids in ids_l for i in ids], dtype=np.uint64)
+    flat = [d for deps in deps_l for node in deps for d in node]
+    dep_ids = np.asarray(flat, dtype=np.uint64)
+    per_node = [len(node) for deps in deps_l for node in deps]
+    dep_first = np.concatenate(([0], np.cumsum(per_node))).astype(np.int64)
+    first = np.concatenate(([0], np.cumsum([len(ids) for ids in ids_l]))).astype(np.int64)
+    ok, pos = resolve_deps_many(node_ids, dep_ids, dep_first, first)
+    for f, ids in enumerate(ids_l):
+        lo, hi = int(first[f]), int(first[f + 1])
+        ptr = dep_first[lo:hi + 1] - dep_first[lo]
+        try:
+            index, ptr2, dangling = resolve_deps(node_ids[lo:hi], dep_ids[dep_first[lo]:dep_first[hi]], ptr, "t")
+        except LibraError:
+            assert not ok[f]
+            continue
+        if ok[f]:
+            assert dangling == () and ptr2.tolist() == ptr.tolist()
+            assert pos[dep_first[lo]:dep_first[hi]].tolist() == index.tolist()
+        else:
+            assert dangling or ids != sorted(set(ids)) or not ids

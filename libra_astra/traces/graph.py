@@ -138,3 +138,48 @@ def through_removed(start: int, deps_of: Callable[[int], Iterable[int]], present
                 out.append(d)
     memo[start] = out
     return out
+
+
+def resolve_deps_many(node_ids: np.ndarray, dep_ids: np.ndarray, dep_first: np.ndarray, first: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`resolve_deps` of several files at once, for the files it needs no more for: node
+    ids strictly increasing and every dependency on a node of the file (no error, nothing
+    dangling). File f has nodes ``first[f]:first[f + 1]``; node i has dependencies
+    ``dep_ids[dep_first[i]:dep_first[i + 1]]``.
+
+    Returns (per file whether it was resolved here, per dependency its node position within its
+    file; meaningful for resolved files). Why: on thousands of small rank files the per-file
+    numpy calls cost more than the lookups."""
+    files = first.size - 1
+    counts = np.diff(first)
+    pos = np.zeros(dep_ids.size, dtype=np.int64)
+    if node_ids.size == 0:
+        return np.zeros(files, dtype=bool), pos
+    msg_file = np.repeat(np.arange(files, dtype=np.int64), counts)
+    rising = np.ones(node_ids.size, dtype=bool)
+    rising[1:] = node_ids[1:] > node_ids[:-1]
+    rising[first[:-1][counts > 0]] = True
+    ok = (counts > 0) & (np.bincount(msg_file[~rising], minlength=files) == 0)
+    nonempty = np.flatnonzero(counts > 0)
+    lo = np.zeros(files, dtype=np.uint64)
+    hi = np.zeros(files, dtype=np.uint64)
+    lo[nonempty] = node_ids[first[nonempty]]
+    hi[nonempty] = node_ids[first[nonempty + 1] - 1]
+    # each resolved file's ids moved into its own range of one sorted key space
+    span = np.where(ok, hi - lo + np.uint64(1), np.uint64(0))
+    if sum(int(s) for s in span[ok].tolist()) >= 1 << 63:
+        return np.zeros(files, dtype=bool), pos
+    base = np.zeros(files, dtype=np.uint64)
+    np.cumsum(span[:-1], out=base[1:])
+    take = ok[msg_file]
+    keys = (node_ids - lo[msg_file] + base[msg_file])[take]
+    sub_first = np.zeros(files, dtype=np.int64)
+    np.cumsum(np.where(ok, counts, 0)[:-1], out=sub_first[1:])
+    dep_file = np.repeat(msg_file, np.diff(dep_first))
+    inside = (dep_ids >= lo[dep_file]) & (dep_ids <= hi[dep_file]) & ok[dep_file]
+    dk = np.where(inside, dep_ids - lo[dep_file] + base[dep_file], np.uint64(0))
+    at = np.minimum(np.searchsorted(keys, dk), max(keys.size - 1, 0))
+    found = inside & (keys[at] == dk) if keys.size else np.zeros(dep_ids.size, dtype=bool)
+    ok &= np.bincount(dep_file[~found], minlength=files) == 0
+    pos = at - sub_first[dep_file]
+    return ok, pos

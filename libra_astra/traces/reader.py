@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import LibraError
 from .attrs import _WANTED, _WANTED_BYTES, AttrTable, NodeAttrs, _attr_value, _attrs_from_protos, _normalize
 from .files import read_file_bytes
-from .graph import resolve_deps
+from .graph import resolve_deps, resolve_deps_many
 from .process_groups import metadata_groups
 from .schema import METADATA_NODE, need_chakra, pb
 from . import wire
@@ -286,13 +286,22 @@ class TraceReader:
         dep_count = np.bincount(dep_frame, minlength=n)
         dep_first = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(dep_count, out=dep_first[1:])
+        resolved, dep_pos = resolve_deps_many(w.ids, dep_vals, dep_first, first)
+        bad = (w.types < 0) | (w.types > 7)
+        resolved &= np.bincount(np.repeat(np.arange(len(bufs)), np.diff(first))[bad], minlength=len(bufs)) == 0
+        types8 = w.types.astype(np.int8)
+        attr32 = aid.astype(np.int32)
         progs = []
         for f, where in enumerate(wheres):
             lo, hi = int(first[f]), int(first[f + 1])
-            d_lo = int(dep_first[lo])
+            d_lo, d_hi = int(dep_first[lo]), int(dep_first[hi])
             dep_ptr = dep_first[lo:hi + 1] - d_lo
-            progs.append(self._finish(where, versions[f], w.ids[lo:hi], w.durs[lo:hi], w.types[lo:hi], aid[lo:hi],
-                                      dep_vals[d_lo:int(dep_first[hi])], dep_ptr, tuple(pg_info[f])))
+            if resolved[f]:
+                progs.append(_program(where, versions[f], w.ids[lo:hi], w.durs[lo:hi], types8[lo:hi], attr32[lo:hi],
+                                      dep_ptr, dep_pos[d_lo:d_hi], tuple(pg_info[f]), ()))
+            else:
+                progs.append(self._finish(where, versions[f], w.ids[lo:hi], w.durs[lo:hi], w.types[lo:hi],
+                                          aid[lo:hi], dep_vals[d_lo:d_hi], dep_ptr, tuple(pg_info[f])))
         return progs
 
     def _frames_each(self, bufs: Sequence[bytes], wheres: Sequence[str]) -> tuple:
@@ -594,13 +603,19 @@ class TraceReader:
                 f"{where}: node {int(node_ids[i])} has unknown node type {int(types[i])}; the schema defines 0..7"
             )
         dep_index, dep_ptr, dangling = resolve_deps(node_ids, dep_ids, dep_ptr, where)
-        prog_types = types.astype(np.int8)
-        attr = aid.astype(np.int32)
-        h = hashlib.blake2b(digest_size=20)
-        for a in (prog_types, durations, attr, dep_ptr, dep_index):
-            h.update(np.ascontiguousarray(a).tobytes())
-            h.update(b"|")
-        h.update(repr(pg_info).encode())
-        h.update(repr(dangling).encode())
-        return RankProgram(where, node_ids, prog_types, durations, attr, dep_ptr, dep_index, pg_info, dangling,
-                           h.digest(), version)
+        return _program(where, version, node_ids, durations, types.astype(np.int8), aid.astype(np.int32), dep_ptr,
+                        dep_index, pg_info, dangling)
+
+
+def _program(where: str, version: str, node_ids: np.ndarray, durations: np.ndarray, types: np.ndarray,
+             attr: np.ndarray, dep_ptr: np.ndarray, dep_index: np.ndarray, pg_info: tuple, dangling: tuple
+             ) -> RankProgram:
+    """The program of checked, resolved arrays, with its digest."""
+    h = hashlib.blake2b(digest_size=20)
+    for a in (types, durations, attr, dep_ptr, dep_index):
+        h.update(np.ascontiguousarray(a))
+        h.update(b"|")
+    h.update(repr(pg_info).encode())
+    h.update(repr(dangling).encode())
+    return RankProgram(where, node_ids, types, durations, attr, dep_ptr, dep_index, pg_info, dangling,
+                       h.digest(), version)
