@@ -165,21 +165,20 @@ def resolve_deps_many(node_ids: np.ndarray, dep_ids: np.ndarray, dep_first: np.n
     hi = np.zeros(files, dtype=np.uint64)
     lo[nonempty] = node_ids[first[nonempty]]
     hi[nonempty] = node_ids[first[nonempty + 1] - 1]
-    # each resolved file's ids moved into its own range of one sorted key space
-    span = np.where(ok, hi - lo + np.uint64(1), np.uint64(0))
-    if sum(int(s) for s in span[ok].tolist()) >= 1 << 63:
-        return np.zeros(files, dtype=bool), pos
-    base = np.zeros(files, dtype=np.uint64)
-    np.cumsum(span[:-1], out=base[1:])
-    take = ok[msg_file]
-    keys = (node_ids - lo[msg_file] + base[msg_file])[take]
-    sub_first = np.zeros(files, dtype=np.int64)
-    np.cumsum(np.where(ok, counts, 0)[:-1], out=sub_first[1:])
     dep_file = np.repeat(msg_file, np.diff(dep_first))
-    inside = (dep_ids >= lo[dep_file]) & (dep_ids <= hi[dep_file]) & ok[dep_file]
-    dk = np.where(inside, dep_ids - lo[dep_file] + base[dep_file], np.uint64(0))
-    at = np.minimum(np.searchsorted(keys, dk), max(keys.size - 1, 0))
-    found = inside & (keys[at] == dk) if keys.size else np.zeros(dep_ids.size, dtype=bool)
+    found = (dep_ids >= lo[dep_file]) & (dep_ids <= hi[dep_file]) & ok[dep_file]
+    pos[found] = (dep_ids[found] - lo[dep_file[found]]).astype(np.int64)
+    # ids lo, lo + 1, ..., hi (as generators write them): the offset from lo is the position
+    dense = ok & (hi - lo == (counts - 1).astype(np.uint64))
+    sparse = np.flatnonzero(found & ~dense[dep_file])
+    if sparse.size:
+        f = dep_file[sparse]
+        at = np.empty(sparse.size, dtype=np.int64)
+        for g in np.unique(f).tolist():  # a few files with gaps in their ids: one lookup each
+            sel = np.flatnonzero(f == g)
+            ids = node_ids[int(first[g]):int(first[g + 1])]
+            at[sel] = np.minimum(np.searchsorted(ids, dep_ids[sparse[sel]]), ids.size - 1)
+            found[sparse[sel]] = ids[at[sel]] == dep_ids[sparse[sel]]
+        pos[sparse] = at
     ok &= np.bincount(dep_file[~found], minlength=files) == 0
-    pos = at - sub_first[dep_file]
     return ok, pos
