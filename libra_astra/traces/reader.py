@@ -50,6 +50,10 @@ _BLOCK_CACHE_LIMIT = 1 << 18
 _BATCH_BYTES = 8 << 20
 # Earlier files of one length a file is compared with before its own messages are walked
 _TEMPLATE_TRIES = 3
+# the wanted attribute names by length, as uint8 rows: (length, names x length)
+_WANTED_BY_LENGTH = tuple((size, np.frombuffer(b"".join(sorted(n for n in _WANTED_BYTES if len(n) == size)),
+                                               dtype=np.uint8).reshape(-1, size))
+                          for size in sorted({len(n) for n in _WANTED_BYTES}))
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,6 +113,18 @@ def _distinct(arr: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[n
         inv[sel] = u_inv + base
         base += u_first.size
     return np.concatenate(firsts_l), inv
+
+
+def _wanted_names(arr: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Whether each name ``arr[start:start + length]`` is one of the wanted attributes' names:
+    compared with each of them, names of its length together (a few names, many attributes)."""
+    out = np.zeros(start.size, dtype=bool)
+    for size, names in _WANTED_BY_LENGTH:
+        sel = np.flatnonzero(length == size)
+        if sel.size:
+            rows = wire.byte_rows(arr, start[sel], size)
+            out[sel] = (rows[:, None, :] == names[None, :, :]).all(axis=2).any(axis=1)
+    return out
 
 
 def _differing(arr: np.ndarray, base: int, t_base: int, size: int, meta_end: int, heads: np.ndarray) -> np.ndarray | None:
@@ -470,10 +486,7 @@ class TraceReader:
         wanted = ~quick
         qi = np.nonzero(quick)[0]
         if qi.size:
-            firsts, inv = _distinct(arr, ast[qi] + 2, nl[qi])
-            keep = np.asarray([bytes(arr[int(s):int(s) + int(n)]) in _WANTED_BYTES
-                               for s, n in zip((ast[qi] + 2)[firsts].tolist(), nl[qi][firsts].tolist())], dtype=bool)
-            wanted[qi] = keep[inv]
+            wanted[qi] = _wanted_names(arr, ast[qi] + 2, nl[qi])
         wi = np.nonzero(wanted)[0]
         sid = np.zeros(0, dtype=np.int64)
         hits: list[tuple] = []
