@@ -156,12 +156,22 @@ def _template(arr: np.ndarray, base: int, size: int, candidates: list[int], base
     return -1, None
 
 
+def _twins(follow: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the messages of files with a template, each one's counterpart in the template);
+    ``follow``: each file's template (-1: none), ``first``: each file's first message."""
+    msg_file = np.repeat(np.arange(follow.size, dtype=np.int64), np.diff(first))
+    mine = np.flatnonzero(follow[msg_file] >= 0)
+    f = msg_file[mine]
+    return mine, mine - first[f] + first[follow[f]]
+
+
 def _repeats(follow: np.ndarray, diffs: list[np.ndarray], off: np.ndarray, first: np.ndarray, h: np.ndarray,
-             starts: np.ndarray) -> np.ndarray | None:
+             starts: np.ndarray, twins: tuple[np.ndarray, np.ndarray]) -> np.ndarray | None:
     """Per message, the template message with the same bytes, or itself (see
     :meth:`TraceReader._frames_together`). ``follow``: each file's template (-1: none); ``diffs``:
     the differing byte offsets of each file that has one, in file order; ``h``/``starts``: every
-    message's header and body offset. None if a differing byte is in a length prefix."""
+    message's header and body offset; ``twins``: what :func:`_twins` gives. None if a differing
+    byte is in a length prefix."""
     files = np.flatnonzero(follow >= 0)
     d_file = np.repeat(files, [d.size for d in diffs])
     d_at = np.concatenate(diffs)
@@ -172,11 +182,10 @@ def _repeats(follow: np.ndarray, diffs: list[np.ndarray], off: np.ndarray, first
     n = h.size
     differs = np.zeros(n, dtype=bool)
     differs[j - first[follow[d_file]] + first[d_file]] = True
-    msg_file = np.repeat(np.arange(follow.size, dtype=np.int64), np.diff(first))
-    t_of = follow[msg_file]
+    mine, twin = twins
+    same = ~differs[mine]
     rep = np.arange(n, dtype=np.int64)
-    same = np.flatnonzero((t_of >= 0) & ~differs)
-    rep[same] = same - first[msg_file[same]] + first[t_of[same]]
+    rep[mine[same]] = twin[same]
     return rep
 
 
@@ -380,15 +389,27 @@ class TraceReader:
         off = np.asarray(bases, dtype=np.int64)
         file_end = off + np.asarray([len(b) for b in bufs], dtype=np.int64)
         h = np.concatenate(heads_l) + np.repeat(off, cnt)
-        starts, ends = _bodies(arr, h, np.repeat(file_end, cnt))
         first = np.zeros(len(bufs) + 1, dtype=np.int64)
         np.cumsum(cnt, out=first[1:])
+        limit = np.repeat(file_end, cnt)
+        fol = np.asarray(follow, dtype=np.int64)
+        twins = _twins(fol, first) if diffs else None
+        if twins is None:
+            starts, ends = _bodies(arr, h, limit)
+        else:  # a template's length prefixes are its followers': decoded once, moved to each
+            mine, twin = twins
+            lead = np.ones(h.size, dtype=bool)
+            lead[mine] = False
+            starts, ends = np.empty_like(h), np.empty_like(h)
+            starts[lead], ends[lead] = _bodies(arr, h[lead], limit[lead])
+            shift = h[mine] - h[twin]
+            starts[mine], ends[mine] = starts[twin] + shift, ends[twin] + shift
         last = first[1:][cnt > 0] - 1
-        if bool((ends[last] > np.repeat(file_end, cnt)[last]).any()) or bool((ends == starts).any()):
+        if bool((ends[last] > limit[last]).any()) or bool((ends == starts).any()):
             return None
         rep = None
-        if diffs:
-            rep = _repeats(np.asarray(follow, dtype=np.int64), diffs, off, first, h, starts)
+        if twins is not None:
+            rep = _repeats(fol, diffs, off, first, h, starts, twins)
             if rep is None:  # a length prefix differs from its template's: walk every file's own
                 return self._frames_together(bufs, wheres, arr, share=False)
         return versions, starts, ends, heads_l, first, rep
