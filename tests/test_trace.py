@@ -508,3 +508,20 @@ def test_dependencies_resolved_together_as_file_by_file(seed):
             assert pos[dep_first[lo]:dep_first[hi]].tolist() == index.tolist()
         else:
             assert dangling or ids != sorted(set(ids)) or not ids
+
+
+def test_wanted_names_are_told_apart_from_near_misses():
+    import numpy as np
+    from libra_astra.traces.attrs import _WANTED_BYTES
+    from libra_astra.traces.reader import _wanted_names
+    rng = random.Random(11)
+    names = sorted(_WANTED_BYTES) + [b"", b"x", b"comm_tag", b"rf_id", b"op_schema", b"seq_id"]
+    for n in sorted(_WANTED_BYTES):  # one byte changed, cut, or added, at either end or inside
+        for _ in range(6):
+            b = bytearray(n)
+            b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+            names += [bytes(b), n[:-1], n[1:], n + b"s", b"_" + n]
+    data = b"".join(names)
+    starts = np.cumsum([0] + [len(n) for n in names[:-1]]).astype(np.int64)
+    got = _wanted_names(np.frombuffer(data, dtype=np.uint8), starts, np.asarray([len(n) for n in names]))
+    assert got.tolist() == [n in _WANTED_BYTES for n in names]

@@ -50,12 +50,6 @@ _BLOCK_CACHE_LIMIT = 1 << 18
 _BATCH_BYTES = 8 << 20
 # Earlier files of one length a file is compared with before its own messages are walked
 _TEMPLATE_TRIES = 3
-# the wanted attribute names by length, as uint8 rows: (length, names x length)
-_WANTED_BY_LENGTH = tuple((size, np.frombuffer(b"".join(sorted(n for n in _WANTED_BYTES if len(n) == size)),
-                                               dtype=np.uint8).reshape(-1, size))
-                          for size in sorted({len(n) for n in _WANTED_BYTES}))
-
-
 @dataclass(frozen=True, eq=False)
 class RankProgram:
     """Compact form of one rank file. Arrays are indexed by node position (file order).
@@ -115,15 +109,39 @@ def _distinct(arr: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[n
     return np.concatenate(firsts_l), inv
 
 
+def _words(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row of a (k, size) uint8 array (size <= 16) as two integers that tell rows of one
+    size apart: its first and its last 8 bytes (zero-padded below 8 bytes: then 0)."""
+    k, size = rows.shape
+    if size < 8:
+        padded = np.zeros((k, 8), dtype=np.uint8)
+        padded[:, :size] = rows
+        return padded.view(np.uint64).reshape(-1), np.zeros(k, dtype=np.uint64)
+    return (np.ascontiguousarray(rows[:, :8]).view(np.uint64).reshape(-1),
+            np.ascontiguousarray(rows[:, size - 8:]).view(np.uint64).reshape(-1))
+
+
+# the wanted attribute names by length, as :func:`_words` gives them: (length, (first words, last words))
+assert max(len(n) for n in _WANTED_BYTES) <= 16
+_WANTED_WORDS = tuple(
+    (size, _words(np.frombuffer(b"".join(sorted(n for n in _WANTED_BYTES if len(n) == size)),
+                                dtype=np.uint8).reshape(-1, size)))
+    for size in sorted({len(n) for n in _WANTED_BYTES}))
+
+
 def _wanted_names(arr: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
     """Whether each name ``arr[start:start + length]`` is one of the wanted attributes' names:
-    compared with each of them, names of its length together (a few names, many attributes)."""
+    names of one length compared with the wanted ones of that length as two integers each (a
+    few names, many attributes)."""
     out = np.zeros(start.size, dtype=bool)
-    for size, names in _WANTED_BY_LENGTH:
+    for size, (w0, w1) in _WANTED_WORDS:
         sel = np.flatnonzero(length == size)
         if sel.size:
-            rows = wire.byte_rows(arr, start[sel], size)
-            out[sel] = (rows[:, None, :] == names[None, :, :]).all(axis=2).any(axis=1)
+            a, b = _words(wire.byte_rows(arr, start[sel], size))
+            hit = np.zeros(sel.size, dtype=bool)
+            for x, y in zip(w0.tolist(), w1.tolist()):
+                hit |= (a == np.uint64(x)) & (b == np.uint64(y))
+            out[sel] = hit
     return out
 
 
