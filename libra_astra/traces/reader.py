@@ -50,6 +50,8 @@ _BLOCK_CACHE_LIMIT = 1 << 18
 _BATCH_BYTES = 8 << 20
 # Earlier files of one length a file is compared with before its own messages are walked
 _TEMPLATE_TRIES = 3
+
+
 @dataclass(frozen=True, eq=False)
 class RankProgram:
     """Compact form of one rank file. Arrays are indexed by node position (file order).
@@ -145,7 +147,8 @@ def _wanted_names(arr: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.
     return out
 
 
-def _differing(arr: np.ndarray, base: int, t_base: int, size: int, meta_end: int, heads: np.ndarray) -> np.ndarray | None:
+def _differing(arr: np.ndarray, base: int, t_base: int, size: int, meta_end: int,
+               heads: np.ndarray) -> np.ndarray | None:
     """Offsets where the file at ``base`` differs from a template at ``t_base`` (both ``size``
     bytes long); None when the template does not fit: a differing GlobalMetadata message (it
     ends at ``meta_end``), or differing bytes in more than half of its messages (at ``heads``),
