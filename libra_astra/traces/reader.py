@@ -15,7 +15,11 @@ Instead:
   ``AttributeProto`` class only the first time a block (or a single attribute) is seen: every
   all-reduce of one size on one group carries the same bytes;
 - anything unusual (METADATA nodes, repeated, unknown or out-of-order fields) falls back to a
-  full ``Node`` parse of that message, so the fast path never changes the result.
+  full ``Node`` parse of that message, so the fast path never changes the result;
+- the rank files of one job repeat each other byte for byte but for a few group names and
+  peers: a file as long as an earlier one of its batch, differing from it in few messages and
+  in no length prefix, takes that file's message offsets, and only its differing messages are
+  read (the others take the fields of the same message in that file).
 
 The output is one :class:`RankProgram` per distinct file: numpy arrays indexed by node position
 (file order), not a Python object per node. Attribute values live in a table shared by all files
