@@ -525,3 +525,17 @@ def test_wanted_names_are_told_apart_from_near_misses():
     starts = np.cumsum([0] + [len(n) for n in names[:-1]]).astype(np.int64)
     got = _wanted_names(np.frombuffer(data, dtype=np.uint8), starts, np.asarray([len(n) for n in names]))
     assert got.tolist() == [n in _WANTED_BYTES for n in names]
+
+
+def test_files_that_differ_throughout_stop_being_compared_with_many_templates(monkeypatch):
+    # every node id differs from rank to rank: no file fits another; after a run of such files
+    # each one is compared with the latest file of its length only
+    from libra_astra.traces import reader as rd
+    calls = []
+    real = rd._differing
+    monkeypatch.setattr(rd, "_differing", lambda *a: calls.append(1) or real(*a))
+    bufs = [cio.encode_et([cio.comp_node(r * 1000 + i + 1, "c", 5) for i in range(20)]) for r in range(100, 140)]
+    assert len({len(b) for b in bufs}) == 1
+    got = _outcome(TraceReader(), bufs)
+    assert len(calls) < 3 * 8 + (len(bufs) - 8)
+    assert got == _unshared_outcome(bufs, monkeypatch)

@@ -54,6 +54,8 @@ _BLOCK_CACHE_LIMIT = 1 << 18
 _BATCH_BYTES = 8 << 20
 # Earlier files of one length a file is compared with before its own messages are walked
 _TEMPLATE_TRIES = 3
+# ... or only the latest one, after this many files in a row fit none
+_TEMPLATE_MISSES = 8
 
 
 @dataclass(frozen=True, eq=False)
@@ -157,7 +159,12 @@ def _differing(arr: np.ndarray, base: int, t_base: int, size: int, meta_end: int
     bytes long); None when the template does not fit: a differing GlobalMetadata message (it
     ends at ``meta_end``), or differing bytes in more than half of its messages (at ``heads``),
     where reading the file's own messages costs less than the few it would share."""
-    d = np.flatnonzero(arr[base:base + size] != arr[t_base:t_base + size])
+    ne = arr[base:base + size] != arr[t_base:t_base + size]
+    # more differing bytes than messages, twice over: rejected before listing them (files that
+    # differ everywhere, e.g. in every node id, would otherwise cost more than they share)
+    if int(np.count_nonzero(ne)) > 2 * heads.size:
+        return None
+    d = np.flatnonzero(ne)
     if d.size and int(d[0]) < meta_end:
         return None
     if d.size > heads.size // 2:
@@ -167,12 +174,19 @@ def _differing(arr: np.ndarray, base: int, t_base: int, size: int, meta_end: int
     return d
 
 
-def _template(arr: np.ndarray, base: int, size: int, candidates: list[int], bases: list[int], meta_end: list[int],
-              heads_l: list[np.ndarray]) -> tuple[int, np.ndarray | None]:
-    """(the first of ``candidates`` -- earlier files of this length, most recently fitting first --
-    that the file at ``base`` fits, and the differing offsets; -1, None if none does). A fitting
-    template moves to the front: neighbouring ranks tend to share a pipeline stage, hence bytes."""
-    for k, t in enumerate(candidates[:_TEMPLATE_TRIES]):
+def _tries(misses: int) -> int:
+    """How many templates a file is compared with after ``misses`` files of its length in a row
+    fit none: after a run of them, the latest only (such files differ throughout)."""
+    return _TEMPLATE_TRIES if misses < _TEMPLATE_MISSES else min(_TEMPLATE_TRIES, 1)
+
+
+def _template(arr: np.ndarray, base: int, size: int, candidates: list[int], tries: int, bases: list[int],
+              meta_end: list[int], heads_l: list[np.ndarray]) -> tuple[int, np.ndarray | None]:
+    """(the first of the first ``tries`` ``candidates`` -- earlier files of this length, most
+    recently fitting first -- that the file at ``base`` fits, and the differing offsets; -1, None
+    if none does). A fitting template moves to the front: neighbouring ranks tend to share a
+    pipeline stage, hence bytes."""
+    for k, t in enumerate(candidates[:tries]):
         d = _differing(arr, base, bases[t], size, meta_end[t], heads_l[t])
         if d is not None:
             if k:
@@ -390,12 +404,15 @@ class TraceReader:
         follow: list[int] = []
         diffs: list[np.ndarray] = []
         templates: dict[int, list[int]] = {}
+        misses: dict[int, int] = {}
         base = 0
         for f, (buf, where) in enumerate(zip(bufs, wheres)):
             if len(buf) == 0:
                 return None
             candidates = templates.setdefault(len(buf), [])
-            t, d = _template(arr, base, len(buf), candidates, bases, meta_end, heads_l) if share else (-1, None)
+            tries = _tries(misses.get(len(buf), 0)) if share else 0
+            t, d = _template(arr, base, len(buf), candidates, tries, bases, meta_end, heads_l)
+            misses[len(buf)] = 0 if d is not None else misses.get(len(buf), 0) + 1
             if d is None:
                 version, pos = self._global_metadata(buf, where)
                 h = _heads(buf, pos, where)
