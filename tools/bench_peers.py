@@ -12,9 +12,9 @@ as a modelling layer would write it), builds the CVXPY problem in epigraph form 
 t_k >= A_k u + g_k, z >= compute + sum count_k t_k) and solves it. Printed per problem: CPU seconds
 of each, the ratio peer / ours (> 1: we are faster), the relative difference of the peer's time at
 its bandwidths (re-evaluated by the time model) to our optimum (> 0: ours is better), and our
-certified relative gap. Each side is timed --repeat times (default 3; once from 100k collectives
-up) and its best counts: single runs of a few ms swing by tens of percent with the neighbours'
-load. Our runs each get a freshly generated demand, so nothing cached by an earlier run is reused.
+certified relative gap. Each side is timed --repeat times (default 3; at least 10 times up to 1k
+collectives, once from 100k up) and its best counts: single runs of a few ms swing by tens of
+percent with the neighbours' load. Our runs each get a freshly generated demand, so nothing cached by an earlier run is reused.
 Times are CPU seconds of this process (BLAS held to one thread, the peers
 single-threaded); the load average is printed at the start and the end, since the 2-core machine
 is shared. ``--json FILE`` writes the figures for tools/readme_figures.py.
@@ -102,7 +102,8 @@ def main() -> None:
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--peers", default=",".join(PEERS))
     ap.add_argument("--repeat", type=int, default=3,
-                    help="runs of each side below 100k collectives; the best counts (default 3)")
+                    help="runs of each side below 100k collectives (at least 10 up to 1k); the best counts "
+                         "(default 3)")
     ap.add_argument("--json", help="also write the figures to this JSON file (tools/readme_figures.py)")
     args = ap.parse_args()
     try:
@@ -126,7 +127,8 @@ def main() -> None:
             total = 100.0 * D
             net = bounded(network(D), total)
             for n in (int(x) for x in args.sizes.split(",")):
-                runs = args.repeat if n < 100_000 else 1
+                # a few ms swing by tens of percent with the neighbours' load: the smallest run more
+                runs = 1 if n >= 100_000 else max(args.repeat, 10) if n <= 1000 else args.repeat
                 ours = float("inf")
                 for _ in range(runs):
                     dem = synthetic.random_demand(net, n, seed=1)     # fresh: no cache of a previous run
