@@ -270,6 +270,14 @@ def _unit_weights(p: ConvexProblem) -> ConvexProblem:
                          p.class_z, p.class_e, p.G, p.h, p.E, p.f)
 
 
+def _as_slice(idx: np.ndarray):
+    """idx as a slice when it is a run of consecutive coordinates (the usual layout puts the
+    bandwidths first): a basic index is a view, cheaper than a gather at every Newton step."""
+    if idx.shape[0] and idx[-1] - idx[0] == idx.shape[0] - 1:
+        return slice(int(idx[0]), int(idx[-1]) + 1)
+    return idx
+
+
 class _Layout:
     """Index arrays and constant factors of one problem, computed once per solve."""
 
@@ -288,6 +296,7 @@ class _Layout:
         # Coordinates some row uses get a variable v_j >= 1/x_j; rows become t >= A_J v + g.
         self.J = np.flatnonzero(p.recip & (p.A.max(axis=0, initial=0.0) > 0))
         nv = self.nv = self.J.shape[0]
+        self.Jx = _as_slice(self.J)                  # J for indexing at every step
         self.N = n + nv
         self.AJ = np.ascontiguousarray(p.A[:, self.J])
         self.negAJ = -self.AJ
@@ -457,7 +466,7 @@ class _Newton:
         d = u / y
         ds = d[:M]
         dg = d[M:o_rho]
-        xJ = x[lay.J]
+        xJ = x[lay.Jx]
         D = np.add.reduceat(ds, lay.row_start)
         qbar = np.add.reduceat(lay.negAJ * ds[:, None], lay.row_start, axis=0) / D[:, None]   # (K, nv)
         Qc = lay.negAJ - qbar.take(p.owner, axis=0)
@@ -487,10 +496,11 @@ class _Newton:
         self.p, self.lay, self.xJ, self.v = p, lay, xJ, v
         self.d, self.Qc, self.qbar, self.D, self.wD, self.beta, self.B, self.Hinv = d, Qc, qbar, D, wD, beta, B, Hinv
 
-    def direction(self, yc: np.ndarray | None):
+    def direction(self, yc: np.ndarray | None, with_dt: bool = True):
         """Step for the gradient g = c - sum_i yc_i grad y_i (yc None means 0): H dV = -g.
 
-        Returns (dx, dv, dt, dy) with dy the slacks' first-order change."""
+        Returns (dx, dv, dt, dy) with dy the slacks' first-order change (dt None unless
+        with_dt: the predictor only needs the slacks' change)."""
         p, lay = self.p, self.lay
         M, n = lay.M, lay.n
         o_rho, o_phi = M + lay.Q, lay.o_phi
@@ -506,7 +516,7 @@ class _Newton:
             wg = np.add.reduceat(gt_D, lay.term_start)              # 1^T D^-1 g_t per class
             rhs = B.T @ (ysig - beta * wg) - lay.cX
             rhs[n:] += self.Qc.T @ ys + yphi * self.xJ
-            rhs[lay.J] += yphi * self.v
+            rhs[lay.Jx] += yphi * self.v
             if o_phi > o_rho:
                 rhs[:n] -= lay.GT @ yc[o_rho:o_phi]
         dX = self.Hinv @ rhs
@@ -519,24 +529,25 @@ class _Newton:
         # dt_k = tau_k - qbar_k . dv, with tau_k free of cancellation as well.
         BdX = B @ dX
         tau = wD * (beta * (BdX + wg))[cls] - gt_D
-        dt = tau - self.qbar @ dv
+        dt = tau - self.qbar @ dv if with_dt else None
         dy = np.concatenate([self.Qc @ dv + tau.take(p.owner),
                              BdX - np.add.reduceat(tau, lay.term_start),
                              -(p.G @ dx),
-                             self.v * dx[lay.J] + self.xJ * dv])
+                             self.v * dx[lay.Jx] + self.xJ * dv])
         return dx, dv, dt, dy
 
 
 def _slacks(p: ConvexProblem, lay: _Layout, x: np.ndarray, v: np.ndarray, t: np.ndarray) -> np.ndarray:
-    return np.concatenate([t[p.owner] - lay.AJ @ v - p.g,
+    return np.concatenate([t.take(p.owner) - lay.AJ @ v - p.g,
                            x[p.class_z] - np.add.reduceat(t, lay.term_start) - p.class_e,
                            p.h - p.G @ x,
-                           x[lay.J] * v - 1.0])
+                           x[lay.Jx] * v - 1.0])
 
 
 def _hyp_step(x: np.ndarray, v: np.ndarray, dx: np.ndarray, dv: np.ndarray) -> float:
     """Largest a with (x + a dx)(v + a dv) >= 1 on the branch x, v > 0 (x v > 1 now)."""
     a = math.inf
+    sqrt, copysign = math.sqrt, math.copysign     # called for most coordinates at every step
     for xj, vj, dxj, dvj in zip(x.tolist(), v.tolist(), dx.tolist(), dv.tolist()):
         if dxj >= 0.0 and dvj >= 0.0 and xj * vj > 1.0:
             continue                # neither factor falls: x v stays above 1
@@ -553,16 +564,22 @@ def _hyp_step(x: np.ndarray, v: np.ndarray, dx: np.ndarray, dv: np.ndarray) -> f
             continue                # no coefficient < 0 and q0 > 0: no root at a > 0
         if q2 == 0.0:
             if q1 < 0:
-                a = min(a, -q0 / q1)
+                r = -q0 / q1
+                if r < a:
+                    a = r
             continue
         disc = q1 * q1 - 4.0 * q2 * q0
         if disc < 0:
             continue
         # Roots of q2 a^2 + q1 a + q0, computed without cancellation.
-        qq = -0.5 * (q1 + math.copysign(math.sqrt(disc), q1))
-        for root in (qq / q2, q0 / qq if qq != 0 else math.inf):
-            if root > 0:
-                a = min(a, root)
+        qq = -0.5 * (q1 + copysign(sqrt(disc), q1))
+        r = qq / q2
+        if r > 0 and r < a:
+            a = r
+        if qq != 0:
+            r = q0 / qq
+            if r > 0 and r < a:
+                a = r
     return a
 
 
@@ -570,7 +587,7 @@ def _max_step(v: np.ndarray, dv: np.ndarray) -> float:
     """Largest a with v + a dv >= 0 (v > 0), inf if dv >= 0."""
     if not v.shape[0]:
         return math.inf
-    r = float((dv / v).min())
+    r = float(np.minimum.reduce(dv / v))          # ndarray.min without its Python wrapper
     return -1.0 / r if r < 0 else math.inf
 
 
@@ -604,8 +621,8 @@ def _v_start(p: ConvexProblem, lay: _Layout, x: np.ndarray, delta: float = _V_MA
 def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, max_iter: int,
                  v_margin: float = _V_MARGIN, cold: int | None = None) -> _Run:
     """Mehrotra predictor-corrector in (x, v, t), strictly feasible iterates."""
-    J, om, o_phi = lay.J, lay.omega, lay.o_phi
-    ri = lay.ri[x[lay.ri] > 0]          # an unused coordinate the equalities pin at 0 stays there
+    J, om, o_phi = lay.Jx, lay.omega, lay.o_phi
+    ri = _as_slice(lay.ri[x[lay.ri] > 0])   # an unused coordinate the equalities pin at 0 stays there
     m = lay.nu_total
     x, v, t = _v_start(p, lay, x, v_margin)
     y = _slacks(p, lay, x, v, t)
@@ -643,12 +660,13 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
         nt = _Newton(p, lay, x, v, u, y)
         d = nt.d
         # Predictor (affine scaling): complementarity 0.
-        dx, dv, dt, dy = nt.direction(None)
+        dx, dv, _, dy = nt.direction(None, with_dt=False)
         du = -u - d * dy
-        a_aff = min(1.0, _max_step(y[:o_phi], dy[:o_phi]), _hyp_step(x[J], v, dx[J], dv), _max_step(u, du))
+        dxJ = dx[J]
+        a_aff = min(1.0, _max_step(y[:o_phi], dy[:o_phi]), _hyp_step(nt.xJ, v, dxJ, dv), _max_step(u, du))
         # phi is quadratic in the step: predict it exactly, and let the corrector anticipate the
         # dx dv term (a second-order correction); else steps along v = 1/x leave the region.
-        dxdv = dx[J] * dv
+        dxdv = dxJ * dv
         y_aff = y + a_aff * dy
         y_aff[o_phi:] += a_aff * a_aff * dxdv
         ratio = max(0.0, float(y_aff @ (u + a_aff * du)) / m / mu)
@@ -710,7 +728,7 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
 
 def _step_lengths(lay: _Layout, x, v, y, u, ri, dx, dv, dy, du, frac: float) -> tuple[float, float]:
     """Primal and dual fraction-to-the-boundary step lengths (at most 1)."""
-    o_phi, J = lay.o_phi, lay.J
+    o_phi, J = lay.o_phi, lay.Jx
     a = min(1.0, frac * min(_max_step(y[:o_phi], dy[:o_phi]), _hyp_step(x[J], v, dx[J], dv),
                             _max_step(x[ri], dx[ri])))
     return a, min(1.0, frac * _max_step(u, du))
@@ -722,7 +740,7 @@ def _centrality_correction(nt: "_Newton", lay: _Layout, x, v, y, u, ri, yc, step
     target * omega_i back into a box around it, re-solve with the factored system, and keep the
     result if the steps grow. Returns (yc, dx, dv, dt, dy, du, a, ad)."""
     dx, dv, dt, dy, du = step
-    o_phi, J, om = lay.o_phi, lay.J, lay.omega
+    o_phi, J, om = lay.o_phi, lay.Jx, lay.omega
     at, adt = min(1.0, 1.5 * a + 0.1), min(1.0, 1.5 * ad + 0.1)
     yt = y + at * dy
     yt[o_phi:] += at * at * (dx[J] * dv)
