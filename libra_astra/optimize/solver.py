@@ -104,16 +104,25 @@ class SolverResult:
     solve_time_s: float
 
 
-def term_values(p: ConvexProblem, x: np.ndarray) -> np.ndarray:
-    """max over each term's rows of A x^-1 + g, i.e. the tightest feasible t."""
-    # Only columns some row uses: an unused coordinate may sit at exactly 0.
-    used = p.recip & (p.A.max(axis=0, initial=0.0) > 0)
+def term_values(p: ConvexProblem, x: np.ndarray, lay: "_Layout | None" = None) -> np.ndarray:
+    """max over each term's rows of A x^-1 + g, i.e. the tightest feasible t.
+
+    ``lay``: the problem's layout, whose copies of the used columns and term starts spare the
+    search for them (the same arrays, so the same values)."""
+    if lay is not None:
+        used, A_used = lay.used, lay.A_used
+    else:
+        # Only columns some row uses: an unused coordinate may sit at exactly 0.
+        used = _used_mask(p)
+        A_used = p.A[:, used]
     with np.errstate(divide="ignore"):
-        vals = p.A[:, used] @ (1.0 / x[used]) + p.g
+        vals = A_used @ (1.0 / x[used]) + p.g
+    if lay is not None:                            # the layout checked that every term has rows
+        return np.maximum.reduceat(vals, lay.row_start)
     K = p.w.shape[0]
     owner = p.owner
     if owner.shape[0] and owner[0] == 0 and owner[-1] == K - 1:
-        starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+        starts = _run_starts(owner)
         if starts.shape[0] == K:                   # every term has rows (owner is sorted)
             return np.maximum.reduceat(vals, starts)
     t = np.full(K, -np.inf)
@@ -121,19 +130,28 @@ def term_values(p: ConvexProblem, x: np.ndarray) -> np.ndarray:
     return t
 
 
-def class_values(p: ConvexProblem, x: np.ndarray) -> np.ndarray:
-    t = term_values(p, x)
+def _used_mask(p: ConvexProblem) -> np.ndarray:
+    return p.recip & (p.A.max(axis=0, initial=0.0) > 0)
+
+
+def _run_starts(a: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of a starts (a non-empty)."""
+    return np.flatnonzero(np.concatenate(([True], a[1:] != a[:-1])))
+
+
+def class_values(p: ConvexProblem, x: np.ndarray, lay: "_Layout | None" = None) -> np.ndarray:
+    t = term_values(p, x, lay)
     Q = p.class_z.shape[0]
     return np.bincount(p.term_class, weights=p.w * t, minlength=Q) + p.class_e
 
 
-def tight_point(p: ConvexProblem, x: np.ndarray) -> np.ndarray:
+def tight_point(p: ConvexProblem, x: np.ndarray, lay: "_Layout | None" = None) -> np.ndarray:
     """x with every epigraph coordinate lowered to the largest class value it bounds."""
     x = x.copy()
-    vals = class_values(p, x)
+    vals = class_values(p, x, lay)
     z_vals = np.full(p.n, -np.inf)
     np.maximum.at(z_vals, p.class_z, vals)
-    zs = np.unique(p.class_z)
+    zs = np.unique(p.class_z) if lay is None else lay.z_unique
     x[zs] = z_vals[zs]
     return x
 
@@ -287,14 +305,16 @@ class _Layout:
         self.p = p
         self.n, self.K, self.Q, self.M, self.P = n, K, Q, M, P
         self.ri = np.flatnonzero(p.recip)
-        self.row_start = np.flatnonzero(np.r_[True, p.owner[1:] != p.owner[:-1]])
-        self.term_start = np.flatnonzero(np.r_[True, p.term_class[1:] != p.term_class[:-1]])
+        self.row_start = _run_starts(p.owner)
+        self.term_start = _run_starts(p.term_class)
         if self.row_start.shape[0] != K or self.term_start.shape[0] != Q:
             raise ValueError("every term needs a row and every class a term, in sorted order")
         if not np.all(p.w == 1.0):
             raise ValueError("term weights must be 1 here; rescale the terms with _unit_weights first")
         # Coordinates some row uses get a variable v_j >= 1/x_j; rows become t >= A_J v + g.
-        self.J = np.flatnonzero(p.recip & (p.A.max(axis=0, initial=0.0) > 0))
+        self.used = _used_mask(p)
+        self.A_used = p.A[:, self.used]             # as term_values gathers it (same layout, same products)
+        self.J = np.flatnonzero(self.used)
         nv = self.nv = self.J.shape[0]
         self.Jx = _as_slice(self.J)                  # J for indexing at every step
         self.N = n + nv
@@ -431,7 +451,7 @@ class _Run:
 
 def _certify(p: ConvexProblem, lay: _Layout, x: np.ndarray, u: np.ndarray, best: _Run) -> _Run:
     """Update the best feasible point and dual bound from iterate x with row multipliers u."""
-    xt = tight_point(p, x)
+    xt = tight_point(p, x, lay)
     primal = float(p.c @ xt)
     M, Q = lay.M, lay.Q
     dual = _dual_bound(p, lay, x, u[:M], u[M:M + Q], u[M + Q:lay.o_phi])
