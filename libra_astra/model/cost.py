@@ -45,6 +45,7 @@ class CostModel:
     def price_usd_per_gbps(self, net: Network) -> tuple[float, ...]:
         """Cost of one GB/s per NPU in each dimension, times the NPU count: d cost / d B_d."""
         out = []
+        npus = net.npus_count       # a product over the dimensions: once, not once per dimension
         for d in net.dims:
             if d.cost_class not in self.classes:
                 raise LibraError(
@@ -55,7 +56,7 @@ class CostModel:
             per_npu = p.link_usd_per_gbps + p.nic_usd_per_gbps
             if d.topology == "Switch":
                 per_npu += p.switch_usd_per_gbps
-            out.append(net.npus_count * per_npu)
+            out.append(npus * per_npu)
         return tuple(out)
 
     def check_priced(self, net: Network, objective: str) -> None:

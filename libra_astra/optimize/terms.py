@@ -62,15 +62,24 @@ _SLICE_ROWS = 1 << 15
 
 
 def _multipliers(count: int) -> np.ndarray:
-    # Fixed odd multipliers: a hash is a dot product with them, modulo 2^64.
-    rng = np.random.default_rng(0x5EED)
-    return rng.integers(1, 2 ** 62, size=count, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    # Fixed odd multipliers: a hash is a dot product with them, modulo 2^64. Drawn once per count
+    # (a generator costs more to seed than a small optimization spends hashing), read-only.
+    m = _MULTIPLIERS.get(count)
+    if m is None:
+        rng = np.random.default_rng(0x5EED)
+        m = rng.integers(1, 2 ** 62, size=count, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+        m.flags.writeable = False
+        _MULTIPLIERS[count] = m
+    return m
+
+
+_MULTIPLIERS: dict[int, np.ndarray] = {}
 
 
 def _scaled(A: np.ndarray, g: np.ndarray, starts: np.ndarray) -> _Scaled:
     M, D = A.shape
     N = starts.shape[0]
-    nrows = np.diff(np.r_[starts, M]).astype(np.int64)
+    nrows = np.diff(np.concatenate((starts, [M]))).astype(np.int64)
     has_const = np.logical_or.reduceat(g != 0, starts).astype(bool) if N else np.zeros(0, dtype=bool)
     scale = np.ones(N)
     if not has_const.all():
