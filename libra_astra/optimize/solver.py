@@ -923,19 +923,19 @@ def _upper_bound(p: ConvexProblem, j: int) -> float:
 
 def unbounded_coordinates(p: ConvexProblem, candidates: np.ndarray) -> list[int]:
     """Coordinates among ``candidates`` that can grow without limit under G x <= h, E x = f, x_recip >= 0."""
+    bounding = _bounding_rows(p)
     out = []
     for j in candidates:
-        if _row_bounds(p, j):
+        if np.any(bounding[:, j] > 0):
             continue
         if not math.isfinite(_upper_bound(p, int(j))):
             out.append(int(j))
     return out
 
 
-def _row_bounds(p: ConvexProblem, j: int) -> bool:
-    # A row with non-negative coefficients on recip coordinates only, positive at j, bounds x_j.
-    for M in (p.G, p.E):
-        for row in M:
-            if row[j] > 0 and np.all(row[~p.recip] == 0) and np.all(row[p.recip] >= 0):
-                return True
-    return False
+def _bounding_rows(p: ConvexProblem) -> np.ndarray:
+    """The rows of G and E with non-negative coefficients on recip coordinates only: such a row
+    bounds every x_j it has a positive coefficient for."""
+    rows = np.vstack([p.G, p.E]) if p.E.shape[0] else p.G
+    ok = np.all(rows[:, ~p.recip] == 0, axis=1) & np.all(rows[:, p.recip] >= 0, axis=1)
+    return rows[ok]
