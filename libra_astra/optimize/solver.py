@@ -353,8 +353,9 @@ class _Layout:
         self.lower_row = np.full(n, -1)
         if P:
             single = (np.count_nonzero(p.G, axis=1) == 1)
-            for i in np.flatnonzero(single & (p.G.min(axis=1) < 0)).tolist():
-                j = int(np.flatnonzero(p.G[i])[0])
+            rows = np.flatnonzero(single & (p.G.min(axis=1) < 0))
+            cols = (p.G[rows] != 0).argmax(axis=1)       # each row's one nonzero column
+            for i, j in zip(rows.tolist(), cols.tolist()):
                 if self.lower_row[j] < 0:
                     self.lower_row[j] = i
         self.ub: dict[int, float] = {}               # LP upper bounds of recip coordinates, lazily
@@ -497,8 +498,9 @@ class _Newton:
         # Hyperbolic blocks kappa phi grad^2(-log phi) on (x_j, v_j).
         kap = u[o_phi:]
         kp = d[o_phi:]
-        off = kp * xJ * v - kap
-        H.flat[lay.flat_hyp] += np.concatenate([kp * v * v, kp * xJ * xJ, off, off])
+        kx = kp * xJ
+        off = kx * v - kap
+        H.flat[lay.flat_hyp] += np.concatenate([kp * v * v, kx * xJ, off, off])
         wD = 1.0 / D
         beta = dg / (1.0 + dg * np.add.reduceat(wD, lay.term_start))
         B = lay.B_z.copy()
@@ -719,7 +721,9 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
                 x1, v1, t1, u1 = x + a * dx, v + a * dv, t + a * dt, u + ad * du
                 y1 = _slacks(p, lay, x1, v1, t1)
                 uy = u1 * y1
-                if (uy / om).min() >= gamma * float(uy.sum()) / m and (gamma or (y1 > 0).all()):
+                # ndarray.min and .sum without their Python wrappers (the same reductions)
+                if (np.minimum.reduce(uy / om) >= gamma * float(np.add.reduce(uy, axis=None)) / m
+                        and (gamma or (y1 > 0).all())):
                     break
                 if k < len(eager):
                     a = ad = 0.0            # on to Mehrotra's sigma
