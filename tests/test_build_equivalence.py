@@ -319,3 +319,13 @@ def test_paths_of_one_optimization_share_the_groups_of_all_collectives(monkeypat
         comp_ref, items = ref.path_items(dem, tuple(path))
         assert comp == comp_ref
         assert_same_terms(terms, ref.merge_terms(((every[i], n) for i, n in items), net, model, {}))
+
+
+def test_hash_multipliers_drawn_once_and_read_only():
+    # Kept between builds: the same numbers as a fresh draw, and nobody may change them.
+    from libra_astra.optimize import terms as terms_mod
+    m = terms_mod._multipliers(10)
+    fresh = np.random.default_rng(0x5EED).integers(1, 2 ** 62, size=10, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    assert np.array_equal(m, fresh)
+    assert terms_mod._multipliers(10) is m
+    assert not m.flags.writeable

@@ -330,3 +330,42 @@ def test_unique_rows_matches_numpys_unique_over_rows():
         want, want_inv = np.unique(a, axis=0, return_inverse=True)
         assert np.array_equal(uniq, want) and np.array_equal(inv, want_inv.ravel())
         assert np.array_equal(uniq[inv], a)
+
+
+def test_index_runs_become_slices():
+    # The solver indexes the v coordinates at every step; a run indexes as a view.
+    assert solver._as_slice(np.array([0, 1, 2])) == slice(0, 3)
+    assert solver._as_slice(np.array([2, 3])) == slice(2, 4)
+    assert isinstance(solver._as_slice(np.array([0, 2])), np.ndarray)
+    assert isinstance(solver._as_slice(np.zeros(0, dtype=np.int64)), np.ndarray)
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (1, 0, 2), (0, 2, 1)])
+def test_reciprocal_coordinates_anywhere(order):
+    # Sum of reciprocals (optimum 9) with the epigraph coordinate moved among the bandwidths: the
+    # reciprocal coordinates are a run from 0, a run after it, or no run (gathered, not sliced).
+    perm = list(order)
+    A = np.array([[4.0, 1.0, 0.0]])[:, perm]
+    c = np.array([0.0, 0.0, 1.0])[perm]
+    z = perm.index(2)
+    G = np.array([[-1.0, 0, 0], [0, -1.0, 0]])[:, perm]
+    E = np.array([[1.0, 1.0, 0]])[:, perm]
+    p = problem(A, c, class_z=[z], G=G, h=[0, 0], E=E, f=[1])
+    x0 = np.array([0.5, 0.5, 100.0])[perm]
+    r = solve(p, [x0])
+    check_certificate(r, 9.0)
+    assert r.x[[perm.index(0), perm.index(1)]] == pytest.approx([2 / 3, 1 / 3], rel=1e-6)
+
+
+def test_layout_term_values_are_the_same_numbers():
+    # _certify passes the layout to spare finding the used columns: the values must not move.
+    rng = np.random.default_rng(3)
+    A = rng.random((7, 4)) * (rng.random((7, 4)) > 0.3)
+    A[:, 3] = 0.0
+    A[:, 0] += 0.1
+    p = problem(A, [0, 0, 0, 1], owner=[0, 0, 1, 1, 1, 2, 3], g=rng.random(7))
+    lay = solver._Layout(p)
+    for _ in range(5):
+        x = np.r_[rng.random(3) + 0.1, 50.0]
+        assert np.array_equal(term_values(p, x, lay), term_values(p, x))
+        assert np.array_equal(tight_point(p, x, lay), tight_point(p, x))
