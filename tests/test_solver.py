@@ -369,3 +369,20 @@ def test_layout_term_values_are_the_same_numbers():
         x = np.r_[rng.random(3) + 0.1, 50.0]
         assert np.array_equal(term_values(p, x, lay), term_values(p, x))
         assert np.array_equal(tight_point(p, x, lay), tight_point(p, x))
+
+
+def test_equality_factors_kept_per_matrix():
+    # Solves sharing E share its decompositions: the same numbers as fresh ones, read-only, and
+    # a different E (even equal up to a copy's layout) never gets another's.
+    E = np.array([[1.0, 1.0, 0.0]])
+    eq = solver._equality_factors(E)
+    assert solver._equality_factors(np.asfortranarray(E.copy())) is eq
+    assert solver._equality_factors(np.array([[1.0, 2.0, 0.0]])) is not eq
+    _, sv, vt = np.linalg.svd(E)
+    assert np.array_equal(eq.null_basis, vt[1:].T)
+    assert np.array_equal(eq.pinv, np.linalg.pinv(E))
+    assert np.array_equal(eq.pinv_T(), np.linalg.pinv(E.T))
+    assert not eq.pinv.flags.writeable and not eq.null_basis.flags.writeable
+    p = problem([[4, 1, 0]], [0, 0, 1], **NONNEG2, **SUM1)
+    a, b = solve(p, [np.array([0.5, 0.5, 100.0])]), solve(p, [np.array([0.5, 0.5, 100.0])])
+    assert np.array_equal(a.x, b.x) and a.fun == b.fun and a.dual_bound == b.dual_bound

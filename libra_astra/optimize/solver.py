@@ -337,14 +337,13 @@ class _Layout:
         self.cX = np.concatenate([p.c, np.zeros(nv)])
         # Null-space basis of E (on x; v is free): steps dX = Z dy keep E x = f and leave an SPD system.
         if p.E.shape[0]:
-            _, sv, vt = np.linalg.svd(p.E)
-            rank = int(np.sum(sv > 1e-12 * max(1.0, sv[0])))
-            Zx = vt[rank:].T
+            eq = _equality_factors(p.E)
+            Zx = eq.null_basis
             self.Z = np.zeros((N, Zx.shape[1] + nv))
             self.Z[:n, :Zx.shape[1]] = Zx
             self.Z[n:, Zx.shape[1]:] = np.eye(nv)
             self.ZT = np.ascontiguousarray(self.Z.T)
-            self.E_pinv = np.linalg.pinv(p.E)
+            self.E_pinv = eq.pinv
         else:
             self.Z = self.ZT = self.E_pinv = None
         self.z_unique = np.unique(p.class_z)
@@ -360,13 +359,52 @@ class _Layout:
                     self.lower_row[j] = i
         self.ub: dict[int, float] = {}               # LP upper bounds of recip coordinates, lazily
         self._row_ub = None
-        self._E_pinv_T = None
+        self.eq = eq if p.E.shape[0] else None
 
     @property
     def row_ub(self) -> np.ndarray:
         if self._row_ub is None:
             self._row_ub = _row_upper_bounds(self.p)
         return self._row_ub
+
+
+class _EqualityFactors:
+    """Factors of an equality matrix E: a null-space basis, pinv(E) and (when a certificate
+    needs it) pinv(E^T). They depend on E alone, which every solve of one network and set of
+    constraints shares (each round of dependency paths, each optimize of a sweep); decompositions
+    of the same bytes give the same numbers, so they are kept instead of recomputed."""
+
+    def __init__(self, E: np.ndarray):
+        self.E = E
+        _, sv, vt = np.linalg.svd(E)
+        rank = int(np.sum(sv > 1e-12 * max(1.0, sv[0])))
+        self.null_basis = _frozen(np.ascontiguousarray(vt[rank:].T))
+        self.pinv = _frozen(np.linalg.pinv(E))
+        self._pinv_T = None
+
+    def pinv_T(self) -> np.ndarray:
+        if self._pinv_T is None:
+            self._pinv_T = _frozen(np.linalg.pinv(self.E.T))
+        return self._pinv_T
+
+
+_EQ_CACHE: dict = {}
+_EQ_CACHE_SIZE = 32
+
+
+def _equality_factors(E: np.ndarray) -> _EqualityFactors:
+    key = (E.shape, E.dtype.str, E.tobytes())
+    hit = _EQ_CACHE.get(key)
+    if hit is None:
+        if len(_EQ_CACHE) >= _EQ_CACHE_SIZE:
+            _EQ_CACHE.clear()
+        hit = _EQ_CACHE[key] = _EqualityFactors(_frozen(E.copy()))
+    return hit
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
 
 
 def _row_upper_bounds(p: ConvexProblem) -> np.ndarray:
@@ -857,9 +895,7 @@ def _dual_bound(p: ConvexProblem, lay: _Layout, x: np.ndarray, lam: np.ndarray, 
     # Equality multipliers: least squares on stationarity in x.
     grad_known = p.c - lay.AT @ lam * (inv * inv) + lay.GT @ mu - np.bincount(p.class_z, weights=pi, minlength=n)
     if p.E.shape[0]:
-        if lay._E_pinv_T is None:
-            lay._E_pinv_T = np.linalg.pinv(p.E.T)
-        nu = -(lay._E_pinv_T @ grad_known)
+        nu = -(lay.eq.pinv_T() @ grad_known)
         lin = p.c + lay.GT @ mu + p.E.T @ nu     # linear coefficient of x before class terms
     else:
         nu = np.zeros(0)
