@@ -91,6 +91,20 @@ def check_program(reader, prog, nodes):
             assert getattr(row, k) == v, (k, v, row)
 
 
+def random_nodes_with_blocks(rng, max_count, id_top, planted, block):
+    """1..max_count random nodes on rising ids below id_top; each node of planted(nodes) has, with
+    probability 1/2, its attributes replaced by block() (blocks that repeat across nodes)."""
+    count = rng.randint(1, max_count)
+    ids = sorted(rng.sample(range(1, id_top), count))
+    nodes = [random_node(rng, i, ids) for i in range(count)]
+    for n in planted(nodes):
+        if rng.random() < 0.5:
+            del n.attr[:]
+            for attr in block():
+                n.attr.add(**attr)
+    return nodes
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_reader_matches_schema_parse(seed):
     rng = random.Random(seed)
@@ -127,15 +141,11 @@ def test_bulk_attribute_decode_equals_the_per_block_decode(seed):
     rng = random.Random(1000 + seed)
     bufs = []
     for f in range(rng.randint(1, 4)):
-        count = rng.randint(1, 200)
-        ids = sorted(rng.sample(range(1, 10**9), count))
-        nodes = [random_node(rng, i, ids) for i in range(count)]
-        for n in nodes[: rng.randint(0, count)]:  # blocks that repeat across nodes and files
-            if rng.random() < 0.5:
-                del n.attr[:]
-                n.attr.add(name="comm_size", int64_val=4096)
-                n.attr.add(name="comm_tag", int64_val=rng.randint(0, 2**40))  # unwanted, unique
-                n.attr.add(name="is_cpu_op", bool_val=False)
+        nodes = random_nodes_with_blocks(
+            rng, 200, 10**9, lambda nodes: nodes[: rng.randint(0, len(nodes))],  # blocks repeat across nodes and files
+            lambda: [dict(name="comm_size", int64_val=4096),
+                     dict(name="comm_tag", int64_val=rng.randint(0, 2**40)),  # unwanted, unique
+                     dict(name="is_cpu_op", bool_val=False)])
         frames = [cio.encode_metadata()]
         for n in nodes:
             raw = bytearray(n.SerializeToString())
@@ -162,14 +172,9 @@ def test_files_sharing_a_template_read_as_when_read_alone(seed, monkeypatch):
     rng = random.Random(3000 + seed)
     bases = []
     for _ in range(rng.randint(1, 3)):
-        count = rng.randint(1, 120)
-        ids = sorted(rng.sample(range(1, 10**6), count))
-        nodes = [random_node(rng, i, ids) for i in range(count)]
-        for n in nodes:
-            if rng.random() < 0.5:
-                del n.attr[:]
-                n.attr.add(name="comm_size", int64_val=4096)
-                n.attr.add(name="pg_name", string_val=str(rng.randint(0, 9)))
+        nodes = random_nodes_with_blocks(
+            rng, 120, 10**6, lambda nodes: nodes,
+            lambda: [dict(name="comm_size", int64_val=4096), dict(name="pg_name", string_val=str(rng.randint(0, 9)))])
         bases.append(encode(nodes))
     bufs = []
     for _ in range(rng.randint(2, 12)):

@@ -235,7 +235,7 @@ def _surrogate(p: ConvexProblem) -> ConvexProblem | None:
     if K < _SURROGATE:
         return None
     M, n = p.A.shape
-    row_start = np.flatnonzero(np.r_[True, p.owner[1:] != p.owner[:-1]])
+    row_start = _run_starts(p.owner)
     nrows = np.diff(np.r_[row_start, M])
     scale = np.maximum.reduceat(p.A.max(axis=1), row_start)
     scale = np.where(scale > 0, scale, 1.0)

@@ -351,7 +351,7 @@ class TraceReader:
         dep_first = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(dep_count, out=dep_first[1:])
         resolved, dep_pos = resolve_deps_many(w.ids, dep_vals, dep_first, first)
-        bad = (w.types < 0) | (w.types > 7)
+        bad = _unknown_type(w.types)
         resolved &= np.bincount(np.repeat(np.arange(len(bufs)), np.diff(first))[bad], minlength=len(bufs)) == 0
         types8 = w.types.astype(np.int8)
         attr32 = aid.astype(np.int32)
@@ -672,7 +672,7 @@ class TraceReader:
 
     def _finish(self, where: str, version: str, node_ids: np.ndarray, durations: np.ndarray, types: np.ndarray,
                 aid: np.ndarray, dep_ids: np.ndarray, dep_ptr: np.ndarray, pg_info: tuple) -> RankProgram:
-        bad = (types < 0) | (types > 7)
+        bad = _unknown_type(types)
         if bad.any():
             i = int(np.argmax(bad))
             raise LibraError(
@@ -681,6 +681,12 @@ class TraceReader:
         dep_index, dep_ptr, dangling = resolve_deps(node_ids, dep_ids, dep_ptr, where)
         return _program(where, version, node_ids, durations, types.astype(np.int8), aid.astype(np.int32), dep_ptr,
                         dep_index, pg_info, dangling)
+
+
+def _unknown_type(types: np.ndarray) -> np.ndarray:
+    """Whether each node's type is outside the schema's 0..7 (such a file goes to _finish, which
+    names the first)."""
+    return (types < 0) | (types > 7)
 
 
 def _program(where: str, version: str, node_ids: np.ndarray, durations: np.ndarray, types: np.ndarray,
