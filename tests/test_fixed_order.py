@@ -31,7 +31,7 @@ def compare(d: Demand, net: Network, seed: int, seen: Counter, count: int = 3) -
             d = replace(d)
             t = joint._times(d, bw, net, model)
             plan = joint._plan(d)
-            exact = joint._simulate(plan, joint._durations(d, plan, bw, net, model), d)
+            exact = joint._simulate(plan, joint._duration_array(d, plan, bw, net, model).tolist(), d)
             assert t.finish == exact.finish
             assert t.busy_comp == exact.busy_comp
             ends = [plan.offsets[ci] + f.index(max(f)) for ci in range(len(d.rank_classes))
@@ -190,7 +190,7 @@ def test_random_dags_with_competing_slot_nodes():
                     assert unchecked == t.finish
                 else:
                     seen["order refuted"] += 1
-                    exact = joint._simulate(plan, joint._durations(d, plan, bw, NET, model), d)
+                    exact = joint._simulate(plan, joint._duration_array(d, plan, bw, NET, model).tolist(), d)
                     seen["order wrong"] += unchecked != exact.finish
     assert seen["order confirmed"] > 0 and seen["order refuted"] > 0 and seen["order wrong"] > 0
     assert seen["fixed"] > 0 and seen["events"] > 0

@@ -42,7 +42,8 @@ def assert_same(d: Demand, net: Network, model: TimeModel, bw: tuple[float, ...]
         return False
     k = len(d.rank_classes)
     assert tuple(new.class_finish(ci) for ci in range(k)) == old.finish
-    causes = tuple([None if g < 0 else new.job_of[g]
+    job_of = joint._plan(d).job_of
+    causes = tuple([None if g < 0 else job_of[g]
                     for g in new.cause[new.offsets[ci]:new.offsets[ci + 1]]] for ci in range(k))
     assert causes == old.cause
     assert new.busy_comp == old.busy_comp

@@ -89,7 +89,7 @@ def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     order = np.lexsort(distinct.T[::-1])
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
-    return distinct[order], rank[inv.reshape(-1)]
+    return distinct[order], rank[inv]
 
 
 def _programs_with(progs: Sequence[RankProgram], kinds: Sequence[tuple[int, np.ndarray | None]]) -> np.ndarray:

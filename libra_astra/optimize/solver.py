@@ -751,7 +751,7 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
             frac = 0.995 if mu > 1e-6 else 0.9999
             a, ad = _step_lengths(lay, x, v, y, u, ri, dx, dv, dy, du, frac)
             if stationary and min(a, ad) < _GZ_BELOW:
-                yc, dx, dv, dt, dy, du, a, ad = _centrality_correction(
+                dx, dv, dt, dy, du, a, ad = _centrality_correction(
                     nt, lay, x, v, y, u, ri, yc, (dx, dv, dt, dy, du), a, ad, sig * mu, frac)
             y1 = None
             gamma = _GAMMA if a_aff < _QUAD else 0.0
@@ -800,7 +800,7 @@ def _centrality_correction(nt: "_Newton", lay: _Layout, x, v, y, u, ri, yc, step
                            target: float, frac: float):
     """Gondzio's correction: push the products u_i y_i that a longer step would leave far from
     target * omega_i back into a box around it, re-solve with the factored system, and keep the
-    result if the steps grow. Returns (yc, dx, dv, dt, dy, du, a, ad)."""
+    result if the steps grow. Returns (dx, dv, dt, dy, du, a, ad)."""
     dx, dv, dt, dy, du = step
     o_phi, J, om = lay.o_phi, lay.Jx, lay.omega
     at, adt = min(1.0, 1.5 * a + 0.1), min(1.0, 1.5 * ad + 0.1)
@@ -814,8 +814,8 @@ def _centrality_correction(nt: "_Newton", lay: _Layout, x, v, y, u, ri, yc, step
     du2 = yc2 - u - nt.d * dy2
     a2, ad2 = _step_lengths(lay, x, v, y, u, ri, dx2, dv2, dy2, du2, frac)
     if a2 + ad2 <= 1.01 * (a + ad):
-        return yc, dx, dv, dt, dy, du, a, ad
-    return yc2, dx2, dv2, dt2, dy2, du2, a2, ad2
+        return dx, dv, dt, dy, du, a, ad
+    return dx2, dv2, dt2, dy2, du2, a2, ad2
 
 
 # ------------------------------------------------------------------ barrier fallback

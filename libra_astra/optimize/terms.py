@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import itertools
 import operator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from ..demand.types import Demand
 from ..model.network import Network
-from ..timing.model import TimeModel, demand_rows
+from ..timing.model import TimeModel, demand_rows, rows_key
 from ..timing.predict import node_table
 
 
@@ -200,7 +200,7 @@ def _exact_groups(s: _Scaled, items: np.ndarray) -> tuple[np.ndarray, np.ndarray
     nr = s.nrows[items]
     for r in np.unique(nr).tolist():
         sel = np.flatnonzero(nr == r)
-        rows = (s.starts[items[sel]][:, None] + np.arange(r)).ravel()
+        rows = _rows_of(s, items[sel])[0]
         keys = np.concatenate([_row_bits(s, rows), s.g_bits[rows][:, None]], axis=1).reshape(sel.shape[0], -1)
         _, first, k = np.unique(keys, axis=0, return_index=True, return_inverse=True)
         inv[sel] = k.ravel() + len(firsts)
@@ -222,10 +222,7 @@ def _merge(s: _Scaled, items: np.ndarray, count: np.ndarray, ids: np.ndarray | N
     rep = items[first]
     if rep.shape[0] == s.starts.shape[0] and np.array_equal(rep, np.arange(rep.shape[0])):
         return Terms(_all_scaled_rows(s), s.g_ns, s.starts, weight)       # nothing merged, every collective kept
-    nrows = s.nrows[rep]
-    starts = np.zeros(rep.shape[0], dtype=np.int64)
-    np.cumsum(nrows[:-1], out=starts[1:])
-    rows = np.repeat(s.starts[rep] - starts, nrows) + np.arange(int(nrows.sum()))
+    rows, starts, _ = _rows_of(s, rep)
     return Terms(_scaled_rows(s, rows), s.g_ns.take(rows), starts, weight)
 
 
@@ -235,7 +232,7 @@ def _demand_scaled(demand: Demand, net: Network, model: TimeModel,
     each class's first collective and every collective's count; kept in ``cache`` for the calls
     of one optimization."""
     # Rows do not depend on overlap: the overlap optimize's paths reuse its no-overlap start's.
-    key = (id(demand), net, replace(model, overlap=False))
+    key = (id(demand), net, rows_key(model))
     hit = cache.get(key)
     if hit is not None:
         return hit[1:]

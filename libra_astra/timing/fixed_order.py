@@ -234,10 +234,9 @@ def _slot_checks(on: np.ndarray, slot: np.ndarray, direct: np.ndarray, same: np.
     edges = [0, *bounds.tolist(), nodes.size]
     segments = tuple(zip(edges[:-1], edges[1:]))
     cu = np.append(deps, n)
-    ptr = dep_ptr
-    deg = np.diff(ptr)[nodes]
+    deg = np.diff(dep_ptr)[nodes]
     lens = np.maximum(deg, 1)
-    first = np.where(deg > 0, ptr[nodes], cu.size - 1)
+    first = np.where(deg > 0, dep_ptr[nodes], cu.size - 1)
     dep_start = np.cumsum(lens) - lens
     dep_idx = cu[np.repeat(first - dep_start, lens) + np.arange(int(lens.sum()))]
     return _SlotChecks(nodes, prev, dep_idx, dep_start, lens, deg > 0, ~brk, run_end, segments)

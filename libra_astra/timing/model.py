@@ -91,10 +91,11 @@ def collective_rows(c: Collective, net: Network, model: TimeModel = LIBRA) -> tu
 @lru_cache(maxsize=1 << 12)
 def _memo_rows(c: Collective, net: Network, model: TimeModel) -> Rows:
     # Cached: the loop and the checks of single collectives time the same few at many bandwidths.
-    return _frozen(collective_rows_of((c,), net, _rows_key(model)))
+    return _frozen(collective_rows_of((c,), net, rows_key(model)))
 
 
-def _rows_key(model: TimeModel) -> TimeModel:
+def rows_key(model: TimeModel) -> TimeModel:
+    """The model as far as rows depend on it (keys of row caches)."""
     # Rows do not depend on overlap: the overlap solve and its no-overlap start share them.
     return replace(model, overlap=False) if model.overlap else model
 
@@ -129,7 +130,7 @@ def _memoized(owner: RankClass | Demand, net: Network, model: TimeModel, build) 
         entry = (weakref.ref(owner, forget), {})
         _MEMO[key] = entry
     memo = entry[1]
-    mkey = (net, _rows_key(model))
+    mkey = (net, rows_key(model))
     rows = memo.get(mkey)
     if rows is None:
         rows = _frozen(build(mkey[1]))

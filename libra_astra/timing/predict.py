@@ -58,7 +58,6 @@ class _Replay:
     cause: list[int]                    # what each node waited for last, -1 for nothing
     busy_comp: tuple[float, ...]        # per class
     offsets: tuple[int, ...]
-    job_of: list[JobNode]               # (class, node) of each global node
     cycles: int                         # waits dropped because ranks waited on each other in a cycle
 
     def class_finish(self, ci: int) -> list[float]:
@@ -297,10 +296,6 @@ def _dag_shape(dag) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, boo
     return kinds, deps, np.flatnonzero(is_coll), values, bool(np.any(values[~is_coll] == 0.0))
 
 
-def _durations(d: Demand, plan: _Plan, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> list[float]:
-    return _duration_array(d, plan, bw_gbps, net, model).tolist()
-
-
 def _duration_array(d: Demand, plan: _Plan, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> np.ndarray:
     # Collective times do not depend on overlap: the rows are the ones the no-overlap optimum
     # (the optimizer's start) has built already, stacked once per demand, network and model.
@@ -313,16 +308,19 @@ def _duration_array(d: Demand, plan: _Plan, bw_gbps: Sequence[float], net: Netwo
     return dur
 
 
-def _replay(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> _Replay:
+def _replay(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel,
+            dur: np.ndarray | None = None) -> _Replay:
+    """The event-driven replay at a design; ``dur``: its durations, if the caller has them."""
     plan = _plan(d)
     key = (tuple(float(b) for b in bw_gbps), net, model)
     # The optimizer takes the critical paths at a design and then evaluates that same design.
     last = plan.last
     if last is not None and last[0] == key:
         return last[1]
-    dur = _durations(d, plan, bw_gbps, net, model)
+    if dur is None:
+        dur = _duration_array(d, plan, bw_gbps, net, model)
     with _no_cycle_collection():
-        r = _simulate(plan, dur, d)
+        r = _simulate(plan, dur.tolist(), d)
     plan.last = (key, r)
     return r
 
@@ -339,6 +337,7 @@ def _times(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) 
         plan.fixed = fixed_order(plan.offsets, *plan.edges, plan.base_ns, plan.waits, plan.syncs,
                                  plan.busy_start(d))
     fo = plan.fixed
+    dur = None
     if fo is not None:
         dur = _duration_array(d, plan, bw_gbps, net, model)
         finish = finish_times(fo, dur)
@@ -346,7 +345,7 @@ def _times(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) 
             t = _Times(finish, fo.busy_comp, plan.offsets, fo, dur, np.fromiter(finish, float, count=len(finish)))
             plan.last_times = (key, t)
             return t
-    return _replay(d, bw_gbps, net, model)
+    return _replay(d, bw_gbps, net, model, dur)
 
 
 def _simulate(plan: _Plan, dur: list[float], d: Demand) -> _Replay:
@@ -546,7 +545,7 @@ def _simulate(plan: _Plan, dur: list[float], d: Demand) -> _Replay:
         else:
             start, why, _ = pend_sync.pop(g)
             synced(g, start, why)
-    return _Replay(finish, cause, tuple(busy), plan.offsets, plan.job_of, cycles)
+    return _Replay(finish, cause, tuple(busy), plan.offsets, cycles)
 
 
 def critical_paths(d: Demand, bw_gbps: Sequence[float], net: Network,
@@ -579,7 +578,7 @@ def critical_path_nodes(d: Demand, bw_gbps: Sequence[float], net: Network,
     found = r.path_nodes(ends)
     if found is None:
         # a tie on a path: the event-driven replay's order of events decides it
-        found = _replay(d, bw_gbps, net, model).path_nodes(ends)
+        found = _replay(d, bw_gbps, net, model, r.dur).path_nodes(ends)
     paths = iter(found)
     return [(t, next(paths) if p is None else p) for t, p in out]
 

@@ -286,9 +286,8 @@ def group_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if words > 1:
         other = np.nonzero(~(w64 == w64[first[inv]]).all(axis=1))[0]
         if other.size:
-            _, f2, i2 = np.unique(padded[other].view(np.dtype((np.void, words * 8))).reshape(-1),
-                                  return_index=True, return_inverse=True)
-            inv[other] = i2.reshape(-1) + first.size
+            f2, i2 = row_groups(padded[other])
+            inv[other] = i2 + first.size
             first = np.concatenate((first, other[f2]))
     return first, inv
 
