@@ -23,10 +23,6 @@ def _fmt_time(ns: float) -> str:
     return f"{ns / 1e3:.4f} us"
 
 
-def _fmt_usd(usd: float) -> str:
-    return "-" if not math.isfinite(usd) else f"${usd:,.0f}"
-
-
 class _Progress:
     """One refreshed line on stderr, only when it is a terminal (and not --quiet)."""
 

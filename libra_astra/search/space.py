@@ -275,13 +275,6 @@ def p2p_far_dims(shape: Sequence[int], placement: dict, par: Parallelization) ->
     return far
 
 
-def check_space(max_dims: int, n: int) -> None:
-    if max_dims < 1:
-        raise LibraError(f"--max-dims must be >= 1, got {max_dims}")
-    if n < 2:
-        raise LibraError(f"--npus must be >= 2, got {n}")
-
-
 def spec_parallel(par: Parallelization, spec: TraceSpec) -> Parallel:
     return Parallel(tp=par.tp, pp=par.pp, dp=par.dp, sequence_parallel=par.sp,
                     grad_bucket_bytes=spec.parallel.grad_bucket_bytes)
