@@ -73,8 +73,11 @@ def collective_rows_of(colls: Sequence[Collective], net: Network, model) -> Rows
     none = ~used.any(axis=1)
     take = used.copy()
     take[none, 0] = True
-    coll_of, dim_of = np.nonzero(take)          # each row's collective and dimension, in row order
     nrows = take.sum(axis=1)
+    # Each row's collective and dimension, in row order: from the flat positions, a third of the
+    # time of a 2-d nonzero.
+    coll_of = np.repeat(np.arange(N), nrows)
+    dim_of = np.flatnonzero(take) - coll_of * D
     starts = np.zeros(N, dtype=np.int64)
     np.cumsum(nrows[:-1], out=starts[1:])
     if model.kind == "libra":
@@ -93,8 +96,10 @@ def collective_rows_of(colls: Sequence[Collective], net: Network, model) -> Rows
 
 def _own_rows(traffic: np.ndarray, coll_of: np.ndarray, dim_of: np.ndarray) -> np.ndarray:
     """(M, D) rows, each with its collective's traffic on its own dimension only."""
-    A = np.zeros((coll_of.shape[0], traffic.shape[1]))
-    A[np.arange(coll_of.shape[0]), dim_of] = traffic[coll_of, dim_of]
+    M, D = coll_of.shape[0], traffic.shape[1]
+    A = np.zeros((M, D))
+    # Flat positions: faster than indexing with (row, column) pairs.
+    A.reshape(-1)[np.arange(0, M * D, D) + dim_of] = traffic.take(coll_of * D + dim_of)
     return A
 
 
