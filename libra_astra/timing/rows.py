@@ -69,11 +69,12 @@ def collective_rows_of(colls: Sequence[Collective], net: Network, model) -> Rows
         return Rows(np.zeros((0, D)), np.zeros(0), np.zeros(0, dtype=np.int64))
     traffic = column(colls, "traffic_bytes", float, D)
     used = traffic > 0
+    nrows = used.sum(axis=1)
     # A collective that uses no dimension takes no time: one zero row (on dimension 0).
-    none = ~used.any(axis=1)
+    none = nrows == 0
     take = used.copy()
     take[none, 0] = True
-    nrows = take.sum(axis=1)
+    nrows[none] = 1
     # Each row's collective and dimension, in row order: from the flat positions, a third of the
     # time of a 2-d nonzero.
     coll_of = np.repeat(np.arange(N), nrows)
