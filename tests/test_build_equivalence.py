@@ -71,12 +71,15 @@ def model_for(net, model: TimeModel) -> TimeModel:
     return replace(model, efficiency=tuple(np.linspace(0.5, 1.0, net.num_dims)))
 
 
+@pytest.mark.parametrize("dedupe", [False, True], ids=["packed", "deduplicated"])
 @pytest.mark.parametrize("block", [None, 37], ids=["one-block", "blocks-of-37"])
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: f"{m.kind}-{m.splits}")
 @pytest.mark.parametrize("make_net", [net3, net8])
-def test_rows_are_those_of_one_collective_at_a_time(make_net, model, block, monkeypatch):
+def test_rows_are_those_of_one_collective_at_a_time(make_net, model, block, dedupe, monkeypatch):
     if block is not None:     # blocks that end mid-way through flat and hierarchical runs
         monkeypatch.setattr(rows_mod, "_BLOCK", block)
+    if dedupe:                # hops and participants read once per distinct tuple, as at many collectives
+        monkeypatch.setattr(rows_mod, "_DEDUPE_FROM", 0)
     net = make_net()
     model = model_for(net, model)
     colls = mixed_collectives(net, 400, seed=3)
