@@ -13,7 +13,7 @@ from libra_astra.optimize.design import design_from_dict
 from libra_astra.errors import LibraError
 from libra_astra.model.network import network_from_dict
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 70), st.floats(allow_nan=True),
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 70), st.integers(2 ** 62, 2 ** 80), st.floats(allow_nan=True),
                     st.text(max_size=12), st.sampled_from(["Ring", "Switch", "ALL_REDUCE", "P2P", "flat_ring"]))
 values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
                                                         st.dictionaries(st.text(max_size=10), inner, max_size=4)),
@@ -116,3 +116,39 @@ def test_corrupted_trace_files(tmp_path_factory, data):
     (work / "dlrm.0.et").write_bytes(bytes(raw[:cut]))
     net = load_network(root / "network_configs/sample_4x4.yml")
     _only_libra_errors(lambda p: demand_from_traces(p, net), str(work / "dlrm"))
+
+
+def _demand(collective=None, dag=None, classes=1):
+    rc = {"compute_time_ns": 1.0, "collectives": [collective or {"type": "ALL_REDUCE", "size_bytes": 1e6,
+                                                                  "participants": [4, 2]}]}
+    if dag is not None:
+        rc["dag"] = dag
+    return {"format": "libra_astra.demand", "version": 1, "npus_per_dim": [4, 2], "rank_classes": [rc] * classes}
+
+
+def test_hops_beyond_any_network_are_refused():
+    # 10**30 passed the integer check and then failed deep in the row builder, not in one line
+    data = _demand({"type": "ALL_REDUCE", "size_bytes": 1e6, "participants": [4, 2], "hops": [3, 10 ** 30]})
+    with pytest.raises(LibraError) as e:
+        demand_from_dict(data, "d.json")
+    assert str(e.value) == ("d.json: rank_classes[0]: collectives[0]: hops[1] = " + str(10 ** 30)
+                            + " is beyond 1,000,000,000; fix the hops")
+
+
+DAG = {"nodes": [["comp", 5.0], ["coll", 0], ["free", 0.0]], "deps": [[0, 1], [1, 2]]}
+
+
+@pytest.mark.parametrize("field, wait, classes, message", [
+    ("links", [2, 1, 0], 1, "dag link [2, 1, 0] names class 1, but there is 1 class; fix or remove it"),
+    ("links", [2, 1, 3], 2, "dag link [2, 1, 3] names node 3 of class 1, which has 3 nodes; fix or remove it"),
+    ("syncs", [1, 4, 1], 2, "dag sync [1, 4, 1] names class 4, but there are 2 classes; fix or remove it"),
+    ("syncs", [0, 1, 1], 2, "dag sync [0, 1, 1] sits on a 'comp' node; a sync pairs collectives, fix or remove it"),
+])
+def test_waits_must_name_nodes_that_exist(field, wait, classes, message):
+    # the replay passes over a wait it cannot place: the job would be timed without it
+    data = _demand(dag={**DAG, field: [wait]}, classes=classes)
+    with pytest.raises(LibraError) as e:
+        demand_from_dict(data, "d.json")
+    assert str(e.value) == f"d.json: rank_classes[0]: {message}"
+    ok = _demand(dag={**DAG, "links": [[2, classes - 1, 1]], "syncs": [[1, classes - 1, 1]]}, classes=classes)
+    assert demand_from_dict(ok, "d.json").rank_classes[0].dag.links == ((2, classes - 1, 1),)

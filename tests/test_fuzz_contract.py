@@ -25,6 +25,8 @@ from libra_astra.errors import LibraError
 from libra_astra.model.network import load_network, network_from_dict
 from libra_astra.strictload import loads_json, loads_yaml
 from libra_astra.demand.synthetic import gpt3_demand
+from libra_astra.timing.model import TimeModel
+from libra_astra.timing.predict import predict
 from libra_astra.tracegen.spec import spec_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,12 +122,17 @@ def _json_mutants():
     return st.tuples(st.integers(0, 10**6), st.integers(0, 2), pieces).map(mutate)
 
 
+# what every accepted demand must survive: the pipelined model reads every field (hops included)
+TIMED = TimeModel("pipelined", splits=2, latency=True, local_mem_bw_gbps=1000.0, overlap=True)
+
+
 @_settings(200)
 @given(_json_mutants())
 def test_demand_json_text(text):
     def load():
         d = demand_from_dict(loads_json(text, "d.json", "demand"), "d.json")
         d.check_network(NET, "d.json")
+        predict(d, [100.0] * NET.num_dims, NET, TIMED)
     holds(load)
 
 

@@ -19,7 +19,7 @@ Demand JSON, version 1 (``"format": "libra_astra.demand"``)::
              "name": "layer0.wg", "phase": "wg", "group": "dp",
              "algorithm": "hierarchical", # or "flat_ring" (irregular group) or "p2p"
              "traffic_bytes": [..],       # per-NPU bytes per dim; derived if hierarchical
-             "hops": [..]}                # hop latencies paid in sequence per dim; derived if omitted
+             "hops": [..]}                # hop latencies paid in sequence per dim (integers up to 1e9); derived if omitted
           ],
           "dag": {...}                    # optional dependency graph (see below)
         }
@@ -35,7 +35,10 @@ in ns), ``"free"`` (a node on no resource, such as a receive: time in ns, normal
 (value = index into ``collectives``); ``deps`` lists edges u -> v (v waits for u), node indices in topological order; optional
 ``links`` [[node, source class, source node], ...] make a receive wait for the matching send of
 another rank class (pipeline parallelism); optional ``syncs`` [[node, class, node], ...] make a
-collective start only when the same collective of another class is ready too.
+collective start only when the same collective of another class is ready too. Every source
+(class, node) must exist (a class without a ``dag`` is its one node 0) and a sync sits on a
+``"coll"`` node: the reader refuses a file that breaks this, since the replay could not place
+the wait.
 """
 
 from __future__ import annotations
@@ -172,6 +175,8 @@ def single_class(name: str, npus_per_dim: Sequence[int], compute_time_ns: float,
 # Far above any real job (a zettabyte, ten million years) and far below float overflow: products
 # of such numbers (count x size x ranks, summed over collectives) must stay finite.
 MAX_VALUE = 1e21
+# Far above any real collective's link hops per dimension, and inside numpy's 64-bit integers.
+MAX_HOPS = 10 ** 9
 
 
 def _num(v: Any, where: str, what: str, minimum: float = 0.0) -> float:
@@ -214,6 +219,9 @@ def _collective_from_dict(raw: Any, where: str, shape: tuple[int, ...]) -> Colle
         if not isinstance(hops, list) or len(hops) != len(shape) or not all(
                 isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in hops):
             raise LibraError(f"{where}: hops must be a list of {len(shape)} non-negative integers, got {hops!r}")
+        for d, h in enumerate(hops):
+            if h > MAX_HOPS:
+                raise LibraError(f"{where}: hops[{d}] = {h} is beyond {MAX_HOPS:,}; fix the hops")
         hops_t = tuple(hops)
     return Collective(kind, size, tuple(parts), traffic_t, hops_t, count, str(raw.get("name", "")),
                       str(raw.get("phase", "")), str(raw.get("group", "")), algorithm)
@@ -265,6 +273,28 @@ def _class_from_dict(raw: Mapping, where: str, shape: tuple[int, ...]) -> RankCl
     return RankClass(compute, colls, num, tuple(ranks), dag)
 
 
+def _check_waits(classes: tuple[RankClass, ...], source: str, listed: bool) -> None:
+    """Every link and sync names a node of a class that exists (the replay would pass over one
+    that does not, and time the job without that wait), and a sync sits on a collective.
+    ``listed``: the classes are the file's rank_classes (else its one class is the file itself)."""
+    # a class without a DAG is its one node in the replay's joint graph
+    sizes = [len(rc.dag.nodes) if rc.dag is not None else 1 for rc in classes]
+    for i, rc in enumerate(classes):
+        if rc.dag is None:
+            continue
+        where = f"{source}: rank_classes[{i}]" if listed else source
+        for kind, waits in (("link", rc.dag.links), ("sync", rc.dag.syncs)):
+            for v, c, u in waits:
+                if c >= len(classes) or u >= sizes[c]:
+                    n = len(classes)
+                    target = (f"class {c}, but there {'is 1 class' if n == 1 else f'are {n} classes'}" if c >= n
+                              else f"node {u} of class {c}, which has {sizes[c]} nodes")
+                    raise LibraError(f"{where}: dag {kind} {[v, c, u]} names {target}; fix or remove it")
+                if kind == "sync" and rc.dag.nodes[v][0] != "coll":
+                    raise LibraError(f"{where}: dag sync {[v, c, u]} sits on a {rc.dag.nodes[v][0]!r} node; "
+                                     "a sync pairs collectives, fix or remove it")
+
+
 def demand_from_dict(data: Any, source: str = "<demand>") -> Demand:
     if not isinstance(data, Mapping):
         raise LibraError(f"{source}: expected a JSON object")
@@ -283,6 +313,7 @@ def demand_from_dict(data: Any, source: str = "<demand>") -> Demand:
                         for i, c in enumerate(data["rank_classes"]))
     else:
         classes = (_class_from_dict(data, source, shape_t),)
+    _check_waits(classes, source, "rank_classes" in data)
     notes = data.get("notes", [])
     return Demand(str(data.get("name", Path(source).stem)), shape_t, classes, tuple(str(n) for n in notes))
 
