@@ -219,3 +219,22 @@ def test_classes_with_equal_dags():
             assert np.signbit(mine).tolist() == want
             signed += any(want)
     assert signed > 0
+
+
+def test_a_wait_in_a_cycle_goes_on_without_it_once():
+    """A receive whose send waits for it through a shared collective: the replay breaks the
+    cycle by letting the receive go on, and must not settle it again when the send ends."""
+    net = Network("r", (Dimension("a", "Ring", 4, 500.0), Dimension("b", "Switch", 2, 700.0)))
+    ar = make_collective("ALL_REDUCE", 2.0 ** 20, (4, 1))
+    nodes = (("comp", 5.0), ("coll", 0))
+    waits_on_1 = RankClass(5.0, (ar,), 1, dag=Dag(nodes, ((0, 1),), links=((0, 1, 1),), syncs=((1, 1, 1),)))
+    shares_with_0 = RankClass(5.0, (ar,), 1, dag=Dag(nodes, ((0, 1),), syncs=((1, 0, 1),)))
+    d = Demand("cycle", (4, 2), (waits_on_1, shares_with_0))
+    alone = Demand("alone", (4, 2), (RankClass(0.0, (ar,)),))
+    for model in MODELS:
+        bw = (100.0, 100.0)
+        r = joint._replay(d, bw, net, model)
+        assert r.cycles == 1
+        # the receive ends with its compute, then both classes run the collective together
+        end = 5.0 + joint.predict(alone, bw, net, model).time_ns
+        assert joint.predict(d, bw, net, model).class_times_ns == (end, end)

@@ -412,7 +412,10 @@ def _simulate(plan: _Plan, dur: list[float], d: Demand) -> _Replay:
             push(events, (end, g))
             undefer(g)
             for w in wait_on.pop(g, ()):
-                e, y = pend_wait.pop(w)
+                p = pend_wait.pop(w, None)
+                if p is None:
+                    continue   # it went on without its wait (a cycle)
+                e, y = p
                 if end > e:
                     e, y = end, g
                 stack.append((w, e, y))
