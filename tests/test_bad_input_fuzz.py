@@ -143,6 +143,7 @@ DAG = {"nodes": [["comp", 5.0], ["coll", 0], ["free", 0.0]], "deps": [[0, 1], [1
     ("links", [2, 1, 3], 2, "dag link [2, 1, 3] names node 3 of class 1, which has 3 nodes; fix or remove it"),
     ("syncs", [1, 4, 1], 2, "dag sync [1, 4, 1] names class 4, but there are 2 classes; fix or remove it"),
     ("syncs", [0, 1, 1], 2, "dag sync [0, 1, 1] sits on a 'comp' node; a sync pairs collectives, fix or remove it"),
+    ("syncs", [1, 1, 2], 2, "dag sync [1, 1, 2] names a 'free' node; a sync pairs collectives, fix or remove it"),
 ])
 def test_waits_must_name_nodes_that_exist(field, wait, classes, message):
     # the replay passes over a wait it cannot place: the job would be timed without it

@@ -25,6 +25,8 @@ from libra_astra.errors import LibraError
 from libra_astra.model.network import load_network, network_from_dict
 from libra_astra.strictload import loads_json, loads_yaml
 from libra_astra.demand.synthetic import gpt3_demand
+from libra_astra.model.cost import load_cost
+from libra_astra.optimize.optimizer import Constraints, Workload, optimize
 from libra_astra.timing.model import TimeModel
 from libra_astra.timing.predict import predict
 from libra_astra.tracegen.spec import spec_from_dict
@@ -32,6 +34,7 @@ from libra_astra.tracegen.spec import spec_from_dict
 ROOT = Path(__file__).resolve().parents[1]
 SCALE = max(1, int(os.environ.get("LIBRA_ASTRA_FUZZ", "1")))
 NET = load_network(ROOT / "network_configs" / "sample_4x4.yml")
+COST = load_cost(ROOT / "network_configs" / "cost.yml")
 
 
 def _settings(n: int):
@@ -134,6 +137,53 @@ def test_demand_json_text(text):
         d.check_network(NET, "d.json")
         predict(d, [100.0] * NET.num_dims, NET, TIMED)
     holds(load)
+
+
+# Two rank classes with every kind of node, a receive waiting on the other class's send and a
+# collective shared between them: each example puts hostile values into one or two of its fields
+# and runs what the file would go through (read, replay with overlap, optimize).
+def _two_classes() -> dict:
+    def rank_class(ranks, extra_nodes, dag_extra):
+        return {"num_ranks": 8, "ranks": ranks, "compute_time_ns": 100.0, "collectives": [
+            {"type": "ALL_REDUCE", "size_bytes": 1e6, "participants": [4, 1], "hops": [3, 0], "count": 2},
+            {"type": "P2P", "size_bytes": 1e3, "participants": [2, 1], "algorithm": "p2p",
+             "traffic_bytes": [1e3, 0.0], "hops": [1, 0]}],
+            "dag": {"nodes": [["comp", 5.0], ["coll", 0], ["coll", 1]] + extra_nodes,
+                    "deps": [[0, 1], [1, 2]] + ([[2, 3], [3, 4]] if extra_nodes else []), **dag_extra}}
+    return {"format": "libra_astra.demand", "version": 1, "npus_per_dim": [4, 4], "rank_classes": [
+        rank_class(list(range(8)), [["free", 0.0], ["cpu", 2.0]], {"links": [[3, 1, 2]], "syncs": [[1, 1, 1]]}),
+        rank_class(list(range(8, 16)), [], {"syncs": [[1, 0, 1]]})]}
+
+
+def _leaves(o, path=()):
+    if isinstance(o, dict):
+        return [p for k, v in o.items() for p in _leaves(v, path + (k,))]
+    if isinstance(o, list):
+        return [p for i, v in enumerate(o) for p in _leaves(v, path + (i,))]
+    return [path]
+
+
+LEAVES = [p for p in _leaves(_two_classes()) if p[0] not in ("format", "version")]
+HOSTILE = st.sampled_from([0, 1, 2, 3, 4, 5, -1, 2 ** 31, 2 ** 63, 2 ** 64, 10 ** 30, True, 1.5, 1e300, -0.0, 1e-300,
+                           "x", None, [], {}])
+
+
+@_settings(150)
+@given(st.lists(st.tuples(st.sampled_from(LEAVES), HOSTILE), min_size=1, max_size=2))
+def test_demand_fields_through_the_optimizer(changes):
+    data = _two_classes()
+    for path, value in changes:
+        node = data
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+
+    def run():
+        d = demand_from_dict(json.loads(json.dumps(data)), "d.json")
+        d.check_network(NET, "d.json")
+        predict(d, [100.0, 50.0], NET, TIMED)
+        optimize([Workload(d)], NET, COST, constraints=Constraints(200.0), model=TIMED, baselines=False)
+    holds(run)
 
 
 @_settings(150)

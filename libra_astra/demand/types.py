@@ -36,8 +36,8 @@ in ns), ``"free"`` (a node on no resource, such as a receive: time in ns, normal
 ``links`` [[node, source class, source node], ...] make a receive wait for the matching send of
 another rank class (pipeline parallelism); optional ``syncs`` [[node, class, node], ...] make a
 collective start only when the same collective of another class is ready too. Every source
-(class, node) must exist (a class without a ``dag`` is its one node 0) and a sync sits on a
-``"coll"`` node: the reader refuses a file that breaks this, since the replay could not place
+(class, node) must exist (a class without a ``dag`` is its one node 0) and a sync pairs two
+``"coll"`` nodes: the reader refuses a file that breaks this, since the replay could not place
 the wait.
 """
 
@@ -290,9 +290,12 @@ def _check_waits(classes: tuple[RankClass, ...], source: str, listed: bool) -> N
                     target = (f"class {c}, but there {'is 1 class' if n == 1 else f'are {n} classes'}" if c >= n
                               else f"node {u} of class {c}, which has {sizes[c]} nodes")
                     raise LibraError(f"{where}: dag {kind} {[v, c, u]} names {target}; fix or remove it")
-                if kind == "sync" and rc.dag.nodes[v][0] != "coll":
-                    raise LibraError(f"{where}: dag sync {[v, c, u]} sits on a {rc.dag.nodes[v][0]!r} node; "
-                                     "a sync pairs collectives, fix or remove it")
+                if kind == "sync":
+                    theirs = classes[c].dag.nodes[u][0] if classes[c].dag is not None else "class"
+                    for side, node_kind in (("sits on", rc.dag.nodes[v][0]), ("names", theirs)):
+                        if node_kind != "coll":
+                            raise LibraError(f"{where}: dag sync {[v, c, u]} {side} a {node_kind!r} node; "
+                                             "a sync pairs collectives, fix or remove it")
 
 
 def demand_from_dict(data: Any, source: str = "<demand>") -> Demand:
