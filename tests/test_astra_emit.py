@@ -322,6 +322,16 @@ def test_demand_synthesis_chain_counts_and_partial_split(tmp_path):
     assert [list(n.ctrl_deps) for n in nodes] == [[], [0], [1], [2], [3]]
 
 
+def test_a_count_below_the_rounding_slack_runs_once(tmp_path):
+    # ceil(count - 1e-9) is 0 for a count of 1e-12: it divided the size by zero runs
+    net = net_of(("Ring", 8, 0.0), ("Switch", 2, 0.0))
+    tiny = make_collective("ALL_REDUCE", 1000, [8, 1], count=1e-12, name="tiny")
+    emit(demand_design(tmp_path, net, [100.0, 10.0], single_class("x", [8, 2], 1000.0, [tiny])), tmp_path / "run")
+    nodes = read_rank(tmp_path / "run", "w", 3)
+    assert [n.type for n in nodes] == [pb.COMP_NODE, pb.COMM_COLL_NODE]
+    assert attrs(nodes[1])["comm_size"] == 1       # 1e-9 bytes, rounded up to the smallest message
+
+
 def test_demand_synthesis_dag_and_p2p(tmp_path):
     net = net_of(("Ring", 4, 0.0))
     c = make_collective("ALL_REDUCE", 4096, [4])

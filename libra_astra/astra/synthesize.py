@@ -83,7 +83,8 @@ def _repeats(count: float, max_repeats: int, stats: WorkloadStats) -> tuple[int,
     """Runs and the size factor per run for a collective that runs ``count`` times."""
     if count <= 0:
         return 0, 0.0
-    runs = math.ceil(count - 1e-9)
+    # a count below the rounding slack (1e-12, say) still runs once, scaled down: not zero times
+    runs = max(1, math.ceil(count - 1e-9))
     if runs > max_repeats:
         stats.capped_repeats += 1
         runs = max_repeats
