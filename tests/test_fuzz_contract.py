@@ -168,15 +168,20 @@ HOSTILE = st.sampled_from([0, 1, 2, 3, 4, 5, -1, 2 ** 31, 2 ** 63, 2 ** 64, 10 *
                            "x", None, [], {}])
 
 
-@_settings(150)
-@given(st.lists(st.tuples(st.sampled_from(LEAVES), HOSTILE), min_size=1, max_size=2))
-def test_demand_fields_through_the_optimizer(changes):
+def _changed(changes) -> dict:
     data = _two_classes()
     for path, value in changes:
         node = data
         for key in path[:-1]:
             node = node[key]
         node[path[-1]] = value
+    return data
+
+
+@_settings(150)
+@given(st.lists(st.tuples(st.sampled_from(LEAVES), HOSTILE), min_size=1, max_size=2))
+def test_demand_fields_through_the_optimizer(changes):
+    data = _changed(changes)
 
     def run():
         d = demand_from_dict(json.loads(json.dumps(data)), "d.json")
@@ -184,6 +189,18 @@ def test_demand_fields_through_the_optimizer(changes):
         predict(d, [100.0, 50.0], NET, TIMED)
         optimize([Workload(d)], NET, COST, constraints=Constraints(200.0), model=TIMED, baselines=False)
     holds(run)
+
+
+@_settings(30)
+@given(st.lists(st.tuples(st.sampled_from(LEAVES), HOSTILE), min_size=1, max_size=2))
+def test_demand_fields_through_emit(tmp_path_factory, changes):
+    from libra_astra.astra.emit import emit
+    from libra_astra.optimize.design import Design, WorkloadRef
+
+    work = tmp_path_factory.mktemp("emit")
+    (work / "d.json").write_text(json.dumps(_changed(changes)))
+    design = Design("fuzz", NET, (100.0, 50.0), workloads=(WorkloadRef("w", demand=str(work / "d.json")),))
+    holds(emit, design, work / "run")
 
 
 @_settings(150)
