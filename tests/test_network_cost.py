@@ -63,6 +63,9 @@ def test_network_round_trip_through_yaml(tmp_path):
      "n.yml: dimensions[0]: topology must be one of ['Ring', 'FullyConnected', 'Switch'] (case-sensitive), got 'ring'"),
     (one_dim(npus=1), "n.yml: dimensions[0]: npus must be an integer >= 2, got 1"),
     (one_dim(npus=2.5), "n.yml: dimensions[0]: npus must be an integer >= 2, got 2.5"),
+    # 10**30 NPUs passed and broke the row builder's 64-bit hops
+    (one_dim(npus=10 ** 30), "n.yml: dimensions[0]: npus = " + f"{10 ** 30:,}"
+     + " is beyond 1,048,576 NPUs in one dimension; fix the network"),
     (one_dim(bandwidth=5),
      "n.yml: dimensions[0]: unknown key(s) ['bandwidth']; allowed: ['bw_max_gbps', 'bw_min_gbps', 'cost_class', "
      "'latency_ns', 'name', 'npus', 'topology']"),

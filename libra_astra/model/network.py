@@ -35,6 +35,8 @@ from .numbers import check_number
 
 TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
 _DIM_KEYS = {"name", "topology", "npus", "latency_ns", "cost_class", "bw_min_gbps", "bw_max_gbps"}
+# Far above any machine's dimension; keeps ring steps, hops and participants in 64-bit integers.
+MAX_DIM_NPUS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,9 @@ def network_from_dict(data: Any, source: str = "<network>") -> Network:
         if "npus" not in raw:
             raise LibraError(f"{where}: missing 'npus' (NPU count of this dimension, >= 2)")
         npus = check_number(raw["npus"], where, "npus", integer=True, minimum=2)
+        if npus > MAX_DIM_NPUS:
+            raise LibraError(f"{where}: npus = {int(npus):,} is beyond {MAX_DIM_NPUS:,} NPUs in one dimension; "
+                             "fix the network")
         latency = check_number(raw.get("latency_ns", 0.0), where, "latency_ns", minimum=0)
         lo = check_number(raw.get("bw_min_gbps", 0.0), where, "bw_min_gbps", minimum=0)
         hi = raw.get("bw_max_gbps")
