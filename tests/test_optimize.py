@@ -395,6 +395,10 @@ def test_unbounded_objectives():
 @pytest.mark.parametrize("kwargs, message", [
     (dict(objective="fastest"), "unknown objective 'fastest'; use one of ['perf', 'perf-per-cost', 'min-cost']"),
     (dict(constraints=Constraints(-1.0)), "--total-bw must be > 0 GB/s, got -1"),
+    # 1e300 was taken: a design of 5e299 GB/s per dimension, "time x cost inf" and gains of nan
+    (dict(constraints=Constraints(1e300)), "--total-bw 1e+300 GB/s per NPU is beyond 1e+09; give a real bandwidth"),
+    (dict(constraints=Constraints(2e9, total_bw_is_upper_bound=True)),
+     "--total-bw-max 2e+09 GB/s per NPU is beyond 1e+09; give a real bandwidth"),
     (dict(constraints=Constraints(300.0, budget_usd=-5.0)), "--budget must be > 0 USD, got -5"),
 ])
 def test_argument_errors(kwargs, message):

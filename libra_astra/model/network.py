@@ -37,6 +37,8 @@ TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
 _DIM_KEYS = {"name", "topology", "npus", "latency_ns", "cost_class", "bw_min_gbps", "bw_max_gbps"}
 # Far above any machine's dimension; keeps ring steps, hops and participants in 64-bit integers.
 MAX_DIM_NPUS = 1 << 20
+# An exabyte per second per NPU: far beyond any link, and keeps designs' costs and times finite.
+MAX_BW_GBPS = 1e9
 
 
 @dataclass(frozen=True)
@@ -175,10 +177,10 @@ def network_from_dict(data: Any, source: str = "<network>") -> Network:
             raise LibraError(f"{where}: npus = {int(npus):,} is beyond {MAX_DIM_NPUS:,} NPUs in one dimension; "
                              "fix the network")
         latency = check_number(raw.get("latency_ns", 0.0), where, "latency_ns", minimum=0)
-        lo = check_number(raw.get("bw_min_gbps", 0.0), where, "bw_min_gbps", minimum=0)
+        lo = check_number(raw.get("bw_min_gbps", 0.0), where, "bw_min_gbps", minimum=0, maximum=MAX_BW_GBPS)
         hi = raw.get("bw_max_gbps")
         if hi is not None:
-            hi = check_number(hi, where, "bw_max_gbps", minimum=0, strict=True)
+            hi = check_number(hi, where, "bw_max_gbps", minimum=0, strict=True, maximum=MAX_BW_GBPS)
             if hi < lo:
                 raise LibraError(f"{where}: bw_max_gbps {hi:g} is below bw_min_gbps {lo:g}")
         cost_class = raw.get("cost_class", "")

@@ -25,6 +25,10 @@ from ..errors import LibraError
 from ..files import read_text
 from ..model.network import Network
 
+# Far beyond any relation between bandwidths, and leaves the optimizer's scaling (by the mean
+# bandwidth and the time unit) finite: 1e308 passed as finite and became inf in the scaled rows.
+_MAX_MAGNITUDE = 1e100
+
 _TOKEN = re.compile(r"\s*(?:(?P<num>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)|"
                     r"(?P<bw>bw\s*\[\s*(?P<dim>[A-Za-z_][\w-]*|\d+)\s*\])|(?P<op><=|>=|==|=|<|>)|(?P<sym>[-+*]))")
 
@@ -143,8 +147,9 @@ def parse_constraint(text: str, net: Network, where: str = "--constraint") -> Li
     rc, rk = _side(toks[k + 1:], net, text, where)
     coeffs = tuple(a - b for a, b in zip(lc, rc))
     rhs = rk - lk
-    if not all(math.isfinite(x) for x in coeffs + (rhs,)):
-        raise LibraError(f"{where}: constraint {text!r} has a number too large to use; write finite values")
+    if not all(abs(x) <= _MAX_MAGNITUDE for x in coeffs + (rhs,)):     # NaN fails too
+        raise LibraError(f"{where}: constraint {text!r} has a number too large to use; write values up to "
+                         f"{_MAX_MAGNITUDE:g}")
     if all(c == 0 for c in coeffs):
         raise LibraError(f"{where}: constraint {text!r} names no bandwidth; write e.g. 'bw[0] <= 100'")
     op = {"=": "==", "==": "=="}.get(op, op)
