@@ -399,6 +399,8 @@ def test_unbounded_objectives():
     (dict(constraints=Constraints(1e300)), "--total-bw 1e+300 GB/s per NPU is beyond 1e+09; give a real bandwidth"),
     (dict(constraints=Constraints(2e9, total_bw_is_upper_bound=True)),
      "--total-bw-max 2e+09 GB/s per NPU is beyond 1e+09; give a real bandwidth"),
+    # 1e-300 gave times of inf and a solver that could not certify anything
+    (dict(constraints=Constraints(1e-300)), "--total-bw 1e-300 GB/s per NPU is below 1e-06; give a real bandwidth"),
     (dict(constraints=Constraints(300.0, budget_usd=-5.0)), "--budget must be > 0 USD, got -5"),
 ])
 def test_argument_errors(kwargs, message):

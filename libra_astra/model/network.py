@@ -39,6 +39,9 @@ _DIM_KEYS = {"name", "topology", "npus", "latency_ns", "cost_class", "bw_min_gbp
 MAX_DIM_NPUS = 1 << 20
 # An exabyte per second per NPU: far beyond any link, and keeps designs' costs and times finite.
 MAX_BW_GBPS = 1e9
+# A kilobyte per second per NPU: far below any link; the largest demand (1e21 bytes) still takes
+# a finite time over it.
+MIN_TOTAL_BW_GBPS = 1e-6
 
 
 @dataclass(frozen=True)
