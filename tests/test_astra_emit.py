@@ -126,7 +126,10 @@ def test_zero_latency_with_zero_endpoint_delay_refused(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"splits": 0}, "splits .preferred-dataset-splits. must be an integer >= 1"),
+    ({"splits": 0}, r"splits .preferred-dataset-splits. must be an integer from 1 to 2,147,483,647 .ASTRA-sim's int., got 0"),
+    # 10**21 was written to system.json, where ASTRA-sim's int would wrap around
+    ({"endpoint_delay_ns": 10 ** 21},
+     r"endpoint delay must be an integer number of ns from 0 to 2,147,483,647 .ASTRA-sim's int., got 1000000000000000000000"),
     ({"local_mem_bw_gbps": 0.0}, "local memory bandwidth must be > 0"),
     ({"scheduling_policy": "RANDOM"}, "scheduling policy must be one of"),
 ])
