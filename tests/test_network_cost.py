@@ -75,7 +75,9 @@ def test_network_round_trip_through_yaml(tmp_path):
      "n.yml: dimension names must be unique; repeated: ['a']"),
     (one_dim(bw_min_gbps=10, bw_max_gbps=5), "n.yml: dimensions[0]: bw_max_gbps 5 is below bw_min_gbps 10"),
     (one_dim(bw_max_gbps=0), "n.yml: dimensions[0]: bw_max_gbps must be a number > 0 and <= 1e+09, got 0"),
-    (one_dim(latency_ns=-1), "n.yml: dimensions[0]: latency_ns must be a number >= 0, got -1"),
+    (one_dim(latency_ns=-1), "n.yml: dimensions[0]: latency_ns must be a number >= 0 and <= 1e+12, got -1"),
+    # 1e300 ns per hop was taken and printed times of 1e300 s
+    (one_dim(latency_ns=1e300), "n.yml: dimensions[0]: latency_ns must be a number >= 0 and <= 1e+12, got 1e+300"),
     (one_dim(bw_min_gbps=1e300), "n.yml: dimensions[0]: bw_min_gbps must be a number >= 0 and <= 1e+09, got 1e+300"),
     (one_dim(name="1x"), "n.yml: dimensions[0]: name '1x' must start with a letter and use letters, digits, '_' or '-'"),
     ({"dimensions": [{"name": "a", "topology": "Ring"}]},

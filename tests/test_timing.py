@@ -124,7 +124,9 @@ def test_demand_time_is_the_slowest_class_with_counts():
 @pytest.mark.parametrize("kwargs, message", [
     (dict(kind="ideal"), "unknown time model 'ideal'; use one of ['libra', 'pipelined']"),
     (dict(splits=0), "splits must be >= 1, got 0"),
-    (dict(local_mem_bw_gbps=0), "local_mem_bw_gbps must be > 0, got 0"),
+    (dict(local_mem_bw_gbps=0), "local_mem_bw_gbps must be >= 1e-06 GB/s (a kilobyte per second), got 0"),
+    # 1e-300 made the reduce copies take inf ns and the solver's start fail with an internal error
+    (dict(local_mem_bw_gbps=1e-300), "local_mem_bw_gbps must be >= 1e-06 GB/s (a kilobyte per second), got 1e-300"),
     (dict(efficiency=(1.0, 0.0)), "dimension efficiencies must be > 0, got [1.0, 0.0]"),
 ])
 def test_time_model_errors(kwargs, message):

@@ -42,6 +42,8 @@ MAX_BW_GBPS = 1e9
 # A kilobyte per second per NPU: far below any link; the largest demand (1e21 bytes) still takes
 # a finite time over it.
 MIN_TOTAL_BW_GBPS = 1e-6
+# A thousand seconds per hop: far beyond any network, and times stay finite over a billion hops.
+MAX_LATENCY_NS = 1e12
 
 
 @dataclass(frozen=True)
@@ -179,7 +181,7 @@ def network_from_dict(data: Any, source: str = "<network>") -> Network:
         if npus > MAX_DIM_NPUS:
             raise LibraError(f"{where}: npus = {int(npus):,} is beyond {MAX_DIM_NPUS:,} NPUs in one dimension; "
                              "fix the network")
-        latency = check_number(raw.get("latency_ns", 0.0), where, "latency_ns", minimum=0)
+        latency = check_number(raw.get("latency_ns", 0.0), where, "latency_ns", minimum=0, maximum=MAX_LATENCY_NS)
         lo = check_number(raw.get("bw_min_gbps", 0.0), where, "bw_min_gbps", minimum=0, maximum=MAX_BW_GBPS)
         hi = raw.get("bw_max_gbps")
         if hi is not None:

@@ -43,6 +43,10 @@ from .rows import Rows, collective_rows_of
 MODELS = ("libra", "pipelined")
 
 
+# Far below any memory; the reduce copies of the largest demand (1e21 bytes) still take a finite time.
+MIN_LOCAL_MEM_BW_GBPS = 1e-6
+
+
 @dataclass(frozen=True)
 class TimeModel:
     """Which time model, and the simulator parameters the pipelined model needs."""
@@ -62,8 +66,9 @@ class TimeModel:
             raise LibraError(f"unknown time model {self.kind!r}; use one of {list(MODELS)}")
         if self.splits < 1:
             raise LibraError(f"splits must be >= 1, got {self.splits}")
-        if self.local_mem_bw_gbps is not None and self.local_mem_bw_gbps <= 0:
-            raise LibraError(f"local_mem_bw_gbps must be > 0, got {self.local_mem_bw_gbps}")
+        if self.local_mem_bw_gbps is not None and not self.local_mem_bw_gbps >= MIN_LOCAL_MEM_BW_GBPS:
+            raise LibraError(f"local_mem_bw_gbps must be >= {MIN_LOCAL_MEM_BW_GBPS:g} GB/s (a kilobyte per "
+                             f"second), got {self.local_mem_bw_gbps:g}")
         if self.efficiency is not None and not all(e > 0 for e in self.efficiency):
             raise LibraError(f"dimension efficiencies must be > 0, got {list(self.efficiency)}")
 
