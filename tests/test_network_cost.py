@@ -133,9 +133,11 @@ def prices(**kw):
 
 
 @pytest.mark.parametrize("data, message", [
-    (prices(switch=-1), "c.yml: unit_prices_usd_per_gbps.P.switch: must be a finite number >= 0 (USD per GB/s), got -1"),
-    (prices(nic=True), "c.yml: unit_prices_usd_per_gbps.P.nic: must be a finite number >= 0 (USD per GB/s), got True"),
-    (prices(link=float("inf")), "c.yml: unit_prices_usd_per_gbps.P.link: must be a finite number >= 0 (USD per GB/s), got inf"),
+    (prices(switch=-1), "c.yml: unit_prices_usd_per_gbps.P.switch: must be a finite number >= 0 and <= 1e+09 (USD per GB/s), got -1"),
+    (prices(nic=True), "c.yml: unit_prices_usd_per_gbps.P.nic: must be a finite number >= 0 and <= 1e+09 (USD per GB/s), got True"),
+    (prices(link=float("inf")), "c.yml: unit_prices_usd_per_gbps.P.link: must be a finite number >= 0 and <= 1e+09 (USD per GB/s), got inf"),
+    # 1e300 was taken and printed a cost of 2.6e303 USD and time x cost inf
+    (prices(link=1e300), "c.yml: unit_prices_usd_per_gbps.P.link: must be a finite number >= 0 and <= 1e+09 (USD per GB/s), got 1e+300"),
     (prices(optics=3), "c.yml: unit_prices_usd_per_gbps.P: unknown part(s) ['optics']; allowed: ['link', 'switch', 'nic']"),
     ({"prices": {}}, "c.yml: unknown key(s) ['prices']; allowed: name, currency, description, unit_prices_usd_per_gbps"),
     ({"name": "c"}, "c.yml: 'unit_prices_usd_per_gbps' must map cost classes to {link, switch, nic} prices"),

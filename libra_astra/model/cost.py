@@ -74,6 +74,10 @@ def unpriced(net: Network) -> CostModel:
     return CostModel("unpriced", {d.cost_class: UnitPrices() for d in net.dims})
 
 
+# A billion dollars per GB/s: far beyond any part, and keeps a design's cost and time x cost finite.
+MAX_PRICE_USD_PER_GBPS = 1e9
+
+
 def cost_from_dict(data: Any, source: str = "<cost>") -> CostModel:
     if not isinstance(data, Mapping):
         raise LibraError(f"{source}: expected a mapping with 'unit_prices_usd_per_gbps'")
@@ -94,7 +98,7 @@ def cost_from_dict(data: Any, source: str = "<cost>") -> CostModel:
         vals = []
         for part in PARTS:
             vals.append(check_number(prices.get(part, 0.0), f"{where}.{part}", minimum=0, finite=True,
-                                     note=" (USD per GB/s)"))
+                                     maximum=MAX_PRICE_USD_PER_GBPS, note=" (USD per GB/s)"))
         classes[str(cls)] = UnitPrices(*vals)
     return CostModel(str(data.get("name", Path(source).stem)), classes, str(data.get("currency", "USD")))
 
