@@ -156,3 +156,20 @@ def test_waits_must_name_nodes_that_exist(field, wait, classes, message):
     assert str(e.value) == f"d.json: rank_classes[0]: {message}"
     ok = _demand(dag={**DAG, "links": [[2, classes - 1, 1]], "syncs": [[1, classes - 1, 1]]}, classes=classes)
     assert demand_from_dict(ok, "d.json").rank_classes[0].dag.links == ((2, classes - 1, 1),)
+
+
+@pytest.mark.parametrize("key, value, reason", [
+    ("splits", "x", "invalid literal for int() with base 10: 'x'"),
+    ("splits", [], "int() argument must be a string, a bytes-like object or a real number, not 'list'"),
+    ("local_mem_bw_gbps", "Ring", "could not convert string to float: 'Ring'"),
+    ("local_mem_bw_gbps", 1e-300, "local_mem_bw_gbps must be >= 1e-06 GB/s (a kilobyte per second), got 1e-300"),
+])
+def test_design_time_model_settings_must_make_a_model(key, value, reason):
+    # emit read these back with int()/float() and stopped with a ValueError or TypeError traceback
+    settings = {"kind": "pipelined", "overlap": True, "splits": 1, "latency": True, "local_mem_bw_gbps": 1e9}
+    data = {"format": "libra_astra.design", "version": 1, "network": NET.to_dict(), "bandwidth_gbps": [1.0, 1.0],
+            "time_model": "pipelined", "time_model_settings": {**settings, key: value}, "workloads": []}
+    with pytest.raises(LibraError) as e:
+        design_from_dict(data, "d.json")
+    assert str(e.value).startswith("d.json: ") and str(e.value).endswith(reason)
+    assert design_from_dict({**data, "time_model_settings": settings}, "d.json").time_model_settings == settings

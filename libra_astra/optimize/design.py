@@ -36,6 +36,7 @@ from ..demand.workload import Workload
 from ..errors import LibraError
 from ..files import read_json
 from ..model.network import Network, network_from_dict
+from ..timing.settings import model_from_settings
 from ..model.numbers import check_int, check_number, check_str
 
 if TYPE_CHECKING:
@@ -144,6 +145,9 @@ def design_from_dict(data: Any, source: str = "<design>") -> Design:
     elif not isinstance(settings, Mapping) or settings.get("kind") != kind:
         raise LibraError(f"{source}: time_model_settings must be an object whose kind is the time_model {kind!r}, "
                          f"got {str(settings)[:80]!r}")
+    else:
+        # what emit and the loop read back (splits, local-mem-bw, ...) must make a time model
+        model_from_settings(settings, source)
     return Design(str(data.get("name", Path(source).stem)), net, tuple(float(b) for b in bw),
                   str(data.get("objective", "perf")), kind,
                   check_number(data.get("predicted_time_ns", 0.0), source, "predicted_time_ns", minimum=0, finite=True),

@@ -83,7 +83,7 @@ def model_from_settings(settings: Mapping[str, Any], source: str) -> "TimeModel"
                          local_mem_bw_gbps=None if mem is None else float(mem),
                          efficiency=None if eff is None else tuple(float(e) for e in eff),
                          overlap=bool(settings.get("overlap", False)))
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, LibraError) as e:   # the model's own checks name no file
         raise LibraError(f"{source}: bad time_model_settings {dict(settings)!r}: {e}") from None
 
 
