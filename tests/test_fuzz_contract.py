@@ -191,6 +191,32 @@ def test_demand_fields_through_the_optimizer(changes):
     holds(run)
 
 
+DESIGN = {"format": "libra_astra.design", "version": 1, "name": "fuzz", "network": NET.to_dict(),
+          "bandwidth_gbps": [100.0, 50.0], "objective": "perf", "time_model": "pipelined",
+          "time_model_settings": {"kind": "pipelined", "overlap": True, "splits": 2, "latency": True,
+                                  "local_mem_bw_gbps": 1000.0},
+          "predicted_time_ns": 1.0, "cost_usd": 1.0, "workloads": [{"name": "w", "weight": 1.0, "demand": "d.json"}]}
+DESIGN_LEAVES = [p for p in _leaves(DESIGN) if p[0] not in ("format", "version") and p[-1] != "demand"]
+
+
+@_settings(30)
+@given(st.lists(st.tuples(st.sampled_from(DESIGN_LEAVES), HOSTILE), min_size=1, max_size=2))
+def test_design_fields_through_emit(tmp_path_factory, changes):
+    from libra_astra.astra.emit import emit
+
+    data = json.loads(json.dumps(DESIGN))
+    for path, value in changes:
+        node = data
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+    work = tmp_path_factory.mktemp("design")
+    (work / "d.json").write_text(json.dumps(_two_classes()))
+    data["workloads"][0]["demand"] = str(work / "d.json")
+    (work / "x.json").write_text(json.dumps(data))
+    holds(emit, str(work / "x.json"), work / "run")
+
+
 @_settings(30)
 @given(st.lists(st.tuples(st.sampled_from(LEAVES), HOSTILE), min_size=1, max_size=2))
 def test_demand_fields_through_emit(tmp_path_factory, changes):
