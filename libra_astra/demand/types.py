@@ -275,7 +275,7 @@ def _class_from_dict(raw: Mapping, where: str, shape: tuple[int, ...]) -> RankCl
 
 def _check_waits(classes: tuple[RankClass, ...], source: str, listed: bool) -> None:
     """Every link and sync names a node of a class that exists (the replay would pass over one
-    that does not, and time the job without that wait), and a sync sits on a collective.
+    that does not, and time the job without that wait), and a sync pairs two collectives.
     ``listed``: the classes are the file's rank_classes (else its one class is the file itself)."""
     # a class without a DAG is its one node in the replay's joint graph
     sizes = [len(rc.dag.nodes) if rc.dag is not None else 1 for rc in classes]

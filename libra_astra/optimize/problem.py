@@ -71,10 +71,10 @@ def linear_rows(net: Network, cost: CostModel, cons: Constraints, b0: float, c0:
         if cons.total_bw_gbps <= 0:
             raise LibraError(f"--total-bw must be > 0 GB/s, got {cons.total_bw_gbps:g}")
         if not MIN_TOTAL_BW_GBPS <= cons.total_bw_gbps <= MAX_BW_GBPS:
-            where = "beyond" if cons.total_bw_gbps > MAX_BW_GBPS else "below"
+            above = cons.total_bw_gbps > MAX_BW_GBPS
             raise LibraError(f"--total-bw{'-max' if cons.total_bw_is_upper_bound else ''} "
-                             f"{cons.total_bw_gbps:g} GB/s per NPU is {where} "
-                             f"{MAX_BW_GBPS if where == 'beyond' else MIN_TOTAL_BW_GBPS:g}; give a real bandwidth")
+                             f"{cons.total_bw_gbps:g} GB/s per NPU is {'beyond' if above else 'below'} "
+                             f"{MAX_BW_GBPS if above else MIN_TOTAL_BW_GBPS:g}; give a real bandwidth")
         (G if cons.total_bw_is_upper_bound else E).append(np.ones(D))
         (h if cons.total_bw_is_upper_bound else f).append(cons.total_bw_gbps / b0)
     if cons.budget_usd is not None:
