@@ -15,7 +15,6 @@ minimizer; the message names the non-strict form to write instead.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
