@@ -11,7 +11,8 @@ equality and per-dimension bounds):
 
 Sizes 100, 1k, 10k and 100k collectives. For each problem it prints the model build time
 (``build_problem`` on a demand whose rows were never built; the best of --repeat builds, each on a
-new copy of the demand), the solve time and the ratio of the two, Newton steps, whether the result is certified and its relative gap. ``--old-build`` also
+new copy of the demand), the solve time and the ratio of the two, Newton steps, whether the
+result is certified and its relative gap. ``--old-build`` also
 times, in the same run, the build that was replaced: rows one collective at a time and merging in
 a dict (tests/reference_build.py), and prints old / new. With ``--baseline REV``, the same figures
 for the solver at git revision REV, run in the same process on the same built problem, as ratios.

@@ -22,6 +22,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..errors import LibraError
+from ..ranges import concat_ranges
 from ..traces import chakra_io as cio
 from ..traces.cpu_collectives import rank_groups
 from ..traces.graph import file_first_order, through_removed
@@ -242,7 +243,7 @@ class _Run:
         at, ln = at[named], ln[named]
         first = np.zeros(ln.size, np.int64)
         np.cumsum(ln[:-1], out=first[1:])
-        byte = self.arr[np.repeat(at - first, ln) + np.arange(int(ln.sum()), dtype=np.int64)]
+        byte = self.arr[concat_ranges(at, ln)]
         if int(byte.max()) < 0x80:
             return
         for k in np.nonzero(np.add.reduceat((byte >= 0x80).astype(np.int64), first))[0].tolist():

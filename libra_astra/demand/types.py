@@ -19,7 +19,8 @@ Demand JSON, version 1 (``"format": "libra_astra.demand"``)::
              "name": "layer0.wg", "phase": "wg", "group": "dp",
              "algorithm": "hierarchical", # or "flat_ring" (irregular group) or "p2p"
              "traffic_bytes": [..],       # per-NPU bytes per dim; derived if hierarchical
-             "hops": [..]}                # hop latencies paid in sequence per dim (integers up to 1e9); derived if omitted
+             "hops": [..]}                # hop latencies paid in sequence per dim (integers up to
+                                          # 1e9); derived if omitted
           ],
           "dag": {...}                    # optional dependency graph (see below)
         }

@@ -193,7 +193,7 @@ def _starting_point(p: ConvexProblem, guesses: list[np.ndarray]) -> np.ndarray:
 
 
 def _used(p: ConvexProblem) -> np.ndarray:
-    return np.flatnonzero(p.recip & (p.A.max(axis=0, initial=0.0) > 0))
+    return np.flatnonzero(_used_mask(p))
 
 
 def _linear_centre(p: ConvexProblem) -> np.ndarray:
@@ -410,13 +410,9 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 def _row_upper_bounds(p: ConvexProblem) -> np.ndarray:
     """Cheap upper bounds on recip coordinates from single rows with non-negative coefficients."""
     ub = np.full(p.n, np.inf)
-    for M, rhs in ((p.G, p.h), (p.E, p.f)):
-        if not M.shape[0]:
-            continue
-        ok = np.all(M[:, ~p.recip] == 0, axis=1) & np.all(M[:, p.recip] >= 0, axis=1)
-        for row, b in zip(M[ok], rhs[ok]):
-            pos = row > 0
-            ub[pos] = np.minimum(ub[pos], max(b, 0.0) / row[pos])
+    for row, b in zip(*_bounding_rows(p)):
+        pos = row > 0
+        ub[pos] = np.minimum(ub[pos], max(b, 0.0) / row[pos])
     return ub
 
 
@@ -963,7 +959,7 @@ def _upper_bound(p: ConvexProblem, j: int) -> float:
 
 def unbounded_coordinates(p: ConvexProblem, candidates: np.ndarray) -> list[int]:
     """Coordinates among ``candidates`` that can grow without limit under G x <= h, E x = f, x_recip >= 0."""
-    bounding = _bounding_rows(p)
+    bounding = _bounding_rows(p)[0]
     out = []
     for j in candidates:
         if np.any(bounding[:, j] > 0):
@@ -973,9 +969,10 @@ def unbounded_coordinates(p: ConvexProblem, candidates: np.ndarray) -> list[int]
     return out
 
 
-def _bounding_rows(p: ConvexProblem) -> np.ndarray:
-    """The rows of G and E with non-negative coefficients on recip coordinates only: such a row
-    bounds every x_j it has a positive coefficient for."""
+def _bounding_rows(p: ConvexProblem) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, right-hand sides) of G and E with non-negative coefficients on recip coordinates
+    only: such a row bounds every x_j it has a positive coefficient for."""
     rows = np.vstack([p.G, p.E]) if p.E.shape[0] else p.G
+    rhs = np.concatenate([p.h, p.f]) if p.E.shape[0] else p.h
     ok = np.all(rows[:, ~p.recip] == 0, axis=1) & np.all(rows[:, p.recip] >= 0, axis=1)
-    return rows[ok]
+    return rows[ok], rhs[ok]

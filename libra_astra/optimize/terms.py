@@ -22,6 +22,7 @@ import numpy as np
 
 from ..demand.types import Demand
 from ..model.network import Network
+from ..ranges import concat_ranges
 from ..timing.model import TimeModel, demand_rows, rows_key
 from ..timing.predict import node_table
 
@@ -303,8 +304,7 @@ def node_path_terms(demand: Demand, nodes: np.ndarray, net: Network, model: Time
         sizes = np.diff(np.r_[first, every.shape[0]])
         lengths = np.where(whole, sizes[ci], is_coll.astype(np.int64))
         begin = np.where(whole, first[ci], item)
-        ends = np.cumsum(lengths)
-        items = np.repeat(begin - (ends - lengths), lengths) + np.arange(int(ends[-1]) if ends.size else 0)
+        items = concat_ranges(begin, lengths)
         counts = np.ones(items.shape[0])
         in_whole = np.repeat(whole, lengths)
         counts[in_whole] = every[items[in_whole]]

@@ -17,9 +17,9 @@ import functools
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Iterator, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
-from .upstream import LibraError, Parallel, TraceSpec, TransformerModel
+from .upstream import Parallel, TraceSpec, TransformerModel
 
 
 def divisors(n: int) -> list[int]:

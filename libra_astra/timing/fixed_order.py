@@ -26,6 +26,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..ranges import concat_ranges
+
 
 @dataclass(frozen=True)
 class _SlotChecks:
@@ -238,7 +240,7 @@ def _slot_checks(on: np.ndarray, slot: np.ndarray, direct: np.ndarray, same: np.
     lens = np.maximum(deg, 1)
     first = np.where(deg > 0, dep_ptr[nodes], cu.size - 1)
     dep_start = np.cumsum(lens) - lens
-    dep_idx = cu[np.repeat(first - dep_start, lens) + np.arange(int(lens.sum()))]
+    dep_idx = cu[concat_ranges(first, lens)]
     return _SlotChecks(nodes, prev, dep_idx, dep_start, lens, deg > 0, ~brk, run_end, segments)
 
 
@@ -349,9 +351,7 @@ def _merge_classes(offsets, dep_u, dep_v, waits, syncs) -> np.ndarray | None:
     if not pieces:
         return np.zeros(0, dtype=np.int64)
     lo, hi = np.array(pieces, dtype=np.int64).T
-    size = hi - lo
-    # the ranges one after the other: each position's offset from its range's first position
-    return np.repeat(lo - (np.cumsum(size) - size), size) + np.arange(int(size.sum()))
+    return concat_ranges(lo, hi - lo)
 
 
 def finish_times(fo: FixedOrder, dur: np.ndarray) -> list[float] | None:

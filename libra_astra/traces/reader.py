@@ -351,8 +351,8 @@ class TraceReader:
         dep_first = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(dep_count, out=dep_first[1:])
         resolved, dep_pos = resolve_deps_many(w.ids, dep_vals, dep_first, first)
-        bad = _unknown_type(w.types)
-        resolved &= np.bincount(np.repeat(np.arange(len(bufs)), np.diff(first))[bad], minlength=len(bufs)) == 0
+        bad = np.flatnonzero(_unknown_type(w.types))
+        resolved[np.searchsorted(first, bad, side="right") - 1] = False     # the files holding them
         types8 = w.types.astype(np.int8)
         attr32 = aid.astype(np.int32)
         progs = []

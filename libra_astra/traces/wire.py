@@ -14,6 +14,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import LibraError
+from ..ranges import concat_ranges
 from .schema import pb
 
 
@@ -315,11 +316,8 @@ def walk_shared(arr: np.ndarray, starts: np.ndarray, ends: np.ndarray, t: "_Tags
     ptr = np.zeros(own.size + 1, dtype=np.int64)
     np.cumsum(count, out=ptr[1:])
     per = count[sub]
-    total = int(per.sum())
     dep_frame = np.repeat(np.arange(n, dtype=np.int64), per)
-    out_first = np.zeros(n, dtype=np.int64)
-    np.cumsum(per[:-1], out=out_first[1:])
-    src = np.repeat(ptr[sub] - out_first, per) + np.arange(total, dtype=np.int64)
+    src = concat_ranges(ptr[sub], per)
     attr_start = w.attr_start[sub] - starts[rep] + starts
     return _Walk(w.ids[sub], w.types[sub], w.durs[sub], w.has_attr[sub], attr_start, dep_frame, vals[src],
                  w.slow[sub])
