@@ -386,3 +386,45 @@ def test_equality_factors_kept_per_matrix():
     p = problem([[4, 1, 0]], [0, 0, 1], **NONNEG2, **SUM1)
     a, b = solve(p, [np.array([0.5, 0.5, 100.0])]), solve(p, [np.array([0.5, 0.5, 100.0])])
     assert np.array_equal(a.x, b.x) and a.fun == b.fun and a.dual_bound == b.dual_bound
+
+
+@pytest.mark.parametrize("upper", [0.5, 0.6])
+def test_coordinates_no_row_binds_under_an_equality_are_certified(upper):
+    # x0 is capped and the total must be spent: x1 and x2 take the rest, and their rows go slack,
+    # so at the optimum their stationarity reads alpha = b / x^2 ~ 0. Least-squares equality
+    # multipliers left alpha slightly negative there and the bound loose by ~1e-7, which no
+    # Newton step tightened: 115 and 500 steps, not certified. Optimum: 1 / upper.
+    A = [[1, 0, 0, 0], [0, 1e-3, 0, 0], [0, 0, 1e-3, 0]]
+    G = [[1, 0, 0, 0], [-1, 0, 0, 0], [0, -1, 0, 0], [0, 0, -1, 0]]
+    p = problem(A, [0, 0, 0, 1], owner=[0, 0, 0], G=G, h=[upper, -0.01, -0.01, -0.01], E=[[1, 1, 1, 0]], f=[1])
+    r = solve(p, [np.array([1 / 3, 1 / 3, 1 / 3, 100.0])])
+    check_certificate(r, optimum=1 / upper)
+    assert r.newton_steps <= 20
+    assert r.x[0] == pytest.approx(upper, rel=1e-8) and r.x[1] + r.x[2] == pytest.approx(1 - upper, rel=1e-8)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sharpened_equality_multipliers_give_a_sound_and_never_looser_bound(seed):
+    # Any multipliers give a lower bound: choosing nu for the best one must stay below every
+    # feasible objective (sampled) and never fall below the least-squares one.
+    p = solver._unit_weights(random_problem(seed))
+    lay = solver._Layout(p)
+    rng = np.random.default_rng(50 + seed)
+    pts = rng.dirichlet(np.ones(3), 4000)
+    pts = pts[pts[:, 0] >= 0.05]
+    best_feasible = min(tight_point(p, np.r_[x, 0.0])[3] for x in pts)
+    r = solve(p, [np.r_[np.full(3, 1 / 3), 1e3]])
+    M, Q = lay.M, lay.Q
+    sharper = 0
+    for trial in range(20):
+        x = np.r_[rng.dirichlet(np.ones(3)) * 0.9 + 0.1 / 3, 10.0]
+        spread = 10.0 ** rng.uniform(-6, 0)        # multipliers from nearly optimal to arbitrary
+        lam = rng.uniform(0.01, 1, M) * spread + 1e-9
+        pi = np.full(Q, 1.0) * rng.uniform(0.5, 2)
+        mu = rng.uniform(0, 1, lay.P) * spread
+        plain = solver._dual_bound(p, lay, x, lam, pi, mu)
+        sharp = solver._dual_bound(p, lay, x, lam, pi, mu, sharpen=True)
+        assert sharp >= plain
+        assert sharp <= best_feasible + 1e-12 and sharp <= r.fun + 1e-12
+        sharper += sharp > plain + 1e-9 * abs(r.fun)
+    assert sharper > 0

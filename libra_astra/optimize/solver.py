@@ -35,7 +35,11 @@ classic path-following method: slower, but with a guaranteed decrease per step) 
 Certificate. A Lagrange dual bound is computed in closed form from the multipliers of the rows
 (inf over x_j > 0 of a x_j + b / x_j is 2 sqrt(a b)) for the original problem, so the reported gap
 is a proven bound on the distance to the optimum, whatever method produced the multipliers: they
-are only made dual feasible, never trusted. The primal value is the objective at a feasible point
+are only made dual feasible, never trusted. The equality multipliers are a least-squares fit,
+which leaves the bound loose where a coordinate binds no row at the optimum (bandwidth a fixed
+total parks on a dimension no collective needs); there, and whenever the iterates have converged
+without a certificate, they are chosen instead to maximise the bound (a concave function of one
+variable per equality). The primal value is the objective at a feasible point
 (epigraph coordinates recomputed from x), never a barrier estimate.
 """
 
@@ -359,7 +363,22 @@ class _Layout:
                     self.lower_row[j] = i
         self.ub: dict[int, float] = {}               # LP upper bounds of recip coordinates, lazily
         self._row_ub = None
+        self._moves = None
         self.eq = eq if p.E.shape[0] else None
+
+    @property
+    def recip_equality_moves(self) -> np.ndarray:
+        """(r, k) basis of the equality multipliers' changes that leave every non-reciprocal
+        coordinate's stationarity as it is: the null space of E[:, ~recip]^T."""
+        if self._moves is None:
+            fixed = self.p.E[:, ~self.p.recip]
+            if fixed.shape[1] == 0:
+                self._moves = np.eye(self.p.E.shape[0])
+            else:
+                _, sv, vt = np.linalg.svd(fixed.T)
+                rank = int(np.sum(sv > 1e-12 * max(1.0, sv[0]))) if sv.size else 0
+                self._moves = np.ascontiguousarray(vt[rank:].T)
+        return self._moves
 
     @property
     def row_ub(self) -> np.ndarray:
@@ -484,12 +503,13 @@ class _Run:
         return _Run(x, primal, max(a.dual, b.dual), min(a.status, b.status), a.steps + b.steps)
 
 
-def _certify(p: ConvexProblem, lay: _Layout, x: np.ndarray, u: np.ndarray, best: _Run) -> _Run:
+def _certify(p: ConvexProblem, lay: _Layout, x: np.ndarray, u: np.ndarray, best: _Run,
+             sharpen: bool = False) -> _Run:
     """Update the best feasible point and dual bound from iterate x with row multipliers u."""
     xt = tight_point(p, x, lay)
     primal = float(p.c @ xt)
     M, Q = lay.M, lay.Q
-    dual = _dual_bound(p, lay, x, u[:M], u[M:M + Q], u[M + Q:lay.o_phi])
+    dual = _dual_bound(p, lay, x, u[:M], u[M:M + Q], u[M + Q:lay.o_phi], sharpen)
     if primal < best.primal:
         best.x, best.primal = xt, primal
     best.dual = max(best.dual, dual)
@@ -698,7 +718,13 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
                 best.status = 0
                 break
             if gap <= 1e-3 * target:
-                # The central path is far below the target: only round-off separates the bounds.
+                # The central path is far below the target: only round-off or the least-squares
+                # equality multipliers separate the bounds. Choose those multipliers for the best
+                # bound instead (too slow to do at every check).
+                best = _certify(p, lay, x, u, best, sharpen=True)
+                if best.gap <= rel_gap * _scale(best.primal):
+                    best.status = 0
+                    break
                 floor_hits += 1
                 if floor_hits >= 3:
                     best.status = 0 if best.gap <= 1e-7 * _scale(best.primal) else 1
@@ -875,7 +901,7 @@ def _barrier(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, max_
 
 
 def _dual_bound(p: ConvexProblem, lay: _Layout, x: np.ndarray, lam: np.ndarray, pi: np.ndarray,
-                mu: np.ndarray) -> float:
+                mu: np.ndarray, sharpen: bool = False) -> float:
     """A Lagrange dual value of the original problem from multipliers (lam, pi, mu) >= 0 of its
     rows, classes and linear rows: a proven lower bound on the optimum.
 
@@ -912,6 +938,8 @@ def _dual_bound(p: ConvexProblem, lay: _Layout, x: np.ndarray, lam: np.ndarray, 
     free = lay.free
     if free.size and np.any(np.abs(alpha[free]) > 1e-9 * np.maximum(1.0, np.abs(lin[free]))):
         return -math.inf
+    const = value                 # the part the coordinates' terms are added to
+    decreasing = False
     for j in lay.ri.tolist():
         a, b = float(alpha[j]), float(beta[j])
         if a < 0 and lay.lower_row[j] >= 0 and not math.isfinite(_upper_bound_cached(p, lay, j)):
@@ -923,6 +951,8 @@ def _dual_bound(p: ConvexProblem, lay: _Layout, x: np.ndarray, lam: np.ndarray, 
             dm = min(float(mu[i]), -a / gi)
             a = 0.0 if dm < float(mu[i]) else a + gi * dm     # exactly 0 when the multiplier suffices
             value += dm * float(p.h[i])
+            const += dm * float(p.h[i])
+            alpha[j] = a
         if a >= 0:
             value += 2.0 * math.sqrt(a * b) if b > 0 else 0.0
         else:
@@ -931,7 +961,77 @@ def _dual_bound(p: ConvexProblem, lay: _Layout, x: np.ndarray, lam: np.ndarray, 
             if not math.isfinite(ub):
                 return -math.inf
             value += a * ub + (b / ub if b > 0 else 0.0)
+            decreasing = True
+    if (decreasing or sharpen) and lay.eq is not None:
+        # A coordinate no row needs at the optimum (the bandwidth a total-bandwidth equality
+        # leaves to a dimension no collective is bound by) has alpha = b / x^2 ~ 0 there, and the
+        # least-squares nu above can leave it slightly negative, which charges a * ub: a bound
+        # loose by 1e-6 that no further Newton step tightens. The equality multipliers are free.
+        value = max(value, const + _best_over_equalities(p, lay, alpha, beta))
     return value
+
+
+def _best_over_equalities(p: ConvexProblem, lay: _Layout, alpha: np.ndarray, beta: np.ndarray) -> float:
+    """max over nu' of the coordinates' part of the dual function, sum_j inf_{0 < x_j <= ub_j}
+    ((alpha_j + (E^T nu')_j) x_j + beta_j / x_j) - nu' . f, with nu' moving only along directions
+    that leave every non-reciprocal coordinate's alpha as it is (so the rest of the bound holds).
+
+    A concave function of a few variables (one per equality): Newton steps with backtracking
+    from nu' = 0. Upper bounds are the ones already known (rows, or LPs solved for this
+    layout); a coordinate without one keeps the unconstrained inf, -inf below alpha = 0."""
+    basis = lay.recip_equality_moves
+    if not basis.shape[1]:
+        return -math.inf
+    ri = lay.ri
+    a0, b = alpha[ri], beta[ri]
+    ub = np.array([_known_upper_bound(lay, j) for j in ri.tolist()])
+    ER = p.E[:, ri].T @ basis
+    fN = basis.T @ p.f
+    # Where the unconstrained minimiser sqrt(b / a) passes ub, the inf is taken at ub instead.
+    cut = np.where(np.isfinite(ub), b / (ub * ub), 0.0)
+
+    def parts(theta):
+        a = a0 + ER @ theta
+        inner = a > cut
+        if np.any(~inner & ~np.isfinite(ub) & (a < 0)):
+            return -math.inf, None, None
+        ai = np.where(inner, a, 1.0)
+        root = np.sqrt(b / ai)
+        g = np.where(inner, 2.0 * np.sqrt(ai * b), np.where(np.isfinite(ub), a * ub + b / ub, 0.0))
+        xs = np.where(inner, root, np.where(np.isfinite(ub), ub, 0.0))
+        curv = np.where(inner, -0.5 * root / ai, 0.0)          # d2g/da2 = -sqrt(b) / (2 a^1.5)
+        return float(g.sum() - fN @ theta), ER.T @ xs - fN, (ER.T * curv) @ ER
+
+    theta = np.zeros(basis.shape[1])
+    F, grad, hess = parts(theta)
+    if not math.isfinite(F):
+        return -math.inf
+    for _ in range(30):
+        neg = -hess
+        # Regularised: where every coordinate sits at a bound the function is linear along the
+        # step, which backtracking then shortens to the first kink.
+        scale = max(float(np.abs(neg).max()), float(np.abs(grad).max()), 1e-300)
+        step = np.linalg.solve(neg + 1e-12 * scale * np.eye(neg.shape[0]), grad)
+        for halvings in range(60):
+            F1, g1, h1 = parts(theta + 0.5 ** halvings * step)
+            if F1 > F:
+                break
+        else:
+            break
+        t = 0.5 ** halvings
+        theta = theta + t * step
+        gained = F1 - F
+        F, grad, hess = F1, g1, h1
+        if gained <= 1e-16 * max(1.0, abs(F)):
+            break
+    return F
+
+
+def _known_upper_bound(lay: _Layout, j: int) -> float:
+    """An upper bound on x_j already computed for this layout (inf if none)."""
+    if math.isfinite(lay.row_ub[j]):
+        return float(lay.row_ub[j])
+    return lay.ub.get(j, math.inf)
 
 
 def _upper_bound_cached(p: ConvexProblem, lay: _Layout, j: int) -> float:
