@@ -35,11 +35,12 @@ classic path-following method: slower, but with a guaranteed decrease per step) 
 Certificate. A Lagrange dual bound is computed in closed form from the multipliers of the rows
 (inf over x_j > 0 of a x_j + b / x_j is 2 sqrt(a b)) for the original problem, so the reported gap
 is a proven bound on the distance to the optimum, whatever method produced the multipliers: they
-are only made dual feasible, never trusted. The equality multipliers are a least-squares fit,
-which leaves the bound loose where a coordinate binds no row at the optimum (bandwidth a fixed
-total parks on a dimension no collective needs); there, and whenever the iterates have converged
-without a certificate, they are chosen instead to maximise the bound (a concave function of one
-variable per equality). The primal value is the objective at a feasible point
+are only made dual feasible, never trusted. Where a coordinate binds no row at the optimum
+(bandwidth a fixed total parks on a dimension no collective needs) two things can keep that bound
+loose after convergence: the equality multipliers are a least-squares fit (so a bound charged for
+a coordinate's decreasing term gets them chosen to maximise it, a concave function of one variable
+per equality), and short dual steps can leave the multipliers off stationarity (so once the
+iterates stop, a full dual Newton step's multipliers, clipped at 0, are tried as well). The primal value is the objective at a feasible point
 (epigraph coordinates recomputed from x), never a barrier estimate.
 """
 
@@ -71,6 +72,7 @@ _FAST = 0.1         # past _COLD the first start goes on while mu falls below th
 _SIGMA_POW = 3      # centring sigma = (mu_affine / mu) ** this (Mehrotra's rule) ...
 _SIGMA_POW_FEAS = 9  # ... and this once a full dual step has made the multipliers stationary
 _GZ_BELOW = 0.9     # a corrector step shorter than this gets one centrality correction (Gondzio's)
+_TINY = 1e-300      # multipliers a full dual step sends to 0 or below, for the certificate
 _GZ_BOX = 3.0       # ... which moves the products u_i y_i into [sigma mu / this, sigma mu * this]
 
 
@@ -718,10 +720,16 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
                 best.status = 0
                 break
             if gap <= 1e-3 * target:
-                # The central path is far below the target: only round-off or the least-squares
-                # equality multipliers separate the bounds. Choose those multipliers for the best
-                # bound instead (too slow to do at every check).
+                # The central path is far below the target: what still separates the bounds is
+                # round-off, the least-squares equality multipliers (choose them for the best bound
+                # instead: too slow to do at every check), or multipliers off stationarity after
+                # short dual steps (where no row binds a coordinate its multipliers must vanish):
+                # a full dual Newton step restores it, and any multipliers >= 0 give a bound.
                 best = _certify(p, lay, x, u, best, sharpen=True)
+                if best.gap > rel_gap * _scale(best.primal):
+                    nt = _Newton(p, lay, x, v, u, y)
+                    dy = nt.direction(None, with_dt=False)[3]
+                    best = _certify(p, lay, x, np.maximum(-nt.d * dy, _TINY), best, sharpen=True)
                 if best.gap <= rel_gap * _scale(best.primal):
                     best.status = 0
                     break
