@@ -478,3 +478,49 @@ def test_a_free_unbounded_dimension_has_no_minimizer():
     capped = lower + (parse_constraint("bw[c] <= 100", net),)
     r = optimize(w, net, free, objective="perf-per-cost", constraints=Constraints(budget_usd=1e5, linear=capped))
     assert r.success and r.bw_gbps[2] <= 100 * (1 + 1e-9)
+
+
+def _bisected_split(need, total, lo, hi):
+    """Reference: the water level of sum clip(tau sqrt(need), lo, hi) = total by bisection."""
+    w = np.sqrt(need)
+    w = np.maximum(w, 1e-3 * w.max()) if w.max() > 0 else np.ones_like(w)
+    a, b = 0.0, 1.0
+    while np.clip(b * w, lo, hi).sum() < total:
+        b *= 2.0
+    for _ in range(200):
+        m = 0.5 * (a + b)
+        a, b = (m, b) if np.clip(m * w, lo, hi).sum() < total else (a, m)
+    return np.clip(b * w, lo, hi)
+
+
+def test_square_root_start_is_the_additive_optimum_inside_the_bounds():
+    from libra_astra.optimize.problem import _square_root_split
+    # No bounds: B_d proportional to sqrt(need_d), the minimiser of sum need_d / B_d.
+    need = np.array([4.0, 1.0, 9.0])
+    x = _square_root_split(need, 6.0, net3(), 1.0)
+    assert x == pytest.approx([2.0, 1.0, 3.0], rel=1e-12)
+    # Random bounds (and dimensions nothing needs): the water-filled split of a reference bisection,
+    # strictly inside every bound, spending the total.
+    rng = np.random.default_rng(7)
+    checked = 0
+    for _ in range(300):
+        lo = rng.choice([0.0, 1.0], 3) * rng.uniform(0, 50, 3)
+        hi = lo + rng.uniform(1, 400, 3)
+        hi[rng.random(3) < 0.3] = np.inf
+        dims = [{"bw_min_gbps": float(lo[d])} | ({} if np.isinf(hi[d]) else {"bw_max_gbps": float(hi[d])})
+                for d in range(3)]
+        net = network_from_dict({"name": "n3", "dimensions": [
+            {"name": f"d{d}", "topology": "Ring", "npus": 4, "latency_ns": 1, "cost_class": "A", **dims[d]}
+            for d in range(3)]})
+        need = rng.random(3) * (rng.random(3) < 0.8)
+        total, b0 = float(rng.uniform(10, 900)), float(rng.uniform(1, 100))
+        x = _square_root_split(need, total / b0, net, b0)
+        pad = 1e-3 * total / b0 / 3
+        if lo.sum() / b0 + 3 * pad >= total / b0 or (hi / b0 - pad).sum() <= total / b0:
+            assert x is None
+            continue
+        checked += 1
+        assert x.sum() == pytest.approx(total / b0, rel=1e-12)
+        assert np.all(x > lo / b0) and np.all(x < hi / b0)
+        assert x == pytest.approx(_bisected_split(need, total / b0, lo / b0 + pad, hi / b0 - pad), rel=1e-9)
+    assert checked > 100

@@ -61,7 +61,7 @@ _QUAD = 0.9         # ... except once the predictor step exceeds this (the quadr
 _SHORT = 0.05       # a step shorter than this is retried with more centring
 _BACK = 0.7         # backtracking factor for the neighbourhood test
 _EARLY = 100.0      # try the certificate once u.y <= _EARLY * the gap asked for
-_V_MARGIN = 1.0     # start with x_j v_j = 1 + _V_MARGIN
+_V_MARGIN = 0.3     # start with x_j v_j = 1 + _V_MARGIN (1.0 took 5% more Newton steps on the benchmarks)
 _V_WARM = 0.01      # ... from a surrogate's near-optimal bandwidths
 _SURROGATE = 2000   # terms from which a merged surrogate may give a second start
 _COLD = 15          # ... after this many Newton steps from the first start, unless mu still falls fast
