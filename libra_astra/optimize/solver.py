@@ -21,13 +21,15 @@ interior-point method with Mehrotra's predictor-corrector, a second-order correc
 hyperbolic constraints, separate primal and dual step lengths and a wide-neighbourhood
 safeguard; once a full dual step has made the multipliers stationary, it centres less and gives
 a short step one Gondzio centrality correction (terms whose rows tie at the optimum keep the
-affine steps short there): 6-25 Newton systems on the benchmark families up to 1,000
-collectives, 7-38 at 10,000.
+affine steps short there): 6-15 Newton systems on the benchmark families up to 1,000
+collectives, 6-22 at 10,000 (from the square-root split the problem builder gives as the first
+guess).
 With thousands of distinct terms not certified after a few steps, a merged surrogate (terms
 equal up to scale summed, a relaxation) is solved and its bandwidths restart the problem with v
 close to 1/x: from the equal split the method needs many short steps while the rows' bottleneck
-pattern moves (80 Newton steps for 10,000 pipelined collectives on 8 dimensions, 51 this way). Each Newton system eliminates the K term
-variables in closed form (in a cancellation-free way, see :class:`_Newton`) and the equalities
+pattern moves (80 Newton steps for 10,000 pipelined collectives on 8 dimensions without it, 38
+with it; 22 from the square-root split). Each Newton system eliminates the K term variables in
+closed form (in a cancellation-free way, see :class:`_Newton`) and the equalities
 through a null-space basis, so a step costs O(M n^2) for M rows and n coordinates. If the
 primal-dual method ever fails to certify, damped Newton on the self-concordant barrier (a
 classic path-following method: slower, but with a guaranteed decrease per step) takes over.
