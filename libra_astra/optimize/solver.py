@@ -42,8 +42,9 @@ are only made dual feasible, never trusted. Where a coordinate binds no row at t
 loose after convergence: the equality multipliers are a least-squares fit (so a bound charged for
 a coordinate's decreasing term gets them chosen to maximise it, a concave function of one variable
 per equality), and short dual steps can leave the multipliers off stationarity (so once the
-iterates stop, a full dual Newton step's multipliers, clipped at 0, are tried as well). The primal value is the objective at a feasible point
-(epigraph coordinates recomputed from x), never a barrier estimate.
+iterates stop, a full dual Newton step's multipliers, clipped at 0, are tried as well). The
+primal value is the objective at a feasible point (epigraph coordinates recomputed from x), never
+a barrier estimate.
 """
 
 from __future__ import annotations
@@ -74,8 +75,8 @@ _FAST = 0.1         # past _COLD the first start goes on while mu falls below th
 _SIGMA_POW = 3      # centring sigma = (mu_affine / mu) ** this (Mehrotra's rule) ...
 _SIGMA_POW_FEAS = 9  # ... and this once a full dual step has made the multipliers stationary
 _GZ_BELOW = 0.9     # a corrector step shorter than this gets one centrality correction (Gondzio's)
-_TINY = 1e-300      # multipliers a full dual step sends to 0 or below, for the certificate
 _GZ_BOX = 3.0       # ... which moves the products u_i y_i into [sigma mu / this, sigma mu * this]
+_TINY = 1e-300      # multipliers a full dual step sends to 0 or below, for the certificate
 
 
 @dataclass(frozen=True)
