@@ -264,7 +264,7 @@ def _square_root_split(need: np.ndarray, total: float, net: Network, b0: float) 
     fewer Newton steps than from the equal split on 8 dimensions, where the optimum is far from it."""
     D = need.shape[0]
     pad = 1e-3 * total / D
-    lo = np.array([d.bw_min_gbps / b0 if d.bw_min_gbps else 0.0 for d in net.dims]) + pad
+    lo = np.array([d.bw_min_gbps / b0 for d in net.dims]) + pad
     hi = np.array([d.bw_max_gbps / b0 if d.bw_max_gbps is not None else math.inf for d in net.dims]) - pad
     if lo.sum() >= total or hi.sum() <= total or np.any(lo >= hi):
         return None

@@ -376,13 +376,7 @@ class _Layout:
         """(r, k) basis of the equality multipliers' changes that leave every non-reciprocal
         coordinate's stationarity as it is: the null space of E[:, ~recip]^T."""
         if self._moves is None:
-            fixed = self.p.E[:, ~self.p.recip]
-            if fixed.shape[1] == 0:
-                self._moves = np.eye(self.p.E.shape[0])
-            else:
-                _, sv, vt = np.linalg.svd(fixed.T)
-                rank = int(np.sum(sv > 1e-12 * max(1.0, sv[0]))) if sv.size else 0
-                self._moves = np.ascontiguousarray(vt[rank:].T)
+            self._moves = _null_basis(self.p.E[:, ~self.p.recip].T)
         return self._moves
 
     @property
@@ -400,9 +394,7 @@ class _EqualityFactors:
 
     def __init__(self, E: np.ndarray):
         self.E = E
-        _, sv, vt = np.linalg.svd(E)
-        rank = int(np.sum(sv > 1e-12 * max(1.0, sv[0])))
-        self.null_basis = _frozen(np.ascontiguousarray(vt[rank:].T))
+        self.null_basis = _frozen(_null_basis(E))
         self.pinv = _frozen(np.linalg.pinv(E))
         self._pinv_T = None
 
@@ -424,6 +416,14 @@ def _equality_factors(E: np.ndarray) -> _EqualityFactors:
             _EQ_CACHE.clear()
         hit = _EQ_CACHE[key] = _EqualityFactors(_frozen(E.copy()))
     return hit
+
+
+def _null_basis(m: np.ndarray) -> np.ndarray:
+    """(columns of m, k): an orthonormal basis of m's null space, the right singular vectors past
+    its numerical rank (all of them when m has no rows)."""
+    _, sv, vt = np.linalg.svd(m)
+    rank = int(np.sum(sv > 1e-12 * max(1.0, sv[0]))) if sv.size else 0
+    return np.ascontiguousarray(vt[rank:].T)
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -714,6 +714,7 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
     stationary = False          # a full dual step was taken: the multipliers balance the objective
     mus: list[float] = []
     while steps < max_iter:
+        predictor = None        # (Newton system, affine direction) at this iterate, if built early
         gap = float(u @ y)
         target = rel_gap * _scale(float(p.c @ x))
         # The surrogate gap u.y overstates the certified one (barrier weights, inactive rows).
@@ -730,9 +731,10 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
                 # a full dual Newton step restores it, and any multipliers >= 0 give a bound.
                 best = _certify(p, lay, x, u, best, sharpen=True)
                 if best.gap > rel_gap * _scale(best.primal):
+                    # the step below starts from the same system and affine direction
                     nt = _Newton(p, lay, x, v, u, y)
-                    dy = nt.direction(None, with_dt=False)[3]
-                    best = _certify(p, lay, x, np.maximum(-nt.d * dy, _TINY), best, sharpen=True)
+                    predictor = nt, nt.direction(None, with_dt=False)
+                    best = _certify(p, lay, x, np.maximum(-nt.d * predictor[1][3], _TINY), best, sharpen=True)
                 if best.gap <= rel_gap * _scale(best.primal):
                     best.status = 0
                     break
@@ -750,10 +752,12 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
                 break
         mus.append(mu)
         steps += 1
-        nt = _Newton(p, lay, x, v, u, y)
+        if predictor is None:
+            nt = _Newton(p, lay, x, v, u, y)
+            # Predictor (affine scaling): complementarity 0.
+            predictor = nt, nt.direction(None, with_dt=False)
+        nt, (dx, dv, _, dy) = predictor
         d = nt.d
-        # Predictor (affine scaling): complementarity 0.
-        dx, dv, _, dy = nt.direction(None, with_dt=False)
         du = -u - d * dy
         dxJ = dx[J]
         a_aff = min(1.0, _max_step(y[:o_phi], dy[:o_phi]), _hyp_step(nt.xJ, v, dxJ, dv), _max_step(u, du))
@@ -1046,11 +1050,11 @@ def _known_upper_bound(lay: _Layout, j: int) -> float:
 
 
 def _upper_bound_cached(p: ConvexProblem, lay: _Layout, j: int) -> float:
-    if math.isfinite(lay.row_ub[j]):
-        return float(lay.row_ub[j])
-    if j not in lay.ub:
-        lay.ub[j] = _upper_bound(p, j)
-    return lay.ub[j]
+    """_known_upper_bound, with the LP solved (and kept) when no bound is known yet."""
+    ub = _known_upper_bound(lay, j)
+    if not math.isfinite(ub) and j not in lay.ub:
+        ub = lay.ub[j] = _upper_bound(p, j)
+    return ub
 
 
 def _upper_bound(p: ConvexProblem, j: int) -> float:
