@@ -14,7 +14,9 @@ of each, the ratio peer / ours (> 1: we are faster), the relative difference of 
 its bandwidths (re-evaluated by the time model) to our optimum (> 0: ours is better), and our
 certified relative gap. Each side is timed --repeat times (default 3; at least 10 times up to 1k
 collectives, once from 100k up) and its best counts: single runs of a few ms swing by tens of
-percent with the neighbours' load. Our runs each get a freshly generated demand, so nothing cached by an earlier run is reused.
+percent with the neighbours' load. The sides take turns run by run (ours, then each peer), so a
+drift of the machine's speed hits both alike. Each turn gets a freshly generated demand, so
+nothing cached by an earlier run is reused.
 Times are CPU seconds of this process (BLAS held to one thread, the peers
 single-threaded); the load average is printed at the start and the end, since the 2-core machine
 is shared. ``--json FILE`` writes the figures for tools/readme_figures.py.
@@ -104,6 +106,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs of each side below 100k collectives (at least 10 up to 1k); the best counts "
                          "(default 3)")
+    ap.add_argument("--seed", type=int, default=1, help="seed of the generated demands (default 1, the README's)")
     ap.add_argument("--json", help="also write the figures to this JSON file (tools/readme_figures.py)")
     args = ap.parse_args()
     try:
@@ -129,37 +132,43 @@ def main() -> None:
             for n in (int(x) for x in args.sizes.split(",")):
                 # a few ms swing by tens of percent with the neighbours' load: the smallest run more
                 runs = 1 if n >= 100_000 else max(args.repeat, 10) if n <= 1000 else args.repeat
+                # The sides take turns, run by run: the machine's speed drifts (by up to 2x over a
+                # day), and a block of our runs then a block of theirs would time them at different
+                # speeds.
                 ours = float("inf")
+                theirs = dict.fromkeys(peers, float("inf"))
+                answer: dict = {}
                 for _ in range(runs):
-                    dem = synthetic.random_demand(net, n, seed=1)     # fresh: no cache of a previous run
+                    dem = synthetic.random_demand(net, n, seed=args.seed)     # fresh: no cache of a previous run
                     w = [Workload(dem)]
                     t = time.process_time()
                     r = optimize(w, net, cost, constraints=Constraints(total), model=model, baselines=False)
                     ours = min(ours, time.process_time() - t)
+                    for name in peers:
+                        if name in answer and answer[name][0] is None:
+                            continue                    # it failed once: no more turns
+                        t = time.process_time()
+                        try:
+                            answer[name] = peer_solve(cp, name, dem, net, model, total)
+                        except cp.error.SolverError as e:
+                            answer[name] = (None, f"error: {e}")
+                        theirs[name] = min(theirs[name], time.process_time() - t)
                 rec = {"family": fam, "dims": D, "collectives": n, "ours_s": ours, "rel_gap": r.rel_gap,
                        "certified": bool(r.success), "newton_steps": r.newton_steps, "peers": {}}
                 line = f"{fam:<12}{D:>2}{n:>8} | {ours:>8.3f}{r.rel_gap:>9.1e}"
                 for name in peers:
-                    theirs = float("inf")
-                    for _ in range(runs):
-                        t = time.process_time()
-                        try:
-                            bw, status = peer_solve(cp, name, dem, net, model, total)
-                        except cp.error.SolverError as e:
-                            bw, status = None, f"error: {e}"
-                        theirs = min(theirs, time.process_time() - t)
-                        if bw is None:
-                            break
+                    bw, status = answer[name]
                     if bw is None:
-                        rec["peers"][name] = {"s": theirs, "status": status}
-                        line += f" | {theirs:>10.3f}{'':>7}{status[:9]:>9}"
+                        rec["peers"][name] = {"s": theirs[name], "status": status}
+                        line += f" | {theirs[name]:>10.3f}{'':>7}{status[:9]:>9}"
                         continue
                     bw = np.clip(bw, [d.bw_min_gbps for d in net.dims], None)
                     val = evaluate(w, net, cost, bw, model=model).time_ns
-                    ratios[name].setdefault(fam, []).append(theirs / ours)
-                    rec["peers"][name] = {"s": theirs, "ratio": theirs / ours, "status": status,
+                    ratio = theirs[name] / ours
+                    ratios[name].setdefault(fam, []).append(ratio)
+                    rec["peers"][name] = {"s": theirs[name], "ratio": ratio, "status": status,
                                           "objective_excess": (val - r.fun) / r.fun}
-                    line += f" | {theirs:>10.3f}{theirs / ours:>7.2f}{(val - r.fun) / r.fun:>9.1e}"
+                    line += f" | {theirs[name]:>10.3f}{ratio:>7.2f}{(val - r.fun) / r.fun:>9.1e}"
                 records.append(rec)
                 print(line, flush=True)
     load_end = os.getloadavg()
@@ -171,7 +180,7 @@ def main() -> None:
             print(f"{name:<9} {fam:<12} ratio peer/ours: median {statistics.median(rs):.2f}, min {min(rs):.2f}")
     print(f"load average at end: {load_end[0]:.2f} (1 min), {load_end[1]:.2f} (5 min)")
     if args.json:
-        Path(args.json).write_text(json.dumps({"bench": "peers", "cores": os.cpu_count(), "repeat": args.repeat,
+        Path(args.json).write_text(json.dumps({"bench": "peers", "cores": os.cpu_count(), "repeat": args.repeat, "turns": True, "seed": args.seed,
                                                "load_start": load_start[:2],
                                                "load_end": load_end[:2], "problems": records}, indent=1) + "\n")
 

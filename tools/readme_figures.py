@@ -130,6 +130,8 @@ def peers_table(runs: list[dict]) -> str:
     repeat = runs[0].get("repeat", 1)
     best = (f", best of {max(repeat, 10)} runs of each side up to 1k collectives and of {repeat} below 100k"
             if repeat > 1 else "")
+    if repeat > 1 and runs[0].get("turns"):
+        best += " (the sides taking turns run by run)"
     rows.append(f"CPU time of one process end to end{best}, one BLAS thread; load average {_load(runs)} on "
                 f"{runs[0]['cores']} cores (shared machine).")
     return "\n".join(rows)
