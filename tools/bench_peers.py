@@ -180,7 +180,8 @@ def main() -> None:
             print(f"{name:<9} {fam:<12} ratio peer/ours: median {statistics.median(rs):.2f}, min {min(rs):.2f}")
     print(f"load average at end: {load_end[0]:.2f} (1 min), {load_end[1]:.2f} (5 min)")
     if args.json:
-        Path(args.json).write_text(json.dumps({"bench": "peers", "cores": os.cpu_count(), "repeat": args.repeat, "turns": True, "seed": args.seed,
+        Path(args.json).write_text(json.dumps({"bench": "peers", "cores": os.cpu_count(), "repeat": args.repeat,
+                                               "turns": True, "seed": args.seed,
                                                "load_start": load_start[:2],
                                                "load_end": load_end[:2], "problems": records}, indent=1) + "\n")
 
