@@ -100,6 +100,8 @@ def merge_terms(items, net: Network, model: TimeModel, cache: dict) -> list:
         rows = cache.get(key)
         if rows is None:
             A, g = collective_rows(c, net, model)
+            if model.kind == "pipelined" and model.splits == 1:
+                A, g = _undominated(A, g)
             scale = float(A.max()) if not np.any(g) and A.max() > 0 else 1.0
             An = A / scale
             mkey = (An.shape, np.round(An, 12).tobytes(), g.tobytes())
@@ -113,6 +115,16 @@ def merge_terms(items, net: Network, model: TimeModel, cache: dict) -> list:
     return list(merged.values())
 
 
+
+
+def _undominated(A: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One collective's rows without those its first row of largest sum (then constant) bounds in
+    every column and constant (the optimizer's rows with one chunk per collective)."""
+    sums = A.sum(axis=1)
+    c = max(range(A.shape[0]), key=lambda r: (sums[r], g[r], -r))
+    keep = [r for r in range(A.shape[0])
+            if r == c or not (all(A[c, j] >= A[r, j] for j in range(A.shape[1])) and g[c] >= g[r])]
+    return A[keep], g[keep]
 
 
 def class_problem_rows(classes, D: int, b0: float):

@@ -332,3 +332,42 @@ def test_hash_multipliers_drawn_once_and_read_only():
     assert np.array_equal(m, fresh)
     assert terms_mod._multipliers(10) is m
     assert not m.flags.writeable
+
+
+@pytest.mark.parametrize("model", [TimeModel("pipelined", splits=1),
+                                   TimeModel("pipelined", splits=1, local_mem_bw_gbps=1600.0, efficiency=(0.5, 0.75, 1.0)),
+                                   TimeModel("pipelined", splits=1, latency=False)],
+                         ids=["latency", "memory-efficiency", "no-latency"])
+@pytest.mark.parametrize("make_net", [net3, net8])
+def test_one_chunk_keeps_the_rows_that_can_be_a_collectives_time(make_net, model):
+    # With one chunk a hierarchical collective's stages add up: its last stage's row bounds every
+    # other row, so one row is left; a flat collective's rows are one per dimension and all stay.
+    # Whatever is dropped, the largest row at any bandwidth is the same value, bit for bit.
+    from libra_astra.optimize.terms import _undominated
+    net = make_net()
+    model = model_for(net, model)
+    colls = mixed_collectives(net, 300, seed=9)
+    A, g, starts = collective_rows_of(colls, net, model)
+    A2, g2, starts2 = _undominated(A, g, starts)
+    ends, ends2 = np.r_[starts[1:], A.shape[0]], np.r_[starts2[1:], A2.shape[0]]
+    kept = ends2 - starts2
+    flat = np.array([c.algorithm != "hierarchical" for c in colls])
+    assert np.all(kept[~flat] == 1)
+    assert np.array_equal(kept[flat], (ends - starts)[flat])
+    assert A2.shape[0] < 0.6 * A.shape[0]
+    rng = np.random.default_rng(2)
+    for _ in range(200):
+        inv = 1.0 / rng.uniform(0.5, 500.0, net.num_dims)
+        assert np.array_equal(np.maximum.reduceat(A @ inv + g, starts), np.maximum.reduceat(A2 @ inv + g2, starts2))
+
+
+def test_rows_with_a_negative_entry_are_all_kept():
+    # The bound above holds only for coefficients and constants >= 0.
+    from libra_astra.optimize.terms import _undominated
+    A = np.array([[2.0, 1.0], [1.0, 1.0], [3.0, -1.0]])
+    g = np.array([1.0, 0.0, 0.0])
+    starts = np.array([0, 2])
+    A2, g2, s2 = _undominated(A, g, starts)
+    assert A2 is A and g2 is g and s2 is starts
+    A2, g2, s2 = _undominated(A[:2], g[:2], starts[:1])
+    assert np.array_equal(A2, [[2.0, 1.0]]) and np.array_equal(g2, [1.0]) and np.array_equal(s2, [0])

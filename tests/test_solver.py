@@ -293,7 +293,7 @@ def test_surrogate_start_is_a_relaxation_and_changes_nothing(monkeypatch):
 def test_first_start_judged_by_progress_not_a_step_budget(monkeypatch):
     # With thousands of terms the first start hands over to the surrogate once it stalls or runs
     # past _COLD steps; a run still closing in (mu falling tenfold within a few steps) goes on.
-    b = many_terms_problem(dims=3, splits=1)
+    b = many_terms_problem(dims=3, splits=2)
     calls = []
     real = solver._surrogate
     monkeypatch.setattr(solver, "_surrogate", lambda p: calls.append(1) or real(p))

@@ -255,9 +255,41 @@ def _demand_scaled(demand: Demand, net: Network, model: TimeModel,
     np.cumsum(sizes[:-1], out=first[1:])
     every = itertools.chain.from_iterable(rc.collectives for rc in demand.rank_classes)
     counts = np.fromiter(map(operator.attrgetter("count"), every), float, count=int(sizes.sum()))
-    s = _scaled(*demand_rows(demand, net, model))
+    A, g, starts = demand_rows(demand, net, model)
+    if model.kind == "pipelined" and model.splits == 1:
+        # With one chunk a collective's stages add up: the row of its last stage bounds the others.
+        A, g, starts = _undominated(A, g, starts)
+    s = _scaled(A, g, starts)
     cache[key] = (demand, s, first, counts)   # the demand is kept so its id names it while cached
     return s, first, counts
+
+
+def _undominated(A: np.ndarray, g: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each collective's rows without those its row c of largest coefficient sum (then largest
+    constant) bounds from above everywhere: row r goes when A[c] >= A[r] in every column and g[c] >= g[r].
+    With every coefficient and constant >= 0, row c's time A[c] @ (1/B) + g[c] is then >= row r's
+    at every bandwidth, in floating point too (the products and the sums, taken in the same order,
+    are monotone), so the maximum over the rows, the collective's time, stays what it was to the
+    last bit. Fewer rows make a smaller problem, and a term of one row is smooth in B: the
+    interior-point method needs fewer Newton steps (4 instead of 7-13 on 1k-10k collectives)."""
+    M, N = A.shape[0], starts.shape[0]
+    if M == N or (A < 0).any() or (g < 0).any():
+        return A, g, starts            # one row each already, or the bound above would not hold
+    nrows = np.diff(np.concatenate((starts, [M])))
+    coll_of = np.repeat(np.arange(N), nrows)
+    # The candidate: the first row of largest coefficient sum and, among those, largest constant
+    # (rows equal in A whose constants, summed in another order, differ in the last bit).
+    asum = A.sum(axis=1)
+    g_top = np.where(asum == np.maximum.reduceat(asum, starts).take(coll_of), g, -np.inf)
+    at_max = g_top == np.maximum.reduceat(g_top, starts).take(coll_of)
+    top = np.minimum.reduceat(np.where(at_max, np.arange(M), M), starts).take(coll_of)
+    gone = (A.take(top, axis=0) >= A).all(axis=1) & (g.take(top) >= g) & (top != np.arange(M))
+    if not gone.any():
+        return A, g, starts
+    keep = ~gone
+    new_starts = np.zeros(N, dtype=np.int64)
+    np.cumsum(np.add.reduceat(keep.astype(np.int64), starts)[:-1], out=new_starts[1:])
+    return A[keep], g[keep], new_starts
 
 
 def class_terms(demand: Demand, net: Network, model: TimeModel, cache: dict) -> list[tuple[float, Terms]]:
