@@ -524,3 +524,33 @@ def test_square_root_start_is_the_additive_optimum_inside_the_bounds():
         assert np.all(x > lo / b0) and np.all(x < hi / b0)
         assert x == pytest.approx(_bisected_split(need, total / b0, lo / b0 + pad, hi / b0 - pad), rel=1e-9)
     assert checked > 100
+
+
+@pytest.mark.parametrize("name,network,overlap", [("tpdp8", "ring2x4", False), ("tpdp8", "ring2x4", True),
+                                                   ("tpdp4", "ring2x2", True), (None, "net3", False)])
+def test_one_chunk_rows_dropped_leave_the_certified_optimum(monkeypatch, name, network, overlap):
+    # The converter's own traces (and a generated 3-dimension demand): with one chunk per
+    # collective the terms keep only the rows that can be a collective's time, which leaves the
+    # optimum where the problem with every row has it, both certified.
+    from pathlib import Path
+    from libra_astra.demand import synthetic
+    from libra_astra.demand.from_traces import demand_from_traces
+    from libra_astra.model.cost import load_cost
+    from libra_astra.model.network import load_network
+    from libra_astra.optimize import terms
+    real = Path(__file__).parent / "fixtures" / "real"
+    cost = load_cost(Path(__file__).parents[1] / "network_configs" / "cost.yml")
+    if name is None:
+        net, dem, cost = NET3, synthetic.random_demand(NET3, 400, seed=6), COST
+    else:
+        net = load_network(real / f"{network}.yml")
+        dem = demand_from_traces(real / name / name, net)[0]
+    model = TimeModel("pipelined", splits=1, overlap=overlap)
+    run = lambda: optimize([Workload(dem)], net, cost, constraints=Constraints(100.0 * net.num_dims),
+                           model=model, baselines=False)
+    dropped = run()
+    monkeypatch.setattr(terms, "_undominated", lambda A, g, starts: (A, g, starts))
+    every = run()
+    assert dropped.success and every.success
+    assert max(dropped.dual_bound, every.dual_bound) <= min(dropped.fun, every.fun) * (1 + 1e-12)
+    assert dropped.fun == pytest.approx(every.fun, rel=2e-9)
