@@ -120,7 +120,7 @@ def merge_terms(items, net: Network, model: TimeModel, cache: dict) -> list:
 def _undominated(A: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One collective's rows without those its first row of largest sum (then constant) bounds in
     every column and constant (the optimizer's rows with one chunk per collective)."""
-    sums = A.sum(axis=1)
+    sums = A @ np.ones(A.shape[1])
     c = max(range(A.shape[0]), key=lambda r: (sums[r], g[r], -r))
     keep = [r for r in range(A.shape[0])
             if r == c or not (all(A[c, j] >= A[r, j] for j in range(A.shape[1])) and g[c] >= g[r])]
