@@ -21,8 +21,8 @@ interior-point method with Mehrotra's predictor-corrector, a second-order correc
 hyperbolic constraints, separate primal and dual step lengths and a wide-neighbourhood
 safeguard; once a full dual step has made the multipliers stationary, it centres less and gives
 a short step one Gondzio centrality correction (terms whose rows tie at the optimum keep the
-affine steps short there): 6-15 Newton systems on the benchmark families up to 1,000
-collectives, 6-22 at 10,000 (from the square-root split the problem builder gives as the first
+affine steps short there): 4-15 Newton systems on the benchmark families up to 1,000
+collectives, 4-22 at 10,000 (from the square-root split the problem builder gives as the first
 guess).
 With thousands of distinct terms not certified after a few steps, a merged surrogate (terms
 equal up to scale summed, a relaxation) is solved and its bandwidths restart the problem with v
