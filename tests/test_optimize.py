@@ -526,18 +526,20 @@ def test_square_root_start_is_the_additive_optimum_inside_the_bounds():
     assert checked > 100
 
 
-@pytest.mark.parametrize("name,network,overlap", [("tpdp8", "ring2x4", False), ("tpdp8", "ring2x4", True),
-                                                   ("tpdp4", "ring2x2", True), (None, "net3", False)])
+@pytest.mark.parametrize("name,network,overlap", [("param_dlrm8", "ring2x4", False), ("param_dlrm8", "ring2x4", True),
+                                                   (None, "net3", False)])
 def test_one_chunk_rows_dropped_leave_the_certified_optimum(monkeypatch, name, network, overlap):
-    # The converter's own traces (and a generated 3-dimension demand): with one chunk per
-    # collective the terms keep only the rows that can be a collective's time, which leaves the
-    # optimum where the problem with every row has it, both certified.
+    # PARAM's DLRM trace through the converter on 2 x 4 NPUs (its all-to-alls and all-reduces span
+    # both dimensions: 128 rows, 64 after the drop) and a generated 3-dimension demand: with one
+    # chunk per collective the terms keep only the rows that can be a collective's time, which
+    # leaves the optimum where the problem with every row has it, both certified.
     from pathlib import Path
     from libra_astra.demand import synthetic
     from libra_astra.demand.from_traces import demand_from_traces
     from libra_astra.model.cost import load_cost
     from libra_astra.model.network import load_network
     from libra_astra.optimize import terms
+    from libra_astra.timing.model import demand_rows
     real = Path(__file__).parent / "fixtures" / "real"
     cost = load_cost(Path(__file__).parents[1] / "network_configs" / "cost.yml")
     if name is None:
@@ -546,6 +548,8 @@ def test_one_chunk_rows_dropped_leave_the_certified_optimum(monkeypatch, name, n
         net = load_network(real / f"{network}.yml")
         dem = demand_from_traces(real / name / name, net)[0]
     model = TimeModel("pipelined", splits=1, overlap=overlap)
+    A, g, starts = demand_rows(dem, net, model)
+    assert terms._undominated(A, g, starts)[0].shape[0] < A.shape[0]
     run = lambda: optimize([Workload(dem)], net, cost, constraints=Constraints(100.0 * net.num_dims),
                            model=model, baselines=False)
     dropped = run()
