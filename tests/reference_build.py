@@ -100,7 +100,7 @@ def merge_terms(items, net: Network, model: TimeModel, cache: dict) -> list:
         rows = cache.get(key)
         if rows is None:
             A, g = collective_rows(c, net, model)
-            if model.kind == "pipelined" and model.splits == 1:
+            if model.stages_add_up:
                 A, g = _undominated(A, g)
             scale = float(A.max()) if not np.any(g) and A.max() > 0 else 1.0
             An = A / scale

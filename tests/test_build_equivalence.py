@@ -18,7 +18,7 @@ from libra_astra.demand.types import Collective, Dag, Demand, RankClass
 from libra_astra.model.cost import load_cost
 from libra_astra.model.network import load_network, network_from_dict
 from libra_astra.optimize.problem import Constraints, Workload, build_problem
-from libra_astra.optimize.terms import class_terms, node_path_terms, path_terms
+from libra_astra.optimize.terms import _undominated, class_terms, node_path_terms, path_terms
 from libra_astra.timing.model import TimeModel, class_rows, collective_rows
 from libra_astra.timing import rows as rows_mod
 from libra_astra.timing.rows import collective_rows_of
@@ -343,7 +343,6 @@ def test_one_chunk_keeps_the_rows_that_can_be_a_collectives_time(make_net, model
     # With one chunk a hierarchical collective's stages add up: its last stage's row bounds every
     # other row, so one row is left; a flat collective's rows are one per dimension and all stay.
     # Whatever is dropped, the largest row at any bandwidth is the same value, bit for bit.
-    from libra_astra.optimize.terms import _undominated
     net = make_net()
     model = model_for(net, model)
     colls = mixed_collectives(net, 300, seed=9)
@@ -363,7 +362,6 @@ def test_one_chunk_keeps_the_rows_that_can_be_a_collectives_time(make_net, model
 
 def test_rows_with_a_negative_entry_are_all_kept():
     # The bound above holds only for coefficients and constants >= 0.
-    from libra_astra.optimize.terms import _undominated
     A = np.array([[2.0, 1.0], [1.0, 1.0], [3.0, -1.0]])
     g = np.array([1.0, 0.0, 0.0])
     starts = np.array([0, 2])

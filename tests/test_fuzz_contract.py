@@ -168,8 +168,9 @@ HOSTILE = st.sampled_from([0, 1, 2, 3, 4, 5, -1, 2 ** 31, 2 ** 63, 2 ** 64, 10 *
                            "x", None, [], {}])
 
 
-def _changed(changes) -> dict:
-    data = _two_classes()
+def _changed(changes, data=None) -> dict:
+    """``data`` (default: _two_classes()) with each (path, value) of ``changes`` set."""
+    data = _two_classes() if data is None else data
     for path, value in changes:
         node = data
         for key in path[:-1]:
@@ -204,12 +205,7 @@ DESIGN_LEAVES = [p for p in _leaves(DESIGN) if p[0] not in ("format", "version")
 def test_design_fields_through_emit(tmp_path_factory, changes):
     from libra_astra.astra.emit import emit
 
-    data = json.loads(json.dumps(DESIGN))
-    for path, value in changes:
-        node = data
-        for key in path[:-1]:
-            node = node[key]
-        node[path[-1]] = value
+    data = _changed(changes, json.loads(json.dumps(DESIGN)))
     work = tmp_path_factory.mktemp("design")
     (work / "d.json").write_text(json.dumps(_two_classes()))
     data["workloads"][0]["demand"] = str(work / "d.json")

@@ -155,15 +155,15 @@ def system_config(num_dims: int, *, splits: int, endpoint_delay_ns: int, local_m
 _SIM_INT_MAX = 2 ** 31 - 1
 
 
+def _check_sim_int(value, minimum: int, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= _SIM_INT_MAX:
+        raise LibraError(f"{what} from {minimum} to {_SIM_INT_MAX:,} (ASTRA-sim's int), got {value!r}")
+
+
 def _check_options(splits: int, endpoint_delay_ns: int, local_mem_bw_gbps: float, peak_perf_tflops: float,
                    scheduling_policy: str, max_repeats: int) -> None:
-    if isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= _SIM_INT_MAX:
-        raise LibraError(f"splits (preferred-dataset-splits) must be an integer from 1 to {_SIM_INT_MAX:,} "
-                         f"(ASTRA-sim's int), got {splits!r}")
-    if (isinstance(endpoint_delay_ns, bool) or not isinstance(endpoint_delay_ns, int)
-            or not 0 <= endpoint_delay_ns <= _SIM_INT_MAX):
-        raise LibraError(f"endpoint delay must be an integer number of ns from 0 to {_SIM_INT_MAX:,} "
-                         f"(ASTRA-sim's int), got {endpoint_delay_ns!r}")
+    _check_sim_int(splits, 1, "splits (preferred-dataset-splits) must be an integer")
+    _check_sim_int(endpoint_delay_ns, 0, "endpoint delay must be an integer number of ns")
     if not local_mem_bw_gbps > 0:
         raise LibraError(f"local memory bandwidth must be > 0 GB/s (ASTRA-sim divides by it), got {local_mem_bw_gbps!r}")
     if not peak_perf_tflops > 0:

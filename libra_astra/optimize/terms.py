@@ -257,8 +257,7 @@ def _demand_scaled(demand: Demand, net: Network, model: TimeModel,
     every = itertools.chain.from_iterable(rc.collectives for rc in demand.rank_classes)
     counts = np.fromiter(map(operator.attrgetter("count"), every), float, count=int(sizes.sum()))
     A, g, starts = demand_rows(demand, net, model)
-    if model.kind == "pipelined" and model.splits == 1:
-        # With one chunk a collective's stages add up: the row of its last stage bounds the others.
+    if model.stages_add_up:
         A, g, starts = _undominated(A, g, starts)
     s = _scaled(A, g, starts)
     cache[key] = (demand, s, first, counts)   # the demand is kept so its id names it while cached
@@ -284,12 +283,13 @@ def _undominated(A: np.ndarray, g: np.ndarray, starts: np.ndarray) -> tuple[np.n
     asum = A @ np.ones(A.shape[1])
     g_top = np.where(asum == np.repeat(np.maximum.reduceat(asum, starts), nrows), g, -np.inf)
     at_max = g_top == np.repeat(np.maximum.reduceat(g_top, starts), nrows)
-    top = np.repeat(np.minimum.reduceat(np.where(at_max, np.arange(M), M), starts), nrows)
+    top_of = np.minimum.reduceat(np.where(at_max, np.arange(M), M), starts)     # per collective
+    top = np.repeat(top_of, nrows)
     above = A.take(top, axis=0) >= A
     gone = g.take(top) >= g
     for j in range(A.shape[1]):        # a pass per column: all(axis=1) over short rows is 3x slower
         gone &= above[:, j]
-    gone &= top != np.arange(M)
+    gone[top_of] = False               # the candidate bounds itself, and stays
     if not gone.any():
         return A, g, starts
     keep = ~gone

@@ -72,6 +72,12 @@ class TimeModel:
         if self.efficiency is not None and not all(e > 0 for e in self.efficiency):
             raise LibraError(f"dimension efficiencies must be > 0, got {list(self.efficiency)}")
 
+    @property
+    def stages_add_up(self) -> bool:
+        """One chunk per collective: a hierarchical collective's dimension stages run one after the
+        other, so the row of its last stage bounds each of its other rows."""
+        return self.kind == "pipelined" and self.splits == 1
+
 
 LIBRA = TimeModel()
 
