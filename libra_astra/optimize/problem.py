@@ -292,7 +292,9 @@ def _promote_implicit_equalities(G, h, E, f, guesses):
     # A guess strictly inside is proof enough that there is an interior (the common case, and it
     # spares a linear program on every solve).
     for x in guesses:
-        if np.all(G @ x < h - 1e-9 * np.maximum(1.0, np.abs(h))) and np.allclose(E @ x, f, rtol=1e-12, atol=1e-12):
+        # (np.allclose's test, |E x - f| <= 1e-12 + 1e-12 |f|, without its wrappers)
+        if (np.all(G @ x < h - 1e-9 * np.maximum(1.0, np.abs(h)))
+                and np.all(np.abs(E @ x - f) <= 1e-12 + 1e-12 * np.abs(f))):
             return G, h, E, f
     n = G.shape[1]
     norms = np.maximum(np.linalg.norm(G, axis=1), 1e-300)
@@ -322,7 +324,10 @@ def _independent_rows(E: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndar
     keep: list[int] = []
     for i in range(E.shape[0]):
         trial = E[keep + [i]]
-        if np.linalg.matrix_rank(trial, tol=1e-10 * max(1.0, np.abs(trial).max())) == len(keep) + 1:
+        tol = 1e-10 * max(1.0, np.abs(trial).max())
+        # one row: its only singular value is its norm (an SVD costs more than the rest of a small build)
+        rank = (float(np.sqrt(trial[0] @ trial[0])) > tol) if not keep else np.linalg.matrix_rank(trial, tol=tol)
+        if rank == len(keep) + 1:
             keep.append(i)
         else:
             aug = np.hstack([E[keep + [i]], f[keep + [i], None]])

@@ -54,6 +54,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.linalg.lapack import dgesv
 from scipy.optimize import linprog
 
 from ..errors import InfeasibleError, LibraError
@@ -328,7 +329,7 @@ class _Layout:
         self.Jx = _as_slice(self.J)                  # J for indexing at every step
         self.N = n + nv
         self.AJ = np.ascontiguousarray(p.A[:, self.J])
-        self.negAJ = -self.AJ
+        self.negAJT = np.ascontiguousarray(-self.AJ.T)   # (nv, M): per-term sums run along its rows
         self.o_phi = M + Q + P                       # slacks: [rows, classes, linear rows, x_J v - 1]
         # Barrier weight of x_j v_j >= 1: the number of rows using v_j. With weight 1 thousands of
         # row barriers press v_j onto the hyperbola, and steps along its curve become tiny.
@@ -352,9 +353,10 @@ class _Layout:
             self.Z[:n, :Zx.shape[1]] = Zx
             self.Z[n:, Zx.shape[1]:] = np.eye(nv)
             self.ZT = np.ascontiguousarray(self.Z.T)
-            self.E_pinv = eq.pinv
+            self.P_E = eq.projector
         else:
-            self.Z = self.ZT = self.E_pinv = None
+            self.Z = self.ZT = self.P_E = None
+        self.eye = np.eye(N if self.Z is None else self.Z.shape[1])     # the reduced system's size
         self.z_unique = np.unique(p.class_z)
         self.free = np.flatnonzero(~p.recip)         # coordinates the dual must balance exactly
         # Per coordinate, a linear row -g x_j <= h that bounds it from below only (or -1).
@@ -396,6 +398,7 @@ class _EqualityFactors:
         self.E = E
         self.null_basis = _frozen(_null_basis(E))
         self.pinv = _frozen(np.linalg.pinv(E))
+        self.projector = _frozen(np.eye(E.shape[1]) - self.pinv @ E)     # onto E's null space
         self._pinv_T = None
 
     def pinv_T(self) -> np.ndarray:
@@ -548,10 +551,11 @@ class _Newton:
         dg = d[M:o_rho]
         xJ = x[lay.Jx]
         D = np.add.reduceat(ds, lay.row_start)
-        qbar = np.add.reduceat(lay.negAJ * ds[:, None], lay.row_start, axis=0) / D[:, None]   # (K, nv)
-        Qc = lay.negAJ - qbar.take(p.owner, axis=0)
+        # transposed, (nv, K) and (nv, M): reduceat along contiguous rows is the faster one
+        qbarT = np.add.reduceat(lay.negAJT * ds, lay.row_start, axis=1) / D
+        QcT = lay.negAJT - qbarT.take(p.owner, axis=1)
         H = np.zeros((lay.N, lay.N))
-        H[n:, n:] = (Qc.T * ds) @ Qc
+        H[n:, n:] = (QcT * ds) @ QcT.T
         if o_phi > o_rho:
             H[:n, :n] = (lay.GT * d[o_rho:o_phi]) @ p.G
         # Hyperbolic blocks kappa phi grad^2(-log phi) on (x_j, v_j).
@@ -563,19 +567,21 @@ class _Newton:
         wD = 1.0 / D
         beta = dg / (1.0 + dg * np.add.reduceat(wD, lay.term_start))
         B = lay.B_z.copy()
-        B[:, n:] = np.add.reduceat(qbar, lay.term_start, axis=0)
+        B[:, n:] = np.add.reduceat(qbarT, lay.term_start, axis=1).T
         H += (B.T * beta) @ B
         if lay.Z is not None:
             H = lay.ZT @ H @ lay.Z
-        # The reduced system is tiny (n + nv - r <= ~12) and solved twice: invert it once.
-        try:
-            Hinv = np.linalg.inv(H)
-        except np.linalg.LinAlgError:
+        # The reduced system is tiny (n + nv - r <= ~12) and solved twice: invert it once, by
+        # LAPACK's solve against the identity (what np.linalg.inv does, without the Python checks
+        # that cost as much as the solve here; getri's inverse from the LU factors lost a
+        # perf-per-cost certificate).
+        _, _, Hinv, info = dgesv(H, lay.eye)
+        if info != 0:
             Hinv = np.linalg.pinv(H)
         if lay.Z is not None:
             Hinv = lay.Z @ Hinv @ lay.ZT
         self.p, self.lay, self.xJ, self.v = p, lay, xJ, v
-        self.d, self.Qc, self.qbar, self.D, self.wD, self.beta, self.B, self.Hinv = d, Qc, qbar, D, wD, beta, B, Hinv
+        self.d, self.QcT, self.qbarT, self.D, self.wD, self.beta, self.B, self.Hinv = d, QcT, qbarT, D, wD, beta, B, Hinv
 
     def direction(self, yc: np.ndarray | None, with_dt: bool = True):
         """Step for the gradient g = c - sum_i yc_i grad y_i (yc None means 0): H dV = -g.
@@ -596,7 +602,7 @@ class _Newton:
             gt_D = (ysig[cls] - np.add.reduceat(ys, lay.row_start)) / self.D
             wg = np.add.reduceat(gt_D, lay.term_start)              # 1^T D^-1 g_t per class
             rhs = B.T @ (ysig - beta * wg) - lay.cX
-            rhs[n:] += self.Qc.T @ ys + yphi * self.xJ
+            rhs[n:] += self.QcT @ ys + yphi * self.xJ
             rhs[lay.Jx] += yphi * self.v
             if o_phi > o_rho:
                 rhs[:n] -= lay.GT @ yc[o_rho:o_phi]
@@ -605,13 +611,13 @@ class _Newton:
             # Near an optimal face the reduced system is ill-conditioned and Z H^-1 Z^T sums large
             # entries that cancel: remove what that round-off adds across the equalities, or the
             # iterates drift off E x = f (a min-cost optimum on a flat face moved by 1e-10).
-            dX[:n] -= lay.E_pinv @ (p.E @ dX[:n])
+            dX[:n] = lay.P_E @ dX[:n]
         dx, dv = dX[:n], dX[n:]
         # dt_k = tau_k - qbar_k . dv, with tau_k free of cancellation as well.
         BdX = B @ dX
         tau = wD * (beta * (BdX + wg))[cls] - gt_D
-        dt = tau - self.qbar @ dv if with_dt else None
-        dy = np.concatenate([self.Qc @ dv + tau.take(p.owner),
+        dt = tau - dv @ self.qbarT if with_dt else None
+        dy = np.concatenate([dv @ self.QcT + tau.take(p.owner),
                              BdX - np.add.reduceat(tau, lay.term_start),
                              -(p.G @ dx),
                              self.v * dx[lay.Jx] + self.xJ * dv])
@@ -1074,14 +1080,10 @@ def _upper_bound(p: ConvexProblem, j: int) -> float:
 
 def unbounded_coordinates(p: ConvexProblem, candidates: np.ndarray) -> list[int]:
     """Coordinates among ``candidates`` that can grow without limit under G x <= h, E x = f, x_recip >= 0."""
+    candidates = np.asarray(candidates, dtype=np.int64)
     bounding = _bounding_rows(p)[0]
-    out = []
-    for j in candidates:
-        if np.any(bounding[:, j] > 0):
-            continue
-        if not math.isfinite(_upper_bound(p, int(j))):
-            out.append(int(j))
-    return out
+    unbound = candidates[~np.any(bounding[:, candidates] > 0, axis=0)]
+    return [j for j in unbound.tolist() if not math.isfinite(_upper_bound(p, j))]
 
 
 def _bounding_rows(p: ConvexProblem) -> tuple[np.ndarray, np.ndarray]:
