@@ -339,6 +339,7 @@ class _Layout:
         self.B_z = np.zeros((Q, n + self.nv))           # e_z part of each class's b_q = e_z + sum_k qbar_k
         self.B_z[np.arange(Q), p.class_z] = 1.0
         self.GT = np.ascontiguousarray(p.G.T)
+        self.negG = -p.G
         self.AT = np.ascontiguousarray(p.A.T)
         N = self.N
         vJ = n + np.arange(nv)
@@ -619,7 +620,7 @@ class _Newton:
         dt = tau - dv @ self.qbarT if with_dt else None
         dy = np.concatenate([dv @ self.QcT + tau.take(p.owner),
                              BdX - np.add.reduceat(tau, lay.term_start),
-                             -(p.G @ dx),
+                             lay.negG @ dx,
                              self.v * dx[lay.Jx] + self.xJ * dv])
         return dx, dv, dt, dy
 
@@ -709,7 +710,11 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
                  v_margin: float = _V_MARGIN, cold: int | None = None) -> _Run:
     """Mehrotra predictor-corrector in (x, v, t), strictly feasible iterates."""
     J, om, o_phi = lay.Jx, lay.omega, lay.o_phi
-    ri = _as_slice(lay.ri[x[lay.ri] > 0])   # an unused coordinate the equalities pin at 0 stays there
+    # Reciprocal coordinates that must stay > 0 beyond those x_J v_J >= 1 keeps > 0 (_hyp_step
+    # bounds those); an unused coordinate the equalities pin at 0 stays there.
+    ri = lay.ri[x[lay.ri] > 0]
+    ri = ri[~lay.used[ri]]
+    ri = _as_slice(ri) if ri.shape[0] else None
     m = lay.nu_total
     x, v, t = _v_start(p, lay, x, v_margin)
     y = _slacks(p, lay, x, v, t)
@@ -834,8 +839,10 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
 def _step_lengths(lay: _Layout, x, v, y, u, ri, dx, dv, dy, du, frac: float) -> tuple[float, float]:
     """Primal and dual fraction-to-the-boundary step lengths (at most 1)."""
     o_phi, J = lay.o_phi, lay.Jx
-    a = min(1.0, frac * min(_max_step(y[:o_phi], dy[:o_phi]), _hyp_step(x[J], v, dx[J], dv),
-                            _max_step(x[ri], dx[ri])))
+    a = min(_max_step(y[:o_phi], dy[:o_phi]), _hyp_step(x[J], v, dx[J], dv))
+    if ri is not None:
+        a = min(a, _max_step(x[ri], dx[ri]))
+    a = min(1.0, frac * a)
     return a, min(1.0, frac * _max_step(u, du))
 
 
@@ -851,7 +858,7 @@ def _centrality_correction(nt: "_Newton", lay: _Layout, x, v, y, u, ri, yc, step
     yt[o_phi:] += at * at * (dx[J] * dv)
     prod = yt * (u + adt * du)
     tg = target * om
-    push = np.maximum(prod.clip(tg / _GZ_BOX, tg * _GZ_BOX) - prod, -_GZ_BOX * tg)
+    push = np.maximum(np.minimum(np.maximum(prod, tg / _GZ_BOX), tg * _GZ_BOX) - prod, -_GZ_BOX * tg)
     yc2 = yc + push / y
     dx2, dv2, dt2, dy2 = nt.direction(yc2)
     du2 = yc2 - u - nt.d * dy2
