@@ -938,7 +938,8 @@ def _dual_bound(p: ConvexProblem, lay: _Layout, x: np.ndarray, lam: np.ndarray, 
     evaluated in closed form.
     """
     n = lay.n
-    if np.any(lam <= 0) or np.any(pi <= 0) or np.any(mu < 0):
+    # (ndarray.any: np.any's wrapper costs more than the test on these short arrays)
+    if (lam <= 0).any() or (pi <= 0).any() or (mu < 0).any():
         return -math.inf
     inv = np.zeros(n)
     inv[lay.J] = 1.0 / x[lay.J]
@@ -953,7 +954,7 @@ def _dual_bound(p: ConvexProblem, lay: _Layout, x: np.ndarray, lam: np.ndarray, 
     # Epigraph stationarity exact: rescale each z coordinate's class multipliers to balance it.
     tot = np.bincount(p.class_z, weights=pi, minlength=n)
     zs = lay.z_unique
-    if np.any(lin[zs] <= 0) or np.any(tot[zs] <= 0):
+    if (lin[zs] <= 0).any() or (tot[zs] <= 0).any():
         return -math.inf
     pi = pi * (lin / np.where(tot > 0, tot, 1.0))[p.class_z]
     # Term stationarity exact: a term's row multipliers must add up to w_k pi_q.
@@ -964,7 +965,7 @@ def _dual_bound(p: ConvexProblem, lay: _Layout, x: np.ndarray, lam: np.ndarray, 
     beta = lay.AT @ lam
     value = float(lam @ p.g + pi @ p.class_e - mu @ p.h - nu @ p.f)
     free = lay.free
-    if free.size and np.any(np.abs(alpha[free]) > 1e-9 * np.maximum(1.0, np.abs(lin[free]))):
+    if free.size and (np.abs(alpha[free]) > 1e-9 * np.maximum(1.0, np.abs(lin[free]))).any():
         return -math.inf
     const = value                 # the part the coordinates' terms are added to
     decreasing = False
