@@ -410,6 +410,20 @@ def test_infeasible_constraints():
     assert str(e.value) == "the equality constraints contradict each other; remove or fix one"
 
 
+def test_independent_equality_rows():
+    # The first row is judged by its norm, the later ones by the rank with the rows kept so far.
+    from libra_astra.optimize.problem import _independent_rows
+    E, f = _independent_rows(np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0], [1.0, -1.0]]), np.array([0.0, 3.0, 6.0, 1.0]))
+    assert E.tolist() == [[1.0, 1.0], [1.0, -1.0]] and f.tolist() == [3.0, 1.0]
+    E, f = _independent_rows(np.array([[3e-11, 0.0]]), np.array([0.0]))        # below the rank tolerance
+    assert E.shape == (0, 2) and f.shape == (0,)
+    assert _independent_rows(np.array([[2e-10, 0.0]]), np.array([1.0]))[0].shape == (1, 2)
+    with pytest.raises(LibraError, match="contradict"):
+        _independent_rows(np.array([[0.0, 0.0]]), np.array([1.0]))
+    with pytest.raises(LibraError, match="contradict"):
+        _independent_rows(np.array([[1.0, 1.0], [2.0, 2.0]]), np.array([1.0, 3.0]))
+
+
 def test_unbounded_objectives():
     with pytest.raises(LibraError) as e:
         optimize(mix3(), NET3, COST)
