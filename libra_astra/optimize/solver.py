@@ -837,7 +837,9 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
 
 
 def _step_lengths(lay: _Layout, x, v, y, u, ri, dx, dv, dy, du, frac: float) -> tuple[float, float]:
-    """Primal and dual fraction-to-the-boundary step lengths (at most 1)."""
+    """Primal and dual fraction-to-the-boundary step lengths (at most 1). ``ri``: the coordinates
+    beyond J that must stay > 0, or None (_hyp_step keeps x_J > 0: a factor of x_j v_j >= 1 cannot
+    reach 0 before the product falls below 1)."""
     o_phi, J = lay.o_phi, lay.Jx
     a = min(_max_step(y[:o_phi], dy[:o_phi]), _hyp_step(x[J], v, dx[J], dv))
     if ri is not None:
