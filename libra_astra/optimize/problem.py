@@ -326,7 +326,7 @@ def _independent_rows(E: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndar
         trial = E[keep + [i]]
         tol = 1e-10 * max(1.0, np.abs(trial).max())
         # one row: its only singular value is its norm (an SVD costs more than the rest of a small build)
-        rank = (float(np.sqrt(trial[0] @ trial[0])) > tol) if not keep else np.linalg.matrix_rank(trial, tol=tol)
+        rank = int(float(np.sqrt(trial[0] @ trial[0])) > tol) if not keep else np.linalg.matrix_rank(trial, tol=tol)
         if rank == len(keep) + 1:
             keep.append(i)
         else:

@@ -120,7 +120,7 @@ def term_values(p: ConvexProblem, x: np.ndarray, lay: "_Layout | None" = None) -
     ``lay``: the problem's layout, whose copies of the used columns and term starts spare the
     search for them (the same arrays, so the same values)."""
     if lay is not None:
-        used, A_used = lay.used, lay.A_used
+        used, A_used = lay.used, lay.AJ
     else:
         # Only columns some row uses: an unused coordinate may sit at exactly 0.
         used = _used_mask(p)
@@ -323,12 +323,11 @@ class _Layout:
             raise ValueError("term weights must be 1 here; rescale the terms with _unit_weights first")
         # Coordinates some row uses get a variable v_j >= 1/x_j; rows become t >= A_J v + g.
         self.used = _used_mask(p)
-        self.A_used = p.A[:, self.used]             # as term_values gathers it (same layout, same products)
         self.J = np.flatnonzero(self.used)
         nv = self.nv = self.J.shape[0]
         self.Jx = _as_slice(self.J)                  # J for indexing at every step
         self.N = n + nv
-        self.AJ = np.ascontiguousarray(p.A[:, self.J])
+        self.AJ = p.A[:, self.used]                 # as term_values without a layout gathers it (same products)
         self.negAJT = np.ascontiguousarray(-self.AJ.T)   # (nv, M): per-term sums run along its rows
         self.o_phi = M + Q + P                       # slacks: [rows, classes, linear rows, x_J v - 1]
         # Barrier weight of x_j v_j >= 1: the number of rows using v_j. With weight 1 thousands of
@@ -390,10 +389,11 @@ class _Layout:
 
 
 class _EqualityFactors:
-    """Factors of an equality matrix E: a null-space basis, pinv(E) and (when a certificate
-    needs it) pinv(E^T). They depend on E alone, which every solve of one network and set of
-    constraints shares (each round of dependency paths, each optimize of a sweep); decompositions
-    of the same bytes give the same numbers, so they are kept instead of recomputed."""
+    """Factors of an equality matrix E: a null-space basis, pinv(E), the projector onto E's null
+    space and (when a certificate needs it) pinv(E^T). They depend on E alone, which every solve
+    of one network and set of constraints shares (each round of dependency paths, each optimize of
+    a sweep); decompositions of the same bytes give the same numbers, so they are kept instead of
+    recomputed."""
 
     def __init__(self, E: np.ndarray):
         self.E = E
