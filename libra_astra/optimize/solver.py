@@ -328,22 +328,39 @@ class _Layout:
         self.Jx = _as_slice(self.J)                  # J for indexing at every step
         self.N = n + nv
         self.AJ = p.A[:, self.used]                 # as term_values without a layout gathers it (same products)
-        self.negAJT = np.ascontiguousarray(-self.AJ.T)   # (nv, M): per-term sums run along its rows
+        self.negAJT = np.ascontiguousarray(-self.AJ.T)   # (nv, M): sums along its rows are the fast ones
+        col_nnz = np.count_nonzero(self.AJ, axis=0)
+        self.nz_key = None
+        if 2 * int(col_nnz.sum()) <= self.AJ.size:
+            # Sparse rows (LIBRA's: one dimension each): the Newton system's per-term sums of the
+            # rows' weighted gradients are one bincount over the nonzeros keyed by (column, term),
+            # where a reduceat over the dense rows pays for every (column, term) segment, one or
+            # two rows long. (On dense rows at 100k collectives the bincount's gathers cost more.)
+            nz_row, nz_col = np.nonzero(self.AJ)
+            self.nz_row = nz_row
+            self.nz_key = nz_col * K + p.owner[nz_row]
+            self.nz_negA = -self.AJ[nz_row, nz_col]
+        self.term_rows = np.diff(np.append(self.row_start, M))
         self.o_phi = M + Q + P                       # slacks: [rows, classes, linear rows, x_J v - 1]
         # Barrier weight of x_j v_j >= 1: the number of rows using v_j. With weight 1 thousands of
         # row barriers press v_j onto the hyperbola, and steps along its curve become tiny.
-        nu = np.maximum(np.count_nonzero(self.AJ > 0, axis=0), 1).astype(float)
+        nu = np.maximum(col_nnz, 1).astype(float)
         self.omega = np.concatenate([np.ones(self.o_phi), nu])
         self.nu_total = float(self.omega.sum())
-        self.B_z = np.zeros((Q, n + self.nv))           # e_z part of each class's b_q = e_z + sum_k qbar_k
-        self.B_z[np.arange(Q), p.class_z] = 1.0
         self.GT = np.ascontiguousarray(p.G.T)
-        self.negG = -p.G
         self.AT = np.ascontiguousarray(p.A.T)
         N = self.N
         vJ = n + np.arange(nv)
-        # Flat indices of the (x_j, v_j) 2x2 blocks, in the order xx, vv, xv, vx.
-        self.flat_hyp = np.concatenate([self.J * (N + 1), vJ * (N + 1), self.J * N + vJ, vJ * N + self.J])
+        # What a Newton system changes of BL (see _Newton), on its fixed parts: the e_z of each
+        # class's b_q, -G for the linear rows, zeros where x_J v - 1 gets its gradient (v, x_J).
+        self.BL0 = np.zeros((Q + P + nv, N))
+        self.BL0[np.arange(Q), p.class_z] = 1.0
+        self.BL0[Q:Q + P, :n] = -p.G
+        phi_rows = (Q + P + np.arange(nv)) * N
+        self.flat_phi_x = phi_rows + self.J       # flat indices in BL of d phi_j / d x_j ...
+        self.flat_phi_v = phi_rows + vJ           # ... and d phi_j / d v_j
+        # Flat indices in H of the (x_j, v_j) and (v_j, x_j) entries.
+        self.flat_off = np.concatenate([self.J * N + vJ, vJ * N + self.J])
         self.cX = np.concatenate([p.c, np.zeros(nv)])
         # Null-space basis of E (on x; v is free): steps dX = Z dy keep E x = f and leave an SPD system.
         if p.E.shape[0]:
@@ -546,30 +563,35 @@ class _Newton:
     def __init__(self, p: ConvexProblem, lay: _Layout, x: np.ndarray, v: np.ndarray, u: np.ndarray,
                  y: np.ndarray):
         M, Q, n = lay.M, lay.Q, lay.n
-        o_rho, o_phi = M + Q, lay.o_phi
+        o_rho = M + Q
         d = u / y
         ds = d[:M]
         dg = d[M:o_rho]
         xJ = x[lay.Jx]
         D = np.add.reduceat(ds, lay.row_start)
-        # transposed, (nv, K) and (nv, M): reduceat along contiguous rows is the faster one
-        qbarT = np.add.reduceat(lay.negAJT * ds, lay.row_start, axis=1) / D
-        QcT = lay.negAJT - qbarT.take(p.owner, axis=1)
-        H = np.zeros((lay.N, lay.N))
-        H[n:, n:] = (QcT * ds) @ QcT.T
-        if o_phi > o_rho:
-            H[:n, :n] = (lay.GT * d[o_rho:o_phi]) @ p.G
-        # Hyperbolic blocks kappa phi grad^2(-log phi) on (x_j, v_j).
-        kap = u[o_phi:]
-        kp = d[o_phi:]
-        kx = kp * xJ
-        off = kx * v - kap
-        H.flat[lay.flat_hyp] += np.concatenate([kp * v * v, kx * xJ, off, off])
+        # (nv, K) and (nv, M); the sums add numbers of one sign, so their order does not matter
+        if lay.nz_key is not None:
+            qbarT = np.bincount(lay.nz_key, weights=lay.nz_negA * ds.take(lay.nz_row),
+                                minlength=lay.nv * lay.K).reshape(lay.nv, lay.K) / D
+        else:
+            qbarT = np.add.reduceat(lay.negAJT * ds, lay.row_start, axis=1) / D
+        QcT = lay.negAJT - np.repeat(qbarT, lay.term_rows, axis=1)
         wD = 1.0 / D
         beta = dg / (1.0 + dg * np.add.reduceat(wD, lay.term_start))
-        B = lay.B_z.copy()
-        B[:, n:] = np.add.reduceat(qbarT, lay.term_start, axis=1).T
-        H += (B.T * beta) @ B
+        # One matrix BL for everything of the system that is a weighted sum of outer products of
+        # single gradients: the classes' b_q (weights beta), the linear rows' -g_i and the
+        # hyperbolic constraints' (v_j, x_j) (weights d). The direction reads its products with
+        # both sides (the right-hand side, the slacks' change) from it too.
+        BL = lay.BL0.copy()
+        BL[:Q, n:] = np.add.reduceat(qbarT, lay.term_start, axis=1).T
+        BL.flat[lay.flat_phi_x] = v
+        BL.flat[lay.flat_phi_v] = xJ
+        H = (BL.T * np.concatenate((beta, d[o_rho:]))) @ BL
+        H[n:, n:] += (QcT * ds) @ QcT.T
+        # kappa phi grad^2(-log phi) is the (v, x) outer product above less kappa on the (x_j, v_j)
+        # off-diagonal, the Hessian of x v times the multiplier.
+        kap = u[lay.o_phi:]
+        H.flat[lay.flat_off] -= np.concatenate((kap, kap))
         if lay.Z is not None:
             H = lay.ZT @ H @ lay.Z
         # The reduced system is tiny (n + nv - r <= ~12) and solved twice: invert it once, by
@@ -582,7 +604,7 @@ class _Newton:
         if lay.Z is not None:
             Hinv = lay.Z @ Hinv @ lay.ZT
         self.p, self.lay, self.xJ, self.v = p, lay, xJ, v
-        self.d, self.QcT, self.qbarT, self.D, self.wD, self.beta, self.B, self.Hinv = d, QcT, qbarT, D, wD, beta, B, Hinv
+        self.d, self.QcT, self.qbarT, self.D, self.wD, self.beta, self.BL, self.Hinv = d, QcT, qbarT, D, wD, beta, BL, Hinv
 
     def direction(self, yc: np.ndarray | None, with_dt: bool = True):
         """Step for the gradient g = c - sum_i yc_i grad y_i (yc None means 0): H dV = -g.
@@ -590,23 +612,20 @@ class _Newton:
         Returns (dx, dv, dt, dy) with dy the slacks' first-order change (dt None unless
         with_dt: the predictor only needs the slacks' change)."""
         p, lay = self.p, self.lay
-        M, n = lay.M, lay.n
-        o_rho, o_phi = M + lay.Q, lay.o_phi
+        M, n, Q = lay.M, lay.n, lay.Q
+        o_rho = M + Q
         cls = p.term_class
-        B, beta, wD = self.B, self.beta, self.wD
+        BL, beta, wD = self.BL, self.beta, self.wD
         if yc is None:
             gt_D = 0.0
             wg = 0.0
             rhs = -lay.cX
         else:
-            ys, ysig, yphi = yc[:M], yc[M:o_rho], yc[o_phi:]
+            ys, ysig = yc[:M], yc[M:o_rho]
             gt_D = (ysig[cls] - np.add.reduceat(ys, lay.row_start)) / self.D
             wg = np.add.reduceat(gt_D, lay.term_start)              # 1^T D^-1 g_t per class
-            rhs = B.T @ (ysig - beta * wg) - lay.cX
-            rhs[n:] += self.QcT @ ys + yphi * self.xJ
-            rhs[lay.Jx] += yphi * self.v
-            if o_phi > o_rho:
-                rhs[:n] -= lay.GT @ yc[o_rho:o_phi]
+            rhs = BL.T @ np.concatenate((ysig - beta * wg, yc[o_rho:])) - lay.cX
+            rhs[n:] += self.QcT @ ys
         dX = self.Hinv @ rhs
         if lay.Z is not None:
             # Near an optimal face the reduced system is ill-conditioned and Z H^-1 Z^T sums large
@@ -615,13 +634,13 @@ class _Newton:
             dX[:n] = lay.P_E @ dX[:n]
         dx, dv = dX[:n], dX[n:]
         # dt_k = tau_k - qbar_k . dv, with tau_k free of cancellation as well.
-        BdX = B @ dX
+        BLdX = BL @ dX
+        BdX = BLdX[:Q]
         tau = wD * (beta * (BdX + wg))[cls] - gt_D
         dt = tau - dv @ self.qbarT if with_dt else None
         dy = np.concatenate([dv @ self.QcT + tau.take(p.owner),
                              BdX - np.add.reduceat(tau, lay.term_start),
-                             lay.negG @ dx,
-                             self.v * dx[lay.Jx] + self.xJ * dv])
+                             BLdX[Q:]])
         return dx, dv, dt, dy
 
 
@@ -826,7 +845,8 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
         else:
             x, v, t, u = x + a * dx, v + a * dv, t + a * dt, u + ad * du
             y = _slacks(p, lay, x, v, t)
-        if max(a, ad) < 1e-12 or not (y > 0).all():
+        # (a y1 that passed the neighbourhood test is > 0: u1 > 0 and every u1 y1 > 0, or tested)
+        if max(a, ad) < 1e-12 or (y1 is None and not (y > 0).all()):
             break
     if best.status != 0 and np.all(y > 0):
         best = _certify(p, lay, x, u, best)
