@@ -655,17 +655,9 @@ def _hyp_step(x: np.ndarray, v: np.ndarray, dx: np.ndarray, dv: np.ndarray) -> f
     """Largest a with (x + a dx)(v + a dv) >= 1 on the branch x, v > 0 (x v > 1 now)."""
     a = math.inf
     sqrt, copysign = math.sqrt, math.copysign     # called for most coordinates at every step
+    # No test of the factors x + a dx, v + a dv against 0: their product is 0 < 1 there, so the
+    # product crosses 1, the root below, first.
     for xj, vj, dxj, dvj in zip(x.tolist(), v.tolist(), dx.tolist(), dv.tolist()):
-        if dxj >= 0.0 and dvj >= 0.0 and xj * vj > 1.0:
-            continue                # neither factor falls: x v stays above 1
-        if dxj < 0:
-            r = -xj / dxj
-            if r < a:
-                a = r
-        if dvj < 0:
-            r = -vj / dvj
-            if r < a:
-                a = r
         q2, q1, q0 = dxj * dvj, vj * dxj + xj * dvj, xj * vj - 1.0
         if q2 >= 0.0 and q1 >= 0.0 and q0 > 0.0:
             continue                # no coefficient < 0 and q0 > 0: no root at a > 0
