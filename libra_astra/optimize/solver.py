@@ -351,8 +351,9 @@ class _Layout:
         self.AT = np.ascontiguousarray(p.A.T)
         N = self.N
         vJ = n + np.arange(nv)
-        # What a Newton system changes of BL (see _Newton), on its fixed parts: the e_z of each
-        # class's b_q, -G for the linear rows, zeros where x_J v - 1 gets its gradient (v, x_J).
+        # The fixed part of each Newton system's BL (see _Newton): the e_z of each class's b_q and
+        # -G for the linear rows; each system fills in sum_k qbar_k and the gradients (v, x_J) of
+        # x_J v - 1 at the flat indices below.
         self.BL0 = np.zeros((Q + P + nv, N))
         self.BL0[np.arange(Q), p.class_z] = 1.0
         self.BL0[Q:Q + P, :n] = -p.G
@@ -603,7 +604,7 @@ class _Newton:
             Hinv = np.linalg.pinv(H)
         if lay.Z is not None:
             Hinv = lay.Z @ Hinv @ lay.ZT
-        self.p, self.lay, self.xJ, self.v = p, lay, xJ, v
+        self.p, self.lay, self.xJ = p, lay, xJ
         self.d, self.QcT, self.qbarT, self.D, self.wD, self.beta, self.BL, self.Hinv = d, QcT, qbarT, D, wD, beta, BL, Hinv
 
     def direction(self, yc: np.ndarray | None, with_dt: bool = True):
