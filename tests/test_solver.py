@@ -157,7 +157,14 @@ def test_barrier_fallback_certifies_the_same_optimum():
     assert run.primal == pytest.approx(r.fun, rel=1e-8)
 
 
-def test_newton_step_matches_a_dense_kkt_solve():
+NEWTONS = [pytest.param(solver._Newton, id="numpy"),
+           pytest.param(lambda p, lay, *it: solver._kernel.System(lay.kernel, *it), id="compiled",
+                        marks=pytest.mark.skipif(solver._kernel is None,
+                                                 reason="the compiled Newton kernel is not built here"))]
+
+
+@pytest.mark.parametrize("newton", NEWTONS)
+def test_newton_step_matches_a_dense_kkt_solve(newton):
     p = solver._unit_weights(random_problem(2, inequality=False))
     lay = solver._Layout(p)
     x, v, t = solver._v_start(p, lay, solver._starting_point(p, [np.r_[np.full(3, 1 / 3), 1e3]]))
@@ -185,7 +192,7 @@ def test_newton_step_matches_a_dense_kkt_solve():
     r = EV.shape[0]
     kkt = np.block([[H, EV.T], [EV, np.zeros((r, r))]])
     ref = np.linalg.solve(kkt, np.concatenate([-grad, np.zeros(r)]))[:V.shape[0]]
-    dx, dv, dt, dy = solver._Newton(p, lay, x, v, u, y).direction(yc)
+    dx, dv, dt, dy = newton(p, lay, x, v, u, y).direction(yc)
     step = np.concatenate([dx, dv, dt])
     assert np.abs(step - ref).max() <= 1e-7 * np.abs(ref).max()
     assert np.abs(dy - jac @ step).max() <= 1e-7 * np.abs(dy).max()

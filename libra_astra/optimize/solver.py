@@ -50,6 +50,7 @@ a barrier estimate.
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 
@@ -58,6 +59,15 @@ from scipy.linalg.lapack import dgesv
 from scipy.optimize import linprog
 
 from ..errors import InfeasibleError, LibraError
+
+try:
+    # The Newton system compiled (setup.py builds it when it can); LIBRA_ASTRA_NUMPY_NEWTON=1
+    # keeps the numpy one.
+    from . import _newton_kernel as _kernel
+except ImportError:
+    _kernel = None
+if os.environ.get("LIBRA_ASTRA_NUMPY_NEWTON") == "1":
+    _kernel = None
 
 # Tunables of the primal-dual method (chosen on the benchmark's problems: tools/bench_optimize.py).
 _GAMMA = 1e-4       # wide neighbourhood: every u_i y_i / omega_i >= _GAMMA * mean
@@ -390,6 +400,7 @@ class _Layout:
         self._row_ub = None
         self._moves = None
         self.eq = eq if p.E.shape[0] else None
+        self.kernel = _kernel.Structure(self, p) if _kernel is not None else None
 
     @property
     def recip_equality_moves(self) -> np.ndarray:
@@ -645,6 +656,14 @@ class _Newton:
         return dx, dv, dt, dy
 
 
+def _newton(p: ConvexProblem, lay: _Layout, x: np.ndarray, v: np.ndarray, u: np.ndarray, y: np.ndarray):
+    """The Newton system at (x, v, u, y): compiled where the kernel is built, else _Newton.
+    Both have d, xJ and direction()."""
+    if lay.kernel is not None:
+        return _kernel.System(lay.kernel, x, v, u, y)
+    return _Newton(p, lay, x, v, u, y)
+
+
 def _slacks(p: ConvexProblem, lay: _Layout, x: np.ndarray, v: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.concatenate([t.take(p.owner) - lay.AJ @ v - p.g,
                            x[p.class_z] - np.add.reduceat(t, lay.term_start) - p.class_e,
@@ -755,7 +774,7 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
                 best = _certify(p, lay, x, u, best, sharpen=True)
                 if best.gap > rel_gap * _scale(best.primal):
                     # the step below starts from the same system and affine direction
-                    nt = _Newton(p, lay, x, v, u, y)
+                    nt = _newton(p, lay, x, v, u, y)
                     predictor = nt, nt.direction(None, with_dt=False)
                     best = _certify(p, lay, x, np.maximum(-nt.d * predictor[1][3], _TINY), best, sharpen=True)
                 if best.gap <= rel_gap * _scale(best.primal):
@@ -776,7 +795,7 @@ def _primal_dual(p: ConvexProblem, lay: _Layout, x: np.ndarray, rel_gap: float, 
         mus.append(mu)
         steps += 1
         if predictor is None:
-            nt = _Newton(p, lay, x, v, u, y)
+            nt = _newton(p, lay, x, v, u, y)
             # Predictor (affine scaling): complementarity 0.
             predictor = nt, nt.direction(None, with_dt=False)
         nt, (dx, dv, _, dy) = predictor
@@ -895,7 +914,7 @@ def _center(p: ConvexProblem, lay: _Layout, x, v, t, tau: float, tol: float, max
     steps = 0
     while steps < max_steps:
         u = om / (tau * y)
-        dx, dv, dt, dy = _Newton(p, lay, x, v, u, y).direction(u)
+        dx, dv, dt, dy = _newton(p, lay, x, v, u, y).direction(u)
         steps += 1
         r = dy / y
         dec = float(om @ (r * r)) - 2.0 * float((dx[J] * dv) @ (om[o_phi:] / y[o_phi:]))   # Newton decrement^2
@@ -1027,8 +1046,11 @@ def _best_over_equalities(p: ConvexProblem, lay: _Layout, alpha: np.ndarray, bet
     if not basis.shape[1]:
         return -math.inf
     ri = lay.ri
-    a0, b = alpha[ri], beta[ri]
     ub = np.array([_known_upper_bound(lay, j) for j in ri.tolist()])
+    # A coordinate the equalities pin at 0 that no row charges adds 0 whatever its alpha (0/0 below).
+    live = (ub > 0) | (beta[ri] != 0)
+    ri, ub = ri[live], ub[live]
+    a0, b = alpha[ri], beta[ri]
     ER = p.E[:, ri].T @ basis
     fN = basis.T @ p.f
     # Where the unconstrained minimiser sqrt(b / a) passes ub, the inf is taken at ub instead.
