@@ -20,8 +20,8 @@ cdef class Structure:
     cdef int M, Q, P, n, nv, N, K, rx, R
     cdef bint has_z
     cdef object _keep           # the arrays the pointers below point into
+    cdef object Zx_array
     cdef const double* AJ       # (M, nv)
-    cdef const int64_t* owner      # (M,)
     cdef const int64_t* row_end    # (K,) one past each term's last row
     cdef const int64_t* term_end   # (Q,) one past each class's last term
     cdef const int64_t* cls        # (K,)
@@ -29,7 +29,8 @@ cdef class Structure:
     cdef const int64_t* sup_ptr    # (K + 1,) each term's columns: sup_idx[sup_ptr[k]:sup_ptr[k + 1]]
     cdef const int64_t* sup_idx
     cdef const int64_t* one_col # (M,) a row's one nonzero column, or -1
-    cdef const char* simple     # (K,) every row of the term has one nonzero, in distinct columns
+    cdef const int64_t* row_pos # (M,) ... and its place among its term's columns
+    cdef const signed char* simple  # (K,) every row of the term has one nonzero, in distinct columns
     cdef const double* BL0      # (R, N)
     cdef const double* cX       # (N,)
     cdef const double* Zx       # (n, rx)
@@ -39,24 +40,11 @@ cdef class Structure:
         self.M, self.Q, self.P, self.n, self.nv, self.N, self.K = lay.M, lay.Q, lay.P, lay.n, lay.nv, lay.N, lay.K
         self.R = self.Q + self.P + self.nv
         AJ = np.ascontiguousarray(lay.AJ, dtype=np.float64)
-        owner = np.ascontiguousarray(p.owner, dtype=np.int64)
         row_end = np.ascontiguousarray(np.append(lay.row_start[1:], lay.M), dtype=np.int64)
         term_end = np.ascontiguousarray(np.append(lay.term_start[1:], lay.K), dtype=np.int64)
         cls = np.ascontiguousarray(p.term_class, dtype=np.int64)
         J = np.ascontiguousarray(lay.J, dtype=np.int64)
-        # A term's columns: those any of its rows uses (its rows' means and deviations are 0 elsewhere).
-        uses = np.logical_or.reduceat(AJ != 0, lay.row_start, axis=0) if lay.M else np.zeros((0, self.nv), bool)
-        sup_ptr = np.zeros(self.K + 1, dtype=np.int64)
-        np.cumsum(uses.sum(axis=1), out=sup_ptr[1:])
-        sup_idx = np.ascontiguousarray(np.nonzero(uses)[1], dtype=np.int64)
-        nnz_row = np.count_nonzero(AJ, axis=1)
-        one_col = np.full(self.M, -1, dtype=np.int64)
-        if self.nv:
-            one_col = np.where(nnz_row == 1, np.argmax(AJ != 0, axis=1), -1).astype(np.int64)
-        # simple: one nonzero per row and as many columns as rows (so the columns are distinct)
-        rows_per = np.diff(np.append(lay.row_start, lay.M))
-        all_one = np.logical_and.reduceat(nnz_row == 1, lay.row_start) if lay.M else np.zeros(0, bool)
-        simple = np.ascontiguousarray(all_one & (np.diff(sup_ptr) == rows_per), dtype=np.int8)
+        sup_ptr, sup_idx, one_col, row_pos, simple = _columns(AJ, row_end)
         BL0 = np.ascontiguousarray(lay.BL0, dtype=np.float64)
         cX = np.ascontiguousarray(lay.cX, dtype=np.float64)
         self.has_z = lay.Z is not None
@@ -67,9 +55,9 @@ cdef class Structure:
         else:
             Zx = P_E = np.zeros(1)
             self.rx = self.n
-        self._keep = (AJ, owner, row_end, term_end, cls, J, sup_ptr, sup_idx, BL0, cX, Zx, P_E, one_col, simple)
+        self.Zx_array = Zx
+        self._keep = (AJ, row_end, term_end, cls, J, sup_ptr, sup_idx, BL0, cX, Zx, P_E, one_col, simple, row_pos)
         self.AJ = _dptr(AJ)
-        self.owner = _lptr(owner)
         self.row_end = _lptr(row_end)
         self.term_end = _lptr(term_end)
         self.cls = _lptr(cls)
@@ -81,8 +69,55 @@ cdef class Structure:
         self.Zx = _dptr(Zx)
         self.P_E = _dptr(P_E)
         self.one_col = _lptr(one_col)
-        cdef const char[::1] sv = simple.view(np.uint8).view(np.int8) if simple.shape[0] else np.zeros(1, np.int8)
-        self.simple = <const char*> &sv[0]
+        self.row_pos = _lptr(row_pos)
+        cdef const signed char[::1] sv = simple if simple.shape[0] else np.zeros(1, np.int8)
+        self.simple = &sv[0]
+
+
+def _columns(const double[:, ::1] AJ, const int64_t[::1] row_end):
+    """Per term, the columns its rows use (sup_ptr, sup_idx: ascending); per row, its one
+    nonzero column or -1 (one_col) and that column's place among its term's (row_pos); per term,
+    whether every row has one nonzero, in distinct columns (simple). One pass over the rows."""
+    cdef int M = AJ.shape[0], nv = AJ.shape[1], K = row_end.shape[0]
+    sup_ptr = np.zeros(K + 1, dtype=np.int64)
+    sup_idx = np.empty(min(K, M) * nv, dtype=np.int64)
+    one_col = np.full(M, -1, dtype=np.int64)
+    row_pos = np.zeros(M, dtype=np.int64)
+    simple = np.zeros(K, dtype=np.int8)
+    mark_arr = np.zeros(max(nv, 1), dtype=np.int64)
+    cdef int64_t[::1] sp = sup_ptr, si = sup_idx, oc = one_col, rp = row_pos, mark = mark_arr
+    cdef signed char[::1] sm = simple
+    cdef int k, m, a, m0 = 0, cnt = 0, start, nnz, last
+    cdef bint all_single
+    for k in range(K):
+        all_single = True
+        for m in range(m0, <int>row_end[k]):
+            nnz = 0
+            last = -1
+            for a in range(nv):
+                if AJ[m, a] != 0.0:
+                    nnz += 1
+                    last = a
+                    mark[a] = 1
+            if nnz == 1:
+                oc[m] = last
+            else:
+                all_single = False
+        start = cnt
+        for a in range(nv):
+            if mark[a]:
+                si[cnt] = a
+                mark[a] = cnt - start + 1          # the place, plus 1 (0: unused)
+                cnt += 1
+        sp[k + 1] = cnt
+        for m in range(m0, <int>row_end[k]):
+            if oc[m] >= 0:
+                rp[m] = mark[oc[m]] - 1
+        sm[k] = all_single and cnt - start == <int>row_end[k] - m0
+        for a in range(nv):
+            mark[a] = 0
+        m0 = <int>row_end[k]
+    return sup_ptr, sup_idx[:cnt].copy(), one_col, row_pos, simple
 
 
 cdef const double* _dptr(a):
@@ -103,7 +138,7 @@ cdef class System:
     cdef double* D          # (K,) each term's sum of its rows' d
     cdef double* wD         # (K,)
     cdef double* beta       # (Q,)
-    cdef double* qbar       # (K, nv) each term's weighted mean gradient (0 off its columns)
+    cdef double* qbar       # each term's weighted mean gradient on its own columns (sup_ptr layout)
     cdef double* BL         # (R, N)
     cdef double* LU         # (r, r) the reduced system, factored
     cdef int64_t* piv
@@ -117,9 +152,20 @@ cdef class System:
         cdef const double[::1] uu = u, yy = y, vv = v, xx = x
         cdef int i, k, q, j, a, b, m, c, rr, ia, ib, ns, m0, nnz
         cdef double acc, dm, w, sa
+        # the structure's arrays read once, into locals the loops keep in registers
+        cdef const int64_t* sup_ptr_ = s.sup_ptr
+        cdef const int64_t* sup_idx_ = s.sup_idx
+        cdef const int64_t* one_col_ = s.one_col
+        cdef const int64_t* row_pos_ = s.row_pos
+        cdef const int64_t* row_end_ = s.row_end
+        cdef const int64_t* term_end_ = s.term_end
+        cdef const int64_t* cls_ = s.cls
+        cdef const signed char* simple_ = s.simple
+        cdef const int64_t* J_ = s.J
         self.s = s
         # One workspace: d, xJ, D, wD, beta, qbar, BL, H, LU, the pivots, scratch.
-        cdef int total = m_all + nv + 2 * K + Q + K * nv + R * N + N * N + r * r + r + 2 * N + n * s.rx
+        cdef int S = <int>sup_ptr_[K]
+        cdef int total = m_all + nv + 2 * K + Q + S + R * N + N * N + r * r + r + 2 * N + n * s.rx
         ws = np.zeros(total)
         self._ws = ws
         cdef double[::1] wsv = ws
@@ -129,7 +175,7 @@ cdef class System:
         cdef double* wD = D + K
         cdef double* beta = wD + K
         cdef double* qbar = beta + Q
-        cdef double* BL = qbar + K * nv
+        cdef double* BL = qbar + S
         cdef double* H = BL + R * N
         cdef double* L = H + N * N
         cdef double* pivd = L + r * r        # pivots, stored as int64 in the doubles' place
@@ -140,48 +186,54 @@ cdef class System:
         self.d, self.xJ = ws[:m_all], ws[m_all:m_all + nv]
         self.D, self.wD, self.beta, self.qbar, self.BL, self.LU = D, wD, beta, qbar, BL, L
         self.piv = <int64_t*> pivd
-        self.h_off = m_all + nv + 2 * K + Q + K * nv + R * N
+        self.h_off = m_all + nv + 2 * K + Q + S + R * N
         cdef const double* AJ = s.AJ
         cdef const int64_t* sup
+        cdef double* qk
         for i in range(m_all):
             d[i] = uu[i] / yy[i]
         for j in range(nv):
-            xJ[j] = xx[s.J[j]]
+            xJ[j] = xx[J_[j]]
         # Each term's mean gradient over its rows (weights d), on its own columns.
         m0 = 0
         for k in range(K):
             acc = 0.0
-            for m in range(m0, s.row_end[k]):
+            for m in range(m0, row_end_[k]):
                 acc += d[m]
             D[k] = acc
             wD[k] = 1.0 / acc
-            if s.simple[k]:
-                for m in range(m0, s.row_end[k]):
-                    qbar[k * nv + s.one_col[m]] = -AJ[m * nv + s.one_col[m]] * d[m] / acc
+            qk = qbar + sup_ptr_[k]
+            if row_end_[k] - m0 == 1:
+                # one row (the unmergeable families' every term): its own gradient is the mean
+                sup = sup_idx_ + sup_ptr_[k]
+                for ia in range(<int>(sup_ptr_[k + 1] - sup_ptr_[k])):
+                    qk[ia] = -AJ[m0 * nv + sup[ia]]
+            elif simple_[k]:
+                for m in range(m0, row_end_[k]):
+                    qk[row_pos_[m]] = -AJ[m * nv + one_col_[m]] * d[m] / acc
             else:
-                sup = s.sup_idx + s.sup_ptr[k]
-                ns = <int>(s.sup_ptr[k + 1] - s.sup_ptr[k])
-                for m in range(m0, s.row_end[k]):
+                sup = sup_idx_ + sup_ptr_[k]
+                ns = <int>(sup_ptr_[k + 1] - sup_ptr_[k])
+                for m in range(m0, row_end_[k]):
                     dm = d[m]
                     for ia in range(ns):
-                        a = sup[ia]
-                        qbar[k * nv + a] -= AJ[m * nv + a] * dm
+                        qk[ia] -= AJ[m * nv + sup[ia]] * dm
                 for ia in range(ns):
-                    qbar[k * nv + sup[ia]] /= acc
-            m0 = s.row_end[k]
+                    qk[ia] /= acc
+            m0 = row_end_[k]
         for i in range(R * N):
             BL[i] = s.BL0[i]
         k = 0
         for q in range(Q):
             acc = 0.0
-            while k < s.term_end[q]:
+            while k < term_end_[q]:
                 acc += wD[k]
-                for a in range(nv):
-                    BL[q * N + n + a] += qbar[k * nv + a]
+                for i in range(<int>sup_ptr_[k], <int>sup_ptr_[k + 1]):
+                    BL[q * N + n + sup_idx_[i]] += qbar[i]
                 k += 1
             beta[q] = d[M + q] / (1.0 + d[M + q] * acc)
         for j in range(nv):
-            BL[(Q + P + j) * N + s.J[j]] = vv[j]
+            BL[(Q + P + j) * N + J_[j]] = vv[j]
             BL[(Q + P + j) * N + n + j] = xJ[j]
         # H = BL^T diag(beta, d[o_rho:]) BL (upper triangle, nonzeros only) ...
         for rr in range(R):
@@ -204,8 +256,10 @@ cdef class System:
         # products and sums of positive numbers, nothing cancels.
         m0 = 0
         for k in range(K):
-            if s.simple[k]:
-                ns = <int>(s.row_end[k] - m0)
+            if row_end_[k] - m0 == 1:
+                pass                                  # one row: no deviation from the mean
+            elif simple_[k]:
+                ns = <int>(row_end_[k] - m0)
                 # dev: s_a; (D - d_a) from the running sums on both sides
                 acc = 0.0
                 for ia in range(ns):
@@ -214,41 +268,41 @@ cdef class System:
                 acc = 0.0
                 for ia in range(ns - 1, -1, -1):
                     m = m0 + ia
-                    c = <int>s.one_col[m]
+                    c = <int>one_col_[m]
                     sa = AJ[m * nv + c]
                     H[(n + c) * N + n + c] += d[m] * sa * sa * (dev[ia] + acc) * wD[k]
                     acc += d[m]
                 for ia in range(ns):
                     m = m0 + ia
-                    c = <int>s.one_col[m]
+                    c = <int>one_col_[m]
                     sa = d[m] * AJ[m * nv + c] * wD[k]
                     for ib in range(ia + 1, ns):
-                        b = <int>s.one_col[m0 + ib]
+                        b = <int>one_col_[m0 + ib]
                         if b < c:
                             H[(n + b) * N + n + c] -= sa * d[m0 + ib] * AJ[(m0 + ib) * nv + b]
                         else:
                             H[(n + c) * N + n + b] -= sa * d[m0 + ib] * AJ[(m0 + ib) * nv + b]
             else:
-                sup = s.sup_idx + s.sup_ptr[k]
-                ns = <int>(s.sup_ptr[k + 1] - s.sup_ptr[k])
-                for m in range(m0, s.row_end[k]):
+                sup = sup_idx_ + sup_ptr_[k]
+                ns = <int>(sup_ptr_[k + 1] - sup_ptr_[k])
+                for m in range(m0, row_end_[k]):
                     dm = d[m]
                     for ia in range(ns):
                         a = sup[ia]
-                        dev[ia] = -AJ[m * nv + a] - qbar[k * nv + a]
+                        dev[ia] = -AJ[m * nv + a] - qbar[sup_ptr_[k] + ia]
                     for ia in range(ns):
                         acc = dm * dev[ia]
                         a = n + sup[ia]
                         for ib in range(ia, ns):
                             H[a * N + n + sup[ib]] += acc * dev[ib]
-            m0 = s.row_end[k]
+            m0 = row_end_[k]
         for a in range(N):
             for b in range(a):
                 H[a * N + b] = H[b * N + a]
         # less kappa on the (x_j, v_j) off-diagonals
         for j in range(nv):
-            H[s.J[j] * N + n + j] -= uu[o_phi + j]
-            H[(n + j) * N + s.J[j]] -= uu[o_phi + j]
+            H[J_[j] * N + n + j] -= uu[o_phi + j]
+            H[(n + j) * N + J_[j]] -= uu[o_phi + j]
         self._reduce(H, T)
         if not _lu(L, self.piv, r):
             self.Hinv = np.linalg.pinv(self._reduced(ws[self.h_off:self.h_off + N * N].reshape(N, N)))
@@ -293,7 +347,7 @@ cdef class System:
         cdef Structure s = self.s
         if not s.has_z:
             return H
-        Zx = np.asarray(s._keep[10])
+        Zx = s.Zx_array
         Z = np.zeros((s.N, s.rx + s.nv))
         Z[:s.n, :s.rx] = Zx
         Z[s.n:, s.rx:] = np.eye(s.nv)
@@ -306,6 +360,19 @@ cdef class System:
         cdef int rx = s.rx, r = rx + nv, o_rho = M + Q
         cdef int i, k, q, a, m, c, rr, ia, ns, m0
         cdef double acc, t, dm
+        # the structure's arrays read once, into locals the loops keep in registers
+        cdef const int64_t* sup_ptr_ = s.sup_ptr
+        cdef const int64_t* sup_idx_ = s.sup_idx
+        cdef const int64_t* one_col_ = s.one_col
+        cdef const int64_t* row_end_ = s.row_end
+        cdef const int64_t* term_end_ = s.term_end
+        cdef const int64_t* cls_ = s.cls
+        cdef const double* Dl = self.D
+        cdef const double* wDl = self.wD
+        cdef const double* betal = self.beta
+        cdef const double* Zx = s.Zx
+        cdef const double* PE = s.P_E
+        cdef const double* cX = s.cX
         cdef const double* y = NULL
         cdef const double[::1] ycv
         cdef const int64_t* sup
@@ -328,28 +395,28 @@ cdef class System:
         cdef double* bd = tmp + n
         if yc is None:
             for c in range(N):
-                rhs[c] = -s.cX[c]
+                rhs[c] = -cX[c]
         else:
             ycv = yc
             y = &ycv[0]
             m0 = 0
             for k in range(K):
                 acc = 0.0
-                for m in range(m0, s.row_end[k]):
+                for m in range(m0, row_end_[k]):
                     acc += y[m]
-                m0 = s.row_end[k]
-                gt_D[k] = (y[M + s.cls[k]] - acc) / self.D[k]
+                m0 = row_end_[k]
+                gt_D[k] = (y[M + cls_[k]] - acc) / Dl[k]
             k = 0
             for q in range(Q):
                 acc = 0.0
-                while k < s.term_end[q]:
+                while k < term_end_[q]:
                     acc += gt_D[k]
                     k += 1
                 wg[q] = acc
             for rr in range(R):
-                coef[rr] = (y[M + rr] - self.beta[rr] * wg[rr]) if rr < Q else y[o_rho + rr - Q]
+                coef[rr] = (y[M + rr] - betal[rr] * wg[rr]) if rr < Q else y[o_rho + rr - Q]
             for c in range(N):
-                rhs[c] = -s.cX[c]
+                rhs[c] = -cX[c]
             for rr in range(R):
                 t = coef[rr]
                 if t != 0.0:
@@ -358,14 +425,17 @@ cdef class System:
             # + sum_m ys_m (q_m - qbar_k): a row's own gradient, then its term's mean once per term
             m0 = 0
             for k in range(K):
-                sup = s.sup_idx + s.sup_ptr[k]
-                ns = <int>(s.sup_ptr[k + 1] - s.sup_ptr[k])
+                if row_end_[k] - m0 == 1:
+                    m0 += 1                           # one row: q_m - qbar_k = 0
+                    continue
+                sup = sup_idx_ + sup_ptr_[k]
+                ns = <int>(sup_ptr_[k + 1] - sup_ptr_[k])
                 acc = 0.0
-                for m in range(m0, s.row_end[k]):
+                for m in range(m0, row_end_[k]):
                     t = y[m]
                     acc += t
-                    if s.one_col[m] >= 0:
-                        a = <int>s.one_col[m]
+                    if one_col_[m] >= 0:
+                        a = <int>one_col_[m]
                         rhs[n + a] -= AJ[m * nv + a] * t
                     else:
                         for ia in range(ns):
@@ -373,14 +443,14 @@ cdef class System:
                             rhs[n + a] -= AJ[m * nv + a] * t
                 for ia in range(ns):
                     a = sup[ia]
-                    rhs[n + a] -= qbar[k * nv + a] * acc
-                m0 = s.row_end[k]
+                    rhs[n + a] -= qbar[sup_ptr_[k] + ia] * acc
+                m0 = row_end_[k]
         # dX = Z (Z^T H Z)^-1 Z^T rhs
         if s.has_z:
             for i in range(rx):
                 acc = 0.0
                 for c in range(n):
-                    acc += s.Zx[c * rx + i] * rhs[c]
+                    acc += Zx[c * rx + i] * rhs[c]
                 red[i] = acc
             for i in range(nv):
                 red[rx + i] = rhs[n + i]
@@ -397,13 +467,13 @@ cdef class System:
             for c in range(n):
                 acc = 0.0
                 for i in range(rx):
-                    acc += s.Zx[c * rx + i] * red[i]
+                    acc += Zx[c * rx + i] * red[i]
                 tmp[c] = acc
             # Round-off of the reduced system across the equalities removed, as _Newton does.
             for c in range(n):
                 acc = 0.0
                 for i in range(n):
-                    acc += s.P_E[c * n + i] * tmp[i]
+                    acc += PE[c * n + i] * tmp[i]
                 dX[c] = acc
             for i in range(nv):
                 dX[n + i] = red[rx + i]
@@ -416,23 +486,27 @@ cdef class System:
                 acc += BL[rr * N + c] * dX[c]
             bd[rr] = acc
         for k in range(K):
-            q = s.cls[k]
-            tau[k] = self.wD[k] * (self.beta[q] * (bd[q] + wg[q])) - gt_D[k]
+            q = cls_[k]
+            tau[k] = wDl[k] * (betal[q] * (bd[q] + wg[q])) - gt_D[k]
         # dt_k = tau_k - qbar_k . dv; the rows' slacks change by dv . (q_m - qbar_k) + tau_k
         m0 = 0
         for k in range(K):
-            sup = s.sup_idx + s.sup_ptr[k]
-            ns = <int>(s.sup_ptr[k + 1] - s.sup_ptr[k])
+            sup = sup_idx_ + sup_ptr_[k]
+            ns = <int>(sup_ptr_[k + 1] - sup_ptr_[k])
             acc = 0.0
             for ia in range(ns):
                 a = sup[ia]
-                acc += dX[n + a] * qbar[k * nv + a]
+                acc += dX[n + a] * qbar[sup_ptr_[k] + ia]
             if with_dt:
                 dt[k] = tau[k] - acc
+            if row_end_[k] - m0 == 1:
+                dy[m0] = tau[k]                       # one row: q_m - qbar_k = 0
+                m0 += 1
+                continue
             t = tau[k] - acc
-            for m in range(m0, s.row_end[k]):
-                if s.one_col[m] >= 0:
-                    a = <int>s.one_col[m]
+            for m in range(m0, row_end_[k]):
+                if one_col_[m] >= 0:
+                    a = <int>one_col_[m]
                     dy[m] = t - dX[n + a] * AJ[m * nv + a]
                 else:
                     dm = 0.0
@@ -440,11 +514,11 @@ cdef class System:
                         a = sup[ia]
                         dm -= dX[n + a] * AJ[m * nv + a]
                     dy[m] = t + dm
-            m0 = s.row_end[k]
+            m0 = row_end_[k]
         k = 0
         for q in range(Q):
             acc = 0.0
-            while k < s.term_end[q]:
+            while k < term_end_[q]:
                 acc += tau[k]
                 k += 1
             dy[M + q] = bd[q] - acc
