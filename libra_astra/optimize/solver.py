@@ -30,7 +30,10 @@ close to 1/x: from the equal split the method needs many short steps while the r
 pattern moves (80 Newton steps for 10,000 pipelined collectives on 8 dimensions without it, 38
 with it; 22 from the square-root split). Each Newton system eliminates the K term variables in
 closed form (in a cancellation-free way, see :class:`_Newton`) and the equalities
-through a null-space basis, so a step costs O(M n^2) for M rows and n coordinates. If the
+through a null-space basis, so a step costs O(M n^2) for M rows and n coordinates (the same
+system compiled in _newton_kernel.pyx where the install built it: on problems of a few hundred
+rows numpy's per-call cost, not the arithmetic, sets a step's time; _Newton is the reference the
+kernel is tested against and the fallback). If the
 primal-dual method ever fails to certify, damped Newton on the self-concordant barrier (a
 classic path-following method: slower, but with a guaranteed decrease per step) takes over.
 
