@@ -11,7 +11,9 @@ except ImportError:          # no Cython: the numpy Newton system only
     ext_modules = []
 else:
     ext_modules = cythonize([Extension("libra_astra.optimize._newton_kernel",
-                                       ["libra_astra/optimize/_newton_kernel.pyx"], optional=True)],
+                                       ["libra_astra/optimize/_newton_kernel.pyx"])],
                             language_level=3, quiet=True)
+    for ext in ext_modules:
+        ext.optional = True  # a failed compile leaves the numpy system (cythonize drops the flag)
 
 setup(ext_modules=ext_modules)
