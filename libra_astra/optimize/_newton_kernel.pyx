@@ -15,6 +15,20 @@ from libc.math cimport fabs
 from libc.stdint cimport int64_t
 
 
+cdef struct Rows:
+    # The row structure the loops walk, as one value: copied into a local, its pointers stay in
+    # registers across the loops' stores.
+    const int64_t* row_end      # (K,) one past each term's last row
+    const int64_t* term_end     # (Q,) one past each class's last term
+    const int64_t* cls          # (K,) each term's class
+    const int64_t* J            # (nv,) the used coordinates
+    const int64_t* sup_ptr      # (K + 1,) each term's columns: sup_idx[sup_ptr[k]:sup_ptr[k + 1]]
+    const int64_t* sup_idx
+    const int64_t* one_col      # (M,) a row's one nonzero column, or -1
+    const int64_t* row_pos      # (M,) ... and its place among its term's columns
+    const signed char* simple   # (K,) every row of the term has one nonzero, in distinct columns
+
+
 cdef class Structure:
     """The constants of one problem's layout the kernel reads, as contiguous arrays."""
     cdef int M, Q, P, n, nv, N, K, rx, R
@@ -22,15 +36,7 @@ cdef class Structure:
     cdef object _keep           # the arrays the pointers below point into
     cdef object Zx_array
     cdef const double* AJ       # (M, nv)
-    cdef const int64_t* row_end    # (K,) one past each term's last row
-    cdef const int64_t* term_end   # (Q,) one past each class's last term
-    cdef const int64_t* cls        # (K,)
-    cdef const int64_t* J          # (nv,)
-    cdef const int64_t* sup_ptr    # (K + 1,) each term's columns: sup_idx[sup_ptr[k]:sup_ptr[k + 1]]
-    cdef const int64_t* sup_idx
-    cdef const int64_t* one_col # (M,) a row's one nonzero column, or -1
-    cdef const int64_t* row_pos # (M,) ... and its place among its term's columns
-    cdef const signed char* simple  # (K,) every row of the term has one nonzero, in distinct columns
+    cdef Rows rows
     cdef const double* BL0      # (R, N)
     cdef const double* cX       # (N,)
     cdef const double* Zx       # (n, rx)
@@ -57,21 +63,13 @@ cdef class Structure:
             self.rx = self.n
         self.Zx_array = Zx
         self._keep = (AJ, row_end, term_end, cls, J, sup_ptr, sup_idx, BL0, cX, Zx, P_E, one_col, simple, row_pos)
-        self.AJ = _dptr(AJ)
-        self.row_end = _lptr(row_end)
-        self.term_end = _lptr(term_end)
-        self.cls = _lptr(cls)
-        self.J = _lptr(J)
-        self.sup_ptr = _lptr(sup_ptr)
-        self.sup_idx = _lptr(sup_idx)
-        self.BL0 = _dptr(BL0)
-        self.cX = _dptr(cX)
-        self.Zx = _dptr(Zx)
-        self.P_E = _dptr(P_E)
-        self.one_col = _lptr(one_col)
-        self.row_pos = _lptr(row_pos)
+        self.AJ, self.BL0, self.cX, self.Zx, self.P_E = _dptr(AJ), _dptr(BL0), _dptr(cX), _dptr(Zx), _dptr(P_E)
+        self.rows.row_end, self.rows.term_end = _lptr(row_end), _lptr(term_end)
+        self.rows.cls, self.rows.J = _lptr(cls), _lptr(J)
+        self.rows.sup_ptr, self.rows.sup_idx = _lptr(sup_ptr), _lptr(sup_idx)
+        self.rows.one_col, self.rows.row_pos = _lptr(one_col), _lptr(row_pos)
         cdef const signed char[::1] sv = simple if simple.shape[0] else np.zeros(1, np.int8)
-        self.simple = &sv[0]
+        self.rows.simple = &sv[0]
 
 
 def _columns(const double[:, ::1] AJ, const int64_t[::1] row_end):
@@ -152,19 +150,10 @@ cdef class System:
         cdef const double[::1] uu = u, yy = y, vv = v, xx = x
         cdef int i, k, q, j, a, b, m, c, rr, ia, ib, ns, m0, nnz
         cdef double acc, dm, w, sa
-        # the structure's arrays read once, into locals the loops keep in registers
-        cdef const int64_t* sup_ptr_ = s.sup_ptr
-        cdef const int64_t* sup_idx_ = s.sup_idx
-        cdef const int64_t* one_col_ = s.one_col
-        cdef const int64_t* row_pos_ = s.row_pos
-        cdef const int64_t* row_end_ = s.row_end
-        cdef const int64_t* term_end_ = s.term_end
-        cdef const int64_t* cls_ = s.cls
-        cdef const signed char* simple_ = s.simple
-        cdef const int64_t* J_ = s.J
+        cdef Rows rw = s.rows
         self.s = s
         # One workspace: d, xJ, D, wD, beta, qbar, BL, H, LU, the pivots, scratch.
-        cdef int S = <int>sup_ptr_[K]
+        cdef int S = <int>rw.sup_ptr[K]
         cdef int total = m_all + nv + 2 * K + Q + S + R * N + N * N + r * r + r + 2 * N + n * s.rx
         ws = np.zeros(total)
         self._ws = ws
@@ -193,47 +182,47 @@ cdef class System:
         for i in range(m_all):
             d[i] = uu[i] / yy[i]
         for j in range(nv):
-            xJ[j] = xx[J_[j]]
+            xJ[j] = xx[rw.J[j]]
         # Each term's mean gradient over its rows (weights d), on its own columns.
         m0 = 0
         for k in range(K):
             acc = 0.0
-            for m in range(m0, row_end_[k]):
+            for m in range(m0, rw.row_end[k]):
                 acc += d[m]
             D[k] = acc
             wD[k] = 1.0 / acc
-            qk = qbar + sup_ptr_[k]
-            if row_end_[k] - m0 == 1:
+            qk = qbar + rw.sup_ptr[k]
+            if rw.row_end[k] - m0 == 1:
                 # one row (the unmergeable families' every term): its own gradient is the mean
-                sup = sup_idx_ + sup_ptr_[k]
-                for ia in range(<int>(sup_ptr_[k + 1] - sup_ptr_[k])):
+                sup = rw.sup_idx + rw.sup_ptr[k]
+                for ia in range(<int>(rw.sup_ptr[k + 1] - rw.sup_ptr[k])):
                     qk[ia] = -AJ[m0 * nv + sup[ia]]
-            elif simple_[k]:
-                for m in range(m0, row_end_[k]):
-                    qk[row_pos_[m]] = -AJ[m * nv + one_col_[m]] * d[m] / acc
+            elif rw.simple[k]:
+                for m in range(m0, rw.row_end[k]):
+                    qk[rw.row_pos[m]] = -AJ[m * nv + rw.one_col[m]] * d[m] / acc
             else:
-                sup = sup_idx_ + sup_ptr_[k]
-                ns = <int>(sup_ptr_[k + 1] - sup_ptr_[k])
-                for m in range(m0, row_end_[k]):
+                sup = rw.sup_idx + rw.sup_ptr[k]
+                ns = <int>(rw.sup_ptr[k + 1] - rw.sup_ptr[k])
+                for m in range(m0, rw.row_end[k]):
                     dm = d[m]
                     for ia in range(ns):
                         qk[ia] -= AJ[m * nv + sup[ia]] * dm
                 for ia in range(ns):
                     qk[ia] /= acc
-            m0 = row_end_[k]
+            m0 = rw.row_end[k]
         for i in range(R * N):
             BL[i] = s.BL0[i]
         k = 0
         for q in range(Q):
             acc = 0.0
-            while k < term_end_[q]:
+            while k < rw.term_end[q]:
                 acc += wD[k]
-                for i in range(<int>sup_ptr_[k], <int>sup_ptr_[k + 1]):
-                    BL[q * N + n + sup_idx_[i]] += qbar[i]
+                for i in range(<int>rw.sup_ptr[k], <int>rw.sup_ptr[k + 1]):
+                    BL[q * N + n + rw.sup_idx[i]] += qbar[i]
                 k += 1
             beta[q] = d[M + q] / (1.0 + d[M + q] * acc)
         for j in range(nv):
-            BL[(Q + P + j) * N + J_[j]] = vv[j]
+            BL[(Q + P + j) * N + rw.J[j]] = vv[j]
             BL[(Q + P + j) * N + n + j] = xJ[j]
         # H = BL^T diag(beta, d[o_rho:]) BL (upper triangle, nonzeros only) ...
         for rr in range(R):
@@ -256,10 +245,10 @@ cdef class System:
         # products and sums of positive numbers, nothing cancels.
         m0 = 0
         for k in range(K):
-            if row_end_[k] - m0 == 1:
+            if rw.row_end[k] - m0 == 1:
                 pass                                  # one row: no deviation from the mean
-            elif simple_[k]:
-                ns = <int>(row_end_[k] - m0)
+            elif rw.simple[k]:
+                ns = <int>(rw.row_end[k] - m0)
                 # dev: s_a; (D - d_a) from the running sums on both sides
                 acc = 0.0
                 for ia in range(ns):
@@ -268,41 +257,41 @@ cdef class System:
                 acc = 0.0
                 for ia in range(ns - 1, -1, -1):
                     m = m0 + ia
-                    c = <int>one_col_[m]
+                    c = <int>rw.one_col[m]
                     sa = AJ[m * nv + c]
                     H[(n + c) * N + n + c] += d[m] * sa * sa * (dev[ia] + acc) * wD[k]
                     acc += d[m]
                 for ia in range(ns):
                     m = m0 + ia
-                    c = <int>one_col_[m]
+                    c = <int>rw.one_col[m]
                     sa = d[m] * AJ[m * nv + c] * wD[k]
                     for ib in range(ia + 1, ns):
-                        b = <int>one_col_[m0 + ib]
+                        b = <int>rw.one_col[m0 + ib]
                         if b < c:
                             H[(n + b) * N + n + c] -= sa * d[m0 + ib] * AJ[(m0 + ib) * nv + b]
                         else:
                             H[(n + c) * N + n + b] -= sa * d[m0 + ib] * AJ[(m0 + ib) * nv + b]
             else:
-                sup = sup_idx_ + sup_ptr_[k]
-                ns = <int>(sup_ptr_[k + 1] - sup_ptr_[k])
-                for m in range(m0, row_end_[k]):
+                sup = rw.sup_idx + rw.sup_ptr[k]
+                ns = <int>(rw.sup_ptr[k + 1] - rw.sup_ptr[k])
+                for m in range(m0, rw.row_end[k]):
                     dm = d[m]
                     for ia in range(ns):
                         a = sup[ia]
-                        dev[ia] = -AJ[m * nv + a] - qbar[sup_ptr_[k] + ia]
+                        dev[ia] = -AJ[m * nv + a] - qbar[rw.sup_ptr[k] + ia]
                     for ia in range(ns):
                         acc = dm * dev[ia]
                         a = n + sup[ia]
                         for ib in range(ia, ns):
                             H[a * N + n + sup[ib]] += acc * dev[ib]
-            m0 = row_end_[k]
+            m0 = rw.row_end[k]
         for a in range(N):
             for b in range(a):
                 H[a * N + b] = H[b * N + a]
         # less kappa on the (x_j, v_j) off-diagonals
         for j in range(nv):
-            H[J_[j] * N + n + j] -= uu[o_phi + j]
-            H[(n + j) * N + J_[j]] -= uu[o_phi + j]
+            H[rw.J[j] * N + n + j] -= uu[o_phi + j]
+            H[(n + j) * N + rw.J[j]] -= uu[o_phi + j]
         self._reduce(H, T)
         if not _lu(L, self.piv, r):
             self.Hinv = np.linalg.pinv(self._reduced(ws[self.h_off:self.h_off + N * N].reshape(N, N)))
@@ -321,12 +310,8 @@ cdef class System:
                 L[a] = H[a]
             return
         cdef const double* Zx = s.Zx
-        for a in range(n):               # T = Hxx Zx
-            for b in range(rx):
-                acc = 0.0
-                for c in range(n):
-                    acc += H[a * N + c] * Zx[c * rx + b]
-                T[a * rx + b] = acc
+        for a in range(n):               # T = Hxx Zx, a row at a time: Zx^T H[a, :n]
+            _mv(Zx, rx, n, 1, rx, H + a * N, T + a * rx)
         for a in range(rx):
             for b in range(rx):          # Zx^T Hxx Zx
                 acc = 0.0
@@ -360,13 +345,7 @@ cdef class System:
         cdef int rx = s.rx, r = rx + nv, o_rho = M + Q
         cdef int i, k, q, a, m, c, rr, ia, ns, m0
         cdef double acc, t, dm
-        # the structure's arrays read once, into locals the loops keep in registers
-        cdef const int64_t* sup_ptr_ = s.sup_ptr
-        cdef const int64_t* sup_idx_ = s.sup_idx
-        cdef const int64_t* one_col_ = s.one_col
-        cdef const int64_t* row_end_ = s.row_end
-        cdef const int64_t* term_end_ = s.term_end
-        cdef const int64_t* cls_ = s.cls
+        cdef Rows rw = s.rows
         cdef const double* Dl = self.D
         cdef const double* wDl = self.wD
         cdef const double* betal = self.beta
@@ -402,14 +381,14 @@ cdef class System:
             m0 = 0
             for k in range(K):
                 acc = 0.0
-                for m in range(m0, row_end_[k]):
+                for m in range(m0, rw.row_end[k]):
                     acc += y[m]
-                m0 = row_end_[k]
-                gt_D[k] = (y[M + cls_[k]] - acc) / Dl[k]
+                m0 = rw.row_end[k]
+                gt_D[k] = (y[M + rw.cls[k]] - acc) / Dl[k]
             k = 0
             for q in range(Q):
                 acc = 0.0
-                while k < term_end_[q]:
+                while k < rw.term_end[q]:
                     acc += gt_D[k]
                     k += 1
                 wg[q] = acc
@@ -425,17 +404,17 @@ cdef class System:
             # + sum_m ys_m (q_m - qbar_k): a row's own gradient, then its term's mean once per term
             m0 = 0
             for k in range(K):
-                if row_end_[k] - m0 == 1:
+                if rw.row_end[k] - m0 == 1:
                     m0 += 1                           # one row: q_m - qbar_k = 0
                     continue
-                sup = sup_idx_ + sup_ptr_[k]
-                ns = <int>(sup_ptr_[k + 1] - sup_ptr_[k])
+                sup = rw.sup_idx + rw.sup_ptr[k]
+                ns = <int>(rw.sup_ptr[k + 1] - rw.sup_ptr[k])
                 acc = 0.0
-                for m in range(m0, row_end_[k]):
+                for m in range(m0, rw.row_end[k]):
                     t = y[m]
                     acc += t
-                    if one_col_[m] >= 0:
-                        a = <int>one_col_[m]
+                    if rw.one_col[m] >= 0:
+                        a = <int>rw.one_col[m]
                         rhs[n + a] -= AJ[m * nv + a] * t
                     else:
                         for ia in range(ns):
@@ -443,15 +422,11 @@ cdef class System:
                             rhs[n + a] -= AJ[m * nv + a] * t
                 for ia in range(ns):
                     a = sup[ia]
-                    rhs[n + a] -= qbar[sup_ptr_[k] + ia] * acc
-                m0 = row_end_[k]
+                    rhs[n + a] -= qbar[rw.sup_ptr[k] + ia] * acc
+                m0 = rw.row_end[k]
         # dX = Z (Z^T H Z)^-1 Z^T rhs
         if s.has_z:
-            for i in range(rx):
-                acc = 0.0
-                for c in range(n):
-                    acc += Zx[c * rx + i] * rhs[c]
-                red[i] = acc
+            _mv(Zx, rx, n, 1, rx, rhs, red)
             for i in range(nv):
                 red[rx + i] = rhs[n + i]
         else:
@@ -464,49 +439,37 @@ cdef class System:
             for i in range(r):
                 red[i] = sol[i]
         if s.has_z:
-            for c in range(n):
-                acc = 0.0
-                for i in range(rx):
-                    acc += Zx[c * rx + i] * red[i]
-                tmp[c] = acc
+            _mv(Zx, n, rx, rx, 1, red, tmp)
             # Round-off of the reduced system across the equalities removed, as _Newton does.
-            for c in range(n):
-                acc = 0.0
-                for i in range(n):
-                    acc += PE[c * n + i] * tmp[i]
-                dX[c] = acc
+            _mv(PE, n, n, n, 1, tmp, dX)
             for i in range(nv):
                 dX[n + i] = red[rx + i]
         else:
             for i in range(N):
                 dX[i] = red[i]
-        for rr in range(R):
-            acc = 0.0
-            for c in range(N):
-                acc += BL[rr * N + c] * dX[c]
-            bd[rr] = acc
+        _mv(BL, R, N, N, 1, dX, bd)
         for k in range(K):
-            q = cls_[k]
+            q = rw.cls[k]
             tau[k] = wDl[k] * (betal[q] * (bd[q] + wg[q])) - gt_D[k]
         # dt_k = tau_k - qbar_k . dv; the rows' slacks change by dv . (q_m - qbar_k) + tau_k
         m0 = 0
         for k in range(K):
-            sup = sup_idx_ + sup_ptr_[k]
-            ns = <int>(sup_ptr_[k + 1] - sup_ptr_[k])
+            sup = rw.sup_idx + rw.sup_ptr[k]
+            ns = <int>(rw.sup_ptr[k + 1] - rw.sup_ptr[k])
             acc = 0.0
             for ia in range(ns):
                 a = sup[ia]
-                acc += dX[n + a] * qbar[sup_ptr_[k] + ia]
+                acc += dX[n + a] * qbar[rw.sup_ptr[k] + ia]
             if with_dt:
                 dt[k] = tau[k] - acc
-            if row_end_[k] - m0 == 1:
+            if rw.row_end[k] - m0 == 1:
                 dy[m0] = tau[k]                       # one row: q_m - qbar_k = 0
                 m0 += 1
                 continue
             t = tau[k] - acc
-            for m in range(m0, row_end_[k]):
-                if one_col_[m] >= 0:
-                    a = <int>one_col_[m]
+            for m in range(m0, rw.row_end[k]):
+                if rw.one_col[m] >= 0:
+                    a = <int>rw.one_col[m]
                     dy[m] = t - dX[n + a] * AJ[m * nv + a]
                 else:
                     dm = 0.0
@@ -514,17 +477,29 @@ cdef class System:
                         a = sup[ia]
                         dm -= dX[n + a] * AJ[m * nv + a]
                     dy[m] = t + dm
-            m0 = row_end_[k]
+            m0 = rw.row_end[k]
         k = 0
         for q in range(Q):
             acc = 0.0
-            while k < term_end_[q]:
+            while k < rw.term_end[q]:
                 acc += tau[k]
                 k += 1
             dy[M + q] = bd[q] - acc
         for rr in range(Q, R):
             dy[M + rr] = bd[rr]
         return (out[:n], out[n:N], out[N + K + M + R:] if with_dt else None, out[N + K:N + K + M + R])
+
+
+cdef void _mv(const double* A, int rows, int cols, int rs, int cs, const double* x, double* out):
+    """out = A x, A's entry (i, j) at A[i * rs + j * cs] (rs = cols, cs = 1 for a row-major A;
+    rs = 1, cs = its row length for the transpose of one)."""
+    cdef int i, j
+    cdef double acc
+    for i in range(rows):
+        acc = 0.0
+        for j in range(cols):
+            acc += A[i * rs + j * cs] * x[j]
+        out[i] = acc
 
 
 cdef bint _lu(double* A, int64_t* piv, int r):
