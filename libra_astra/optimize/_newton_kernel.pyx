@@ -34,7 +34,7 @@ cdef class Structure:
     cdef int M, Q, P, n, nv, N, K, rx, R
     cdef bint has_z
     cdef object _keep           # the arrays the pointers below point into
-    cdef object Zx_array
+    cdef object Z               # the layout's null-space basis diag(Zx, I), or None
     cdef const double* AJ       # (M, nv)
     cdef Rows rows
     cdef const double* BL0      # (R, N)
@@ -61,7 +61,7 @@ cdef class Structure:
         else:
             Zx = P_E = np.zeros(1)
             self.rx = self.n
-        self.Zx_array = Zx
+        self.Z = lay.Z
         self._keep = (AJ, row_end, term_end, cls, J, sup_ptr, sup_idx, BL0, cX, Zx, P_E, one_col, simple, row_pos)
         self.AJ, self.BL0, self.cX, self.Zx, self.P_E = _dptr(AJ), _dptr(BL0), _dptr(cX), _dptr(Zx), _dptr(P_E)
         self.rows.row_end, self.rows.term_end = _lptr(row_end), _lptr(term_end)
@@ -329,14 +329,8 @@ cdef class System:
                 L[(rx + a) * r + rx + b] = H[(n + a) * N + n + b]
 
     def _reduced(self, H):
-        cdef Structure s = self.s
-        if not s.has_z:
-            return H
-        Zx = s.Zx_array
-        Z = np.zeros((s.N, s.rx + s.nv))
-        Z[:s.n, :s.rx] = Zx
-        Z[s.n:, s.rx:] = np.eye(s.nv)
-        return Z.T @ H @ Z
+        Z = self.s.Z
+        return H if Z is None else Z.T @ H @ Z
 
     def direction(self, yc, bint with_dt=True):
         """Step for the gradient c - sum_i yc_i grad y_i (yc None means 0), as _Newton.direction."""

@@ -52,6 +52,7 @@ a barrier estimate.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -341,19 +342,7 @@ class _Layout:
         self.Jx = _as_slice(self.J)                  # J for indexing at every step
         self.N = n + nv
         self.AJ = p.A[:, self.used]                 # as term_values without a layout gathers it (same products)
-        self.negAJT = np.ascontiguousarray(-self.AJ.T)   # (nv, M): sums along its rows are the fast ones
         col_nnz = np.count_nonzero(self.AJ, axis=0)
-        self.nz_key = None
-        if 2 * int(col_nnz.sum()) <= self.AJ.size:
-            # Sparse rows (LIBRA's: one dimension each): the Newton system's per-term sums of the
-            # rows' weighted gradients are one bincount over the nonzeros keyed by (column, term),
-            # where a reduceat over the dense rows pays for every (column, term) segment, one or
-            # two rows long. (On dense rows at 100k collectives the bincount's gathers cost more.)
-            nz_row, nz_col = np.nonzero(self.AJ)
-            self.nz_row = nz_row
-            self.nz_key = nz_col * K + p.owner[nz_row]
-            self.nz_negA = -self.AJ[nz_row, nz_col]
-        self.term_rows = np.diff(np.append(self.row_start, M))
         self.o_phi = M + Q + P                       # slacks: [rows, classes, linear rows, x_J v - 1]
         # Barrier weight of x_j v_j >= 1: the number of rows using v_j. With weight 1 thousands of
         # row barriers press v_j onto the hyperbola, and steps along its curve become tiny.
@@ -363,18 +352,12 @@ class _Layout:
         self.GT = np.ascontiguousarray(p.G.T)
         self.AT = np.ascontiguousarray(p.A.T)
         N = self.N
-        vJ = n + np.arange(nv)
         # The fixed part of each Newton system's BL (see _Newton): the e_z of each class's b_q and
         # -G for the linear rows; each system fills in sum_k qbar_k and the gradients (v, x_J) of
-        # x_J v - 1 at the flat indices below.
+        # x_J v - 1.
         self.BL0 = np.zeros((Q + P + nv, N))
         self.BL0[np.arange(Q), p.class_z] = 1.0
         self.BL0[Q:Q + P, :n] = -p.G
-        phi_rows = (Q + P + np.arange(nv)) * N
-        self.flat_phi_x = phi_rows + self.J       # flat indices in BL of d phi_j / d x_j ...
-        self.flat_phi_v = phi_rows + vJ           # ... and d phi_j / d v_j
-        # Flat indices in H of the (x_j, v_j) and (v_j, x_j) entries.
-        self.flat_off = np.concatenate([self.J * N + vJ, vJ * N + self.J])
         self.cX = np.concatenate([p.c, np.zeros(nv)])
         # Null-space basis of E (on x; v is free): steps dX = Z dy keep E x = f and leave an SPD system.
         if p.E.shape[0]:
@@ -383,11 +366,9 @@ class _Layout:
             self.Z = np.zeros((N, Zx.shape[1] + nv))
             self.Z[:n, :Zx.shape[1]] = Zx
             self.Z[n:, Zx.shape[1]:] = np.eye(nv)
-            self.ZT = np.ascontiguousarray(self.Z.T)
             self.P_E = eq.projector
         else:
-            self.Z = self.ZT = self.P_E = None
-        self.eye = np.eye(N if self.Z is None else self.Z.shape[1])     # the reduced system's size
+            self.Z = self.P_E = None
         self.z_unique = np.unique(p.class_z)
         self.free = np.flatnonzero(~p.recip)         # coordinates the dual must balance exactly
         # Per coordinate, a linear row -g x_j <= h that bounds it from below only (or -1).
@@ -405,6 +386,12 @@ class _Layout:
         self.eq = eq if p.E.shape[0] else None
         self.kernel = _kernel.Structure(self, p) if _kernel is not None else None
 
+    @functools.cached_property
+    def numpy_newton(self) -> "_NumpyNewtonLayout":
+        """What only the numpy Newton system reads: built on its first use, never where the
+        compiled kernel solves."""
+        return _NumpyNewtonLayout(self)
+
     @property
     def recip_equality_moves(self) -> np.ndarray:
         """(r, k) basis of the equality multipliers' changes that leave every non-reciprocal
@@ -418,6 +405,34 @@ class _Layout:
         if self._row_ub is None:
             self._row_ub = _row_upper_bounds(self.p)
         return self._row_ub
+
+
+class _NumpyNewtonLayout:
+    """The constants of _Newton beyond the layout's: transposed rows, the sparse rows' keys, and
+    flat indices into BL and H."""
+
+    def __init__(self, lay: _Layout):
+        p, M, K, N, n = lay.p, lay.M, lay.K, lay.N, lay.n
+        self.negAJT = np.ascontiguousarray(-lay.AJ.T)    # (nv, M): sums along its rows are the fast ones
+        self.nz_key = None
+        if 2 * np.count_nonzero(lay.AJ) <= lay.AJ.size:
+            # Sparse rows (LIBRA's: one dimension each): the per-term sums of the rows' weighted
+            # gradients are one bincount over the nonzeros keyed by (column, term), where a
+            # reduceat over the dense rows pays for every (column, term) segment, one or two rows
+            # long. (On dense rows at 100k collectives the bincount's gathers cost more.)
+            nz_row, nz_col = np.nonzero(lay.AJ)
+            self.nz_row = nz_row
+            self.nz_key = nz_col * K + p.owner[nz_row]
+            self.nz_negA = -lay.AJ[nz_row, nz_col]
+        self.term_rows = np.diff(np.append(lay.row_start, M))
+        vJ = n + np.arange(lay.nv)
+        phi_rows = (lay.Q + lay.P + np.arange(lay.nv)) * N
+        self.flat_phi_x = phi_rows + lay.J        # flat indices in BL of d phi_j / d x_j ...
+        self.flat_phi_v = phi_rows + vJ           # ... and d phi_j / d v_j
+        # Flat indices in H of the (x_j, v_j) and (v_j, x_j) entries.
+        self.flat_off = np.concatenate([lay.J * N + vJ, vJ * N + lay.J])
+        self.ZT = None if lay.Z is None else np.ascontiguousarray(lay.Z.T)
+        self.eye = np.eye(N if lay.Z is None else lay.Z.shape[1])     # the reduced system's size
 
 
 class _EqualityFactors:
@@ -583,14 +598,15 @@ class _Newton:
         ds = d[:M]
         dg = d[M:o_rho]
         xJ = x[lay.Jx]
+        nl = lay.numpy_newton
         D = np.add.reduceat(ds, lay.row_start)
         # (nv, K) and (nv, M); the sums add numbers of one sign, so their order does not matter
-        if lay.nz_key is not None:
-            qbarT = np.bincount(lay.nz_key, weights=lay.nz_negA * ds.take(lay.nz_row),
+        if nl.nz_key is not None:
+            qbarT = np.bincount(nl.nz_key, weights=nl.nz_negA * ds.take(nl.nz_row),
                                 minlength=lay.nv * lay.K).reshape(lay.nv, lay.K) / D
         else:
-            qbarT = np.add.reduceat(lay.negAJT * ds, lay.row_start, axis=1) / D
-        QcT = lay.negAJT - np.repeat(qbarT, lay.term_rows, axis=1)
+            qbarT = np.add.reduceat(nl.negAJT * ds, lay.row_start, axis=1) / D
+        QcT = nl.negAJT - np.repeat(qbarT, nl.term_rows, axis=1)
         wD = 1.0 / D
         beta = dg / (1.0 + dg * np.add.reduceat(wD, lay.term_start))
         # One matrix BL for everything of the system that is a weighted sum of outer products of
@@ -599,25 +615,25 @@ class _Newton:
         # both sides (the right-hand side, the slacks' change) from it too.
         BL = lay.BL0.copy()
         BL[:Q, n:] = np.add.reduceat(qbarT, lay.term_start, axis=1).T
-        BL.flat[lay.flat_phi_x] = v
-        BL.flat[lay.flat_phi_v] = xJ
+        BL.flat[nl.flat_phi_x] = v
+        BL.flat[nl.flat_phi_v] = xJ
         H = (BL.T * np.concatenate((beta, d[o_rho:]))) @ BL
         H[n:, n:] += (QcT * ds) @ QcT.T
         # kappa phi grad^2(-log phi) is the (v, x) outer product above less kappa on the (x_j, v_j)
         # off-diagonal, the Hessian of x v times the multiplier.
         kap = u[lay.o_phi:]
-        H.flat[lay.flat_off] -= np.concatenate((kap, kap))
+        H.flat[nl.flat_off] -= np.concatenate((kap, kap))
         if lay.Z is not None:
-            H = lay.ZT @ H @ lay.Z
+            H = nl.ZT @ H @ lay.Z
         # The reduced system is tiny (n + nv - r <= ~12) and solved twice: invert it once, by
         # LAPACK's solve against the identity (what np.linalg.inv does, without the Python checks
         # that cost as much as the solve here; getri's inverse from the LU factors lost a
         # perf-per-cost certificate).
-        _, _, Hinv, info = dgesv(H, lay.eye)
+        _, _, Hinv, info = dgesv(H, nl.eye)
         if info != 0:
             Hinv = np.linalg.pinv(H)
         if lay.Z is not None:
-            Hinv = lay.Z @ Hinv @ lay.ZT
+            Hinv = lay.Z @ Hinv @ nl.ZT
         self.p, self.lay, self.xJ = p, lay, xJ
         self.d, self.QcT, self.qbarT, self.D, self.wD, self.beta, self.BL, self.Hinv = d, QcT, qbarT, D, wD, beta, BL, Hinv
 
