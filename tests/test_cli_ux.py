@@ -124,6 +124,28 @@ def test_show_each_kind(files, name, first):
     assert kind == {"design.json": "design", "frontier.json": "frontier", "resnet.demand.json": "demand"}[name]
 
 
+def test_show_labels_demand_dimensions_by_name(files, tmp_path):
+    """The demand file keeps the network's dimension names; an older file without them shows indices."""
+    table = run("show", files / "resnet.demand.json").output.splitlines()[3]
+    assert table.split() == ["collective", "package", "(4)", "pod", "(4)"]
+    data = json.loads((files / "resnet.demand.json").read_text())
+    assert data["dim_names"] == ["package", "pod"]
+    del data["dim_names"]
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    assert run("show", tmp_path / "old.json").output.splitlines()[3].split() == ["collective", "dim0", "(4)", "dim1",
+                                                                                 "(4)"]
+
+
+def test_demand_for_other_dimension_names_refused(files, tmp_path):
+    net = tmp_path / "renamed.yml"
+    net.write_text(Path(NET).read_text().replace("name: package", "name: chip").replace("name: pod", "name: rack"))
+    demand = files / "resnet.demand.json"
+    one_line_error(run("optimize", "--demand", demand, "--network", net, "--cost", COST, "--total-bw", "300", ok=False),
+                   f"{demand}: \"dim_names\" ['package', 'pod'] differ from the dimensions ['chip', 'rack'] of "
+                   "network 'sample-4x4'; rebuild the demand for this network, or, if only the names changed, edit "
+                   "\"dim_names\" to match")
+
+
 def test_show_refuses_other_files(tmp_path):
     p = tmp_path / "x.json"
     p.write_text('{"format": "other"}')

@@ -18,7 +18,7 @@ pytest.importorskip("matplotlib", reason="pictures need the plot extra: pip inst
 from libra_astra import plot  # noqa: E402
 from libra_astra.astra.parse import parse_output  # noqa: E402
 from libra_astra.cli import main  # noqa: E402
-from libra_astra.demand.types import make_collective, single_class  # noqa: E402
+from libra_astra.demand.types import demand_to_dict, make_collective, single_class  # noqa: E402
 from libra_astra.errors import LibraError  # noqa: E402
 from libra_astra.model.network import network_from_dict  # noqa: E402
 from libra_astra.timing.predict import predict  # noqa: E402
@@ -115,6 +115,24 @@ def test_traffic_by_collective_type(tmp_path):
     for kind, vals in by_type.items():
         for dim, v in zip("ab", vals):
             assert s[f"series:traffic:{kind}:{dim}"] == pytest.approx(unit * v, rel=1e-3, abs=1e-6)
+
+
+def test_demand_picture_names_the_dimensions(tmp_path):
+    """`plot` of a demand file labels its dimensions by the names the file records (by index without)."""
+    net = network_from_dict({"name": "t", "dimensions": [
+        {"name": "chip", "topology": "Ring", "npus": 4, "latency_ns": 1},
+        {"name": "rack", "topology": "Switch", "npus": 2, "latency_ns": 1}]})
+    d = single_class("ar", (4, 2), 1e6, [make_collective("ALL_REDUCE", 8e6, (4, 2), net=net)], net.dim_names)
+    data = demand_to_dict(d)
+    for names, labels in ((True, ["chip (4)", "rack (2)"]), (False, ["dim0 (4)", "dim1 (2)"])):
+        if not names:
+            del data["dim_names"]
+        (tmp_path / "d.json").write_text(json.dumps(data))
+        out = tmp_path / f"d{names}.svg"
+        r = CliRunner().invoke(main, ["plot", str(tmp_path / "d.json"), "-o", str(out)])
+        assert r.exit_code == 0, r.output
+        assert sorted(series(out)) == [f"series:traffic:ALL_REDUCE:{label}" for label in labels]
+        assert all(label in texts(out) for label in labels)
 
 
 def test_frontier_lines(tmp_path):

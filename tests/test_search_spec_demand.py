@@ -57,6 +57,8 @@ def test_generated_equal_traces(tmp_path, case, topologies):
     want, _ = demand_from_traces(tmp_path / "t", net, comm_groups=res.groups_path)
     got = demand_from_spec(spec, net, name=want.name)
     assert got == want
+    # a spec's own network names no dimension (dim0, dim1, ...); a named network's names travel along
+    assert got.dim_names == (tuple(f"d{i}" for i in range(len(shape))) if topologies else ())
     # programs prepared for one placement serve another placement of the same degrees
     other = demand_from_spec(spec, net, programs=prepare(spec), labels=False)
     assert [rc.dag for rc in other.rank_classes] == [rc.dag for rc in want.rank_classes]

@@ -14,7 +14,8 @@ from libra_astra.cli.demand import demand_command
 from libra_astra.demand.summary import summary_to_dict
 from libra_astra.demand.types import Dag, demand_from_dict, demand_to_dict, load_demand
 from libra_astra.errors import LibraError
-from libra_astra.model.network import Dimension, Network, dump_network
+from libra_astra.demand.workload import load_workloads
+from libra_astra.model.network import Dimension, Network, dump_network, network_from_dict
 from libra_astra.demand.from_traces import demand_from_traces
 
 # Ring 4 (dim 0) x Switch 2 (dim 1): rank r sits at (r % 4, r // 4)
@@ -85,7 +86,58 @@ def test_hand_worked_demand(tmp_path):
 def test_demand_json_round_trip(tmp_path):
     prefix = write_set(tmp_path, "t", [rank_nodes(r) for r in range(8)])
     d, _ = demand_from_traces(prefix, NET, comm_groups=GROUPS)
-    assert demand_from_dict(json.loads(json.dumps(demand_to_dict(d)))) == d
+    data = demand_to_dict(d)
+    assert data["dim_names"] == ["row", "col"] and data["version"] == 1
+    back = demand_from_dict(json.loads(json.dumps(data)))
+    assert back == d and back.dim_names == ("row", "col")
+
+
+def test_demand_file_without_dimension_names_still_reads(tmp_path):
+    """Files written before the names were kept: no names, dimensions labelled by index."""
+    prefix = write_set(tmp_path, "t", [rank_nodes(r) for r in range(8)])
+    d, _ = demand_from_traces(prefix, NET, comm_groups=GROUPS)
+    data = demand_to_dict(d)
+    del data["dim_names"]
+    old = demand_from_dict(data)
+    assert old.dim_names == () and old.dim_labels == ("dim0", "dim1")
+    assert old.rank_classes == d.rank_classes and "dim_names" not in demand_to_dict(old)
+    old.check_network(NET)            # nothing to compare the network's names with: accepted
+    # an ASTRA-sim network file names no dimension: its placeholders are not written as names
+    astra = network_from_dict({"topology": ["Ring", "Switch"], "npus_count": [4, 2], "latency": [100, 200]})
+    unnamed, _ = demand_from_traces(prefix, astra, comm_groups=GROUPS)
+    assert unnamed.dim_names == () and "dim_names" not in demand_to_dict(unnamed)
+    d.check_network(astra)            # and such a network takes a named demand of its shape
+
+
+def test_dimension_names_checked_against_the_network(tmp_path):
+    prefix = write_set(tmp_path, "t", [rank_nodes(r) for r in range(8)])
+    d, _ = demand_from_traces(prefix, NET, comm_groups=GROUPS)
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(demand_to_dict(d)))
+    renamed = Network("n8b", (Dimension("ring", "Ring", 4, 100.0), Dimension("switch", "Switch", 2, 200.0)))
+    with pytest.raises(LibraError) as e:
+        load_workloads((), (str(path),), (), renamed)
+    assert str(e.value) == (f"{path}: \"dim_names\" ['row', 'col'] differ from the dimensions ['ring', 'switch'] "
+                            "of network 'n8b'; rebuild the demand for this network, or, if only the names "
+                            "changed, edit \"dim_names\" to match")
+    # same shape, names swapped: the demand's dimensions are most likely the other way round
+    swapped = Network("n8c", (Dimension("col", "Ring", 4, 100.0), Dimension("row", "Switch", 2, 200.0)))
+    with pytest.raises(LibraError, match=r"of network 'n8c' \(the same names in another order\); rebuild"):
+        load_workloads((), (str(path),), (), swapped)
+    assert load_workloads((), (str(path),), (), NET)[0].demand == d
+
+
+@pytest.mark.parametrize("names, shown", [("row", "'row'"), (["row"], "['row']"), (["row", "row"], "['row', 'row']"),
+                                          (["row", ""], "['row', '']"), (["row", 2], "['row', 2]")])
+def test_bad_dimension_names_refused(tmp_path, names, shown):
+    prefix = write_set(tmp_path, "t", [rank_nodes(r) for r in range(8)])
+    d, _ = demand_from_traces(prefix, NET, comm_groups=GROUPS)
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({**demand_to_dict(d), "dim_names": names}))
+    with pytest.raises(LibraError) as e:
+        load_demand(path)
+    assert str(e.value) == (f"{path}: dim_names must be a list of 2 distinct non-empty names (one per dimension, "
+                            f"as in npus_per_dim), got {shown}; fix it or remove the key")
 
 
 def test_groups_from_metadata_and_file_priority(tmp_path):

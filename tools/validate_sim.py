@@ -112,7 +112,7 @@ def main() -> int:
         for k in (1, 4, 16):
             run = base / f"coll{i}-k{k}"
             p = base / f"coll{i}.json"
-            p.write_text(json.dumps(demand_to_dict(single_class("one", net.npus_per_dim, 0.0, [c]))))
+            p.write_text(json.dumps(demand_to_dict(single_class("one", net.npus_per_dim, 0.0, [c], net.dim_names))))
             emit(Design("d", net, bw, workloads=(WorkloadRef("w", demand=str(p)),)), run, splits=k, overwrite=True)
             sim = simulate(run, binary, overwrite=True).simulated_time_ns
             pred = collective_time_ns(c, bw, net, TimeModel("pipelined", splits=k, local_mem_bw_gbps=1e9))

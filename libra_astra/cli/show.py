@@ -74,10 +74,15 @@ def _header(data: dict) -> list[str]:
     return []
 
 
+def demand_labels(d) -> list[str]:
+    """A demand's dimensions as ``name (npus)``: the names its file records, else dim0, dim1, ..."""
+    return [f"{name} ({n})" for name, n in zip(d.dim_labels, d.npus_per_dim)]
+
+
 def format_demand(d, dims: list[str] | None = None) -> str:
     from ..optimize.report import traffic_by_type
 
-    dims = dims or [f"dim{i} ({n})" for i, n in enumerate(d.npus_per_dim)]
+    dims = dims or demand_labels(d)
     lines = [f"demand {d.name!r}: network shape {' x '.join(map(str, d.npus_per_dim))} "
              f"({sum(rc.num_ranks for rc in d.rank_classes):,} ranks), {len(d.rank_classes)} rank class(es)", "",
              "Bytes sent per NPU per dimension (mean over ranks):"]
@@ -177,7 +182,7 @@ def plot_any(kind: str, content: Any, out: str, overwrite: bool = False, dims: l
     if kind == "demand":
         from ..optimize.report import traffic_by_type
 
-        dims = dims or [f"dim{i} ({n})" for i, n in enumerate(content.npus_per_dim)]
+        dims = dims or demand_labels(content)
         return plot.plot_traffic(traffic_by_type(content), dims, out, title=f"demand {content.name!r}",
                                  overwrite=overwrite)
     sub = _header(content)

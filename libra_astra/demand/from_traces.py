@@ -304,5 +304,5 @@ def demand_from_traces(prefix: str | Path, network: Network,
                      "carry no network demand; pass --type-cpu-collectives to count them as communication")
     summary = replace(summary, notes=tuple(notes), untyped_cpu_collectives=untyped[0])
     name = Path(str(prefix)).name
-    demand = Demand(name, network.npus_per_dim, tuple(rank_classes), tuple(notes))
+    demand = Demand(name, network.npus_per_dim, tuple(rank_classes), tuple(notes), network.dim_names)
     return demand, summary

@@ -44,7 +44,7 @@ def gpt3_demand(net: Network, layers: int = 18, hidden: int = 12288, seq: int = 
         colls.append(make_collective("ALL_REDUCE", act, tp, count=2, name=f"L{i}.fwd.tp", phase="fwd", group="tp", net=net))
         colls.append(make_collective("ALL_REDUCE", act, tp, count=2, name=f"L{i}.ig.tp", phase="ig", group="tp", net=net))
         colls.append(make_collective("ALL_REDUCE", weights, dp, name=f"L{i}.wg.dp", phase="wg", group="dp", net=net))
-    return single_class(f"gpt3-{layers}l", net.npus_per_dim, layers * 3 * t_fwd, colls)
+    return single_class(f"gpt3-{layers}l", net.npus_per_dim, layers * 3 * t_fwd, colls, net.dim_names)
 
 
 def resnet50_demand(net: Network, batch_per_npu: int = 32, bytes_per_elem: int = 2, tflops: float = 100.0) -> Demand:
@@ -54,7 +54,7 @@ def resnet50_demand(net: Network, batch_per_npu: int = 32, bytes_per_elem: int =
              for i, p in enumerate(_RESNET50_PARAMS)]
     # ~4.1 GFLOPs forward per image; backward twice that.
     t = 3 * 4.1e9 * batch_per_npu / (tflops * 1e3)
-    return single_class("resnet50-54l", net.npus_per_dim, t, colls)
+    return single_class("resnet50-54l", net.npus_per_dim, t, colls, net.dim_names)
 
 
 def random_demand(net: Network, n: int, seed: int = 0) -> Demand:
@@ -68,4 +68,4 @@ def random_demand(net: Network, n: int, seed: int = 0) -> Demand:
             parts = net.npus_per_dim
         size = float(2 ** rng.uniform(10, 30))
         colls.append(make_collective(kinds[i % 4], size, parts, count=int(rng.integers(1, 4)), net=net))
-    return single_class(f"random-{n}", net.npus_per_dim, float(rng.uniform(1e6, 1e9)), colls)
+    return single_class(f"random-{n}", net.npus_per_dim, float(rng.uniform(1e6, 1e9)), colls, net.dim_names)

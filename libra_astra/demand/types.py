@@ -6,6 +6,7 @@ Demand JSON, version 1 (``"format": "libra_astra.demand"``)::
       "format": "libra_astra.demand", "version": 1,
       "name": "gpt3-18l",
       "npus_per_dim": [16, 8, 32],        # the network shape the participation refers to
+      "dim_names": ["package", "node", "pod"],  # optional: that network's dimension names
       "rank_classes": [                   # ranks whose demand is identical, computed once
         {
           "ranks": [0, 1, 2],             # optional; a count is kept in "num_ranks"
@@ -26,6 +27,12 @@ Demand JSON, version 1 (``"format": "libra_astra.demand"``)::
         }
       ]
     }
+
+``dim_names`` labels the dimensions in ``show`` and ``plot`` and is checked against the network
+a demand meets (same shape, other names: most likely the dimensions in another order). It is
+optional, so a file without it (written before names were kept) reads as before, and readers
+that predate it ignore it: the version stays 1. Placeholder names (``dim0``, ``dim1``, ... of a
+network that names none) are not written and are taken as no names.
 
 A file with a single class may put ``compute_time_ns`` and ``collectives`` at the top level
 instead of ``rank_classes``. The job time is the time of the slowest rank class.
@@ -51,7 +58,7 @@ from typing import Any, Mapping, Sequence
 from ..model import collectives as coll
 from ..errors import LibraError
 from ..files import read_json
-from ..model.network import Network
+from ..model.network import Network, placeholder_dim_names
 from ..model.numbers import check_number
 
 FORMAT = "libra_astra.demand"
@@ -122,16 +129,40 @@ class Demand:
     npus_per_dim: tuple[int, ...]
     rank_classes: tuple[RankClass, ...]
     notes: tuple[str, ...] = field(default=())
+    # Dimension names of the network the demand was made for; () when not known (an older file,
+    # a network that names none). Placeholder names dim0, dim1, ... are kept as ().
+    dim_names: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        names = tuple(self.dim_names)
+        if names and len(names) != len(self.npus_per_dim):
+            raise ValueError(f"demand {self.name!r}: {len(names)} dimension names for {len(self.npus_per_dim)} "
+                             "dimensions")
+        object.__setattr__(self, "dim_names", () if names == placeholder_dim_names(len(names)) else names)
 
     @property
     def num_dims(self) -> int:
         return len(self.npus_per_dim)
 
+    @property
+    def dim_labels(self) -> tuple[str, ...]:
+        """The dimensions' names, or dim0, dim1, ... when the demand does not know them."""
+        return self.dim_names or placeholder_dim_names(self.num_dims)
+
     def check_network(self, net: Network, source: str = "demand") -> None:
+        """Refuse a network of another shape, or of other dimension names (when both have names)."""
         if tuple(self.npus_per_dim) != net.npus_per_dim:
             raise LibraError(
                 f"{source}: demand was made for a network of shape {list(self.npus_per_dim)} but "
                 f"network {net.name!r} has {list(net.npus_per_dim)}; rebuild the demand for this network"
+            )
+        theirs = net.dim_names
+        if self.dim_names and theirs != placeholder_dim_names(net.num_dims) and self.dim_names != theirs:
+            order = " (the same names in another order)" if sorted(self.dim_names) == sorted(theirs) else ""
+            raise LibraError(
+                f"{source}: \"dim_names\" {list(self.dim_names)} differ from the dimensions {list(theirs)} of "
+                f"network {net.name!r}{order}; rebuild the demand for this network, or, if only the names changed, "
+                "edit \"dim_names\" to match"
             )
 
 
@@ -166,8 +197,9 @@ def make_collective(kind: str, size_bytes: float, participants: Sequence[int], *
 
 
 def single_class(name: str, npus_per_dim: Sequence[int], compute_time_ns: float,
-                 collectives: Sequence[Collective]) -> Demand:
-    return Demand(name, tuple(npus_per_dim), (RankClass(float(compute_time_ns), tuple(collectives)),))
+                 collectives: Sequence[Collective], dim_names: Sequence[str] = ()) -> Demand:
+    return Demand(name, tuple(npus_per_dim), (RankClass(float(compute_time_ns), tuple(collectives)),),
+                  dim_names=tuple(dim_names))
 
 
 # ---------------------------------------------------------------- JSON
@@ -310,6 +342,11 @@ def demand_from_dict(data: Any, source: str = "<demand>") -> Demand:
     if not isinstance(shape, list) or not shape or not all(isinstance(n, int) and n >= 1 for n in shape):
         raise LibraError(f"{source}: npus_per_dim must be a non-empty list of positive integers, got {shape!r}")
     shape_t = tuple(shape)
+    names = data.get("dim_names", [])
+    if (not isinstance(names, list) or (names and len(names) != len(shape_t))
+            or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names)):
+        raise LibraError(f"{source}: dim_names must be a list of {len(shape_t)} distinct non-empty names (one per "
+                         f"dimension, as in npus_per_dim), got {names!r}; fix it or remove the key")
     if "rank_classes" in data:
         if not isinstance(data["rank_classes"], list) or not data["rank_classes"]:
             raise LibraError(f"{source}: rank_classes must be a non-empty list")
@@ -319,7 +356,8 @@ def demand_from_dict(data: Any, source: str = "<demand>") -> Demand:
         classes = (_class_from_dict(data, source, shape_t),)
     _check_waits(classes, source, "rank_classes" in data)
     notes = data.get("notes", [])
-    return Demand(str(data.get("name", Path(source).stem)), shape_t, classes, tuple(str(n) for n in notes))
+    return Demand(str(data.get("name", Path(source).stem)), shape_t, classes, tuple(str(n) for n in notes),
+                  tuple(names))
 
 
 def collective_to_dict(c: Collective) -> dict[str, Any]:
@@ -351,6 +389,8 @@ def demand_to_dict(d: Demand) -> dict[str, Any]:
                 item["dag"]["syncs"] = [list(e) for e in rc.dag.syncs]
         classes.append(item)
     out: dict[str, Any] = {"format": FORMAT, "version": VERSION, "name": d.name, "npus_per_dim": list(d.npus_per_dim)}
+    if d.dim_names:
+        out["dim_names"] = list(d.dim_names)
     if d.notes:
         out["notes"] = list(d.notes)
     out["rank_classes"] = classes

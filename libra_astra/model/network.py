@@ -80,6 +80,12 @@ class Dimension:
         return np.where(a != b, self.step_hops, 0)
 
 
+def placeholder_dim_names(num_dims: int) -> tuple[str, ...]:
+    """``dim0``, ``dim1``, ...: what a dimension is called when its file gives it no name (an
+    ASTRA-sim network file, a dimension without ``name``). Such names say no more than the index."""
+    return tuple(f"dim{i}" for i in range(num_dims))
+
+
 @dataclass(frozen=True)
 class Network(Grid):
     name: str
@@ -145,8 +151,8 @@ def _from_astra_sim(data: Mapping, source: str) -> Network:
         if v and len(v) != n:
             raise LibraError(f"{where}: '{key}' has {len(v)} entries but 'npus_count' has {n}; give one per dimension")
     return network_from_dict({"name": Path(source).stem, "dimensions": [
-        {"name": f"dim{i}", "topology": t, "npus": c, "latency_ns": lat}
-        for i, (t, c, lat) in enumerate(zip(lists["topology"], lists["npus_count"], lists["latency"]))]}, where)
+        {"name": name, "topology": t, "npus": c, "latency_ns": lat} for name, t, c, lat in
+        zip(placeholder_dim_names(n), lists["topology"], lists["npus_count"], lists["latency"])]}, where)
 
 
 def network_from_dict(data: Any, source: str = "<network>") -> Network:
@@ -162,6 +168,7 @@ def network_from_dict(data: Any, source: str = "<network>") -> Network:
     if not isinstance(dims_raw, list) or not dims_raw:
         raise LibraError(f"{source}: 'dimensions' must be a non-empty list of dimensions")
     dims = []
+    unnamed = placeholder_dim_names(len(dims_raw))
     for i, raw in enumerate(dims_raw):
         where = f"{source}: dimensions[{i}]"
         if not isinstance(raw, Mapping):
@@ -169,7 +176,7 @@ def network_from_dict(data: Any, source: str = "<network>") -> Network:
         bad = set(raw) - _DIM_KEYS
         if bad:
             raise LibraError(f"{where}: unknown key(s) {sorted(bad)}; allowed: {sorted(_DIM_KEYS)}")
-        name = str(raw.get("name", f"dim{i}"))
+        name = str(raw.get("name", unnamed[i]))
         if not name or not (name[0].isalpha() or name[0] == "_") or not all(c.isalnum() or c in "_-" for c in name):
             raise LibraError(f"{where}: name {name!r} must start with a letter and use letters, digits, '_' or '-'")
         topo = raw.get("topology")

@@ -311,7 +311,7 @@ def demand_from_spec(spec: TraceSpec, net: Network | None = None, *, programs: P
         dag = Dag(nodes, info.edges, tuple(links), tuple(sorted(syncs)))
         out.append(RankClass(info.compute_ns, tuple(colls), len(rs), tuple(rs), dag))
     notes = (RECV_NOTE,) if any(op.kind == RECV for ops in plan.programs.values() for op in ops) else ()
-    return Demand(name or spec.name, tuple(net.npus_per_dim), tuple(out), notes)
+    return Demand(name or spec.name, tuple(net.npus_per_dim), tuple(out), notes, net.dim_names)
 
 
 def _syncs(ci, r0, info, ops, groups, class_of, rank_prog, plan, infos, gkey, used_axes, N) -> list:
