@@ -100,6 +100,11 @@ def check_manifest(data: Mapping[str, Any], path: str | Path, run_dir: str | Pat
     if not isinstance(sim, dict) or not isinstance(sim.get("args"), list) or not all(
             isinstance(a, str) for a in sim["args"]):
         raise LibraError(f"{where}: 'simulator.args' must be a list of strings; {fix}")
+    for key in ("design", "workload", "system", "workload_stats"):
+        if not isinstance(data.get(key, {}), dict):
+            raise LibraError(f"{where}: '{key}' must be an object; {fix}")
+    if not isinstance(data.get("notes", []), list):
+        raise LibraError(f"{where}: 'notes' must be a list; {fix}")
     net = data.get("network")
     if not isinstance(net, dict) or "npus_count" not in net:
         raise LibraError(f"{where}: 'network.npus_count' is missing; {fix}")

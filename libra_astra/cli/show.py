@@ -1,4 +1,5 @@
-"""``show`` and ``plot``: display a demand, design, frontier or loop file again, as text or a picture."""
+"""``show`` and ``plot``: display a demand, design, frontier or loop file again, as text or a picture;
+``show`` also displays a run directory (show_run.py)."""
 
 from __future__ import annotations
 
@@ -201,21 +202,40 @@ def plot_any(kind: str, content: Any, out: str, overwrite: bool = False, dims: l
     return plot.plot_loop(content, out, subtitle=subtitle, overwrite=overwrite)
 
 
+def show_run(run_dir: str, as_json: bool, plot_out: str | None) -> None:
+    """``show DIR``: a directory made by emit (and perhaps simulate), as text or JSON."""
+    from ..astra.record import read_run
+    from ..errors import LibraError
+    from .show_run import format_run
+
+    if plot_out:
+        raise LibraError(f"{run_dir}: --plot draws a demand, design, frontier or loop file, not a run directory; "
+                         "drop --plot")
+    rec = read_run(run_dir)
+    click.echo(json.dumps({"kind": "run", **rec.to_dict()}, indent=1) if as_json else format_run(rec))
+
+
 @click.command("show")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("file", type=click.Path(exists=True))
 @click.option("--json", "as_json", is_flag=True, help="Print the file's content as JSON (validated).")
 @click.option("--plot", "plot_out", type=click.Path(dir_okay=False), metavar="FILE.svg|FILE.png",
               help="Also draw it (as `libra-astra plot`).")
 @click.option("--force", is_flag=True, help="Overwrite an existing --plot file.")
 def show_command(file: str, as_json: bool, plot_out: str | None, force: bool) -> None:
-    """Display a demand, design, frontier (pareto -o) or loop (loop.json) file again.
+    """Display a demand, design, frontier (pareto -o) or loop (loop.json) file again, or a run
+    directory (emit --out): its network, system settings, workload and command, the predicted
+    time and, once simulate ran there, the simulated time and the error between them.
 
     \b
-    Examples (files from the demand, optimize and loop commands' examples):
+    Examples (files from the demand, optimize, emit and loop commands' examples):
       libra-astra show gpt3.demand.json
       libra-astra show design.json --plot design.svg --force
+      libra-astra show runs/gpt3
       libra-astra show runs/gpt3-loop/loop.json --json
     """
+    if Path(file).is_dir():
+        show_run(file, as_json, plot_out)
+        return
     kind, content = load_any(file)
     if plot_out:
         from ..plot import check_output
