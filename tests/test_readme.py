@@ -1,5 +1,5 @@
-"""The README's, the docs pages' and the --help texts' examples run as written, and the quick start
-prints what the README shows.
+"""The README's, the docs pages' and the --help texts' examples run as written, the quick start prints
+what the README shows, and every local link of the documentation leads somewhere.
 
 Every ``sh`` block of README.md and then of each page of docs/ (in name order) is run in order, in a
 scratch directory holding the checkout's traces/, network_configs/ and tests/, so that each step
@@ -10,6 +10,7 @@ the reason."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -209,3 +211,89 @@ def test_shell_completion_as_documented():
                                 "COMP_CWORD": "1"})
     assert "plain,optimize" in r.output.split()
 
+
+# --- links ---------------------------------------------------------------------------------------
+
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _prose(text: str) -> str:
+    """Text without fenced blocks and inline code, where brackets are not links."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    h = re.sub(r"`", "", heading.strip().lower())
+    h = re.sub(r"[^\w\- ]", "", h)
+    return h.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    for m in re.finditer(r"^#{1,6} +(.+?) *$", re.sub(r"^```.*?^```", "", path.read_text(), flags=re.S | re.M),
+                         re.M):
+        s = slug(m.group(1))
+        n = seen.get(s, 0)
+        seen[s] = n + 1
+        out.add(s if n == 0 else f"{s}-{n}")
+    return out
+
+
+def test_slug_matches_githubs_anchors():
+    assert slug("3. emit, simulate, loop: the ASTRA-sim round trip") == "3-emit-simulate-loop-the-astra-sim-round-trip"
+    assert slug('Demand file (`"format": "libra_astra.demand", "version": 1`)') == \
+        "demand-file-format-libra_astrademand-version-1"
+
+
+def test_every_local_link_resolves():
+    broken = []
+    for page in PAGES:
+        for target in LINK.findall(_prose(page.read_text())):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):     # http:, https:, mailto:
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}: no such file")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+                broken.append(f"{page.relative_to(ROOT)}: {target}: no heading with that anchor")
+    assert not broken, "\n".join(broken)
+
+
+def test_the_readme_links_every_docs_page():
+    linked = {(ROOT / t.partition("#")[0]).resolve() for t in LINK.findall(_prose(README))}
+    assert [p.name for p in PAGES[1:] if p.resolve() not in linked] == []
+
+
+# --- what moved to docs/ stays complete ----------------------------------------------------------
+
+def _section(page: str, heading: str) -> str:
+    text = (ROOT / page).read_text()
+    return text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_commands_page_names_every_option_of_every_command():
+    missing = [f"libra-astra {opt}" for p in main.params for opt in p.opts
+               if isinstance(p, click.Option) and f"`{opt}" not in _section("docs/commands.md", "libra-astra (global options)")]
+    for name, cmd in main.commands.items():
+        section = _section("docs/commands.md", name)
+        for p in cmd.params:
+            if isinstance(p, click.Option):
+                missing += [f"{name} {opt}" for opt in p.opts + p.secondary_opts if f"`{opt}" not in section]
+    assert missing == []
+
+
+def test_benchmark_figure_blocks_live_in_the_benchmarks_page():
+    spec = importlib.util.spec_from_file_location("readme_figures", ROOT / "tools" / "readme_figures.py")
+    figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figures)
+    assert figures.PAGE == ROOT / "docs" / "benchmarks.md"
+    text = figures.PAGE.read_text()
+    for name in ("trace", "emit", "overlap", "search", "newton", "peers"):
+        assert text.count(f"<!-- figures:{name} -->") == 1 and text.count(f"<!-- /figures:{name} -->") == 1
+        body = text.split(f"<!-- figures:{name} -->\n", 1)[1].split(f"\n<!-- /figures:{name} -->", 1)[0]
+        assert body.startswith("| ") and figures.replace_block(text, name, body) == text
+    assert "<!-- figures:" not in README
