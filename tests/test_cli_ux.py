@@ -236,10 +236,10 @@ def test_loop_reports_settings_workloads_and_draws(files, tmp_path):
 
 
 def test_overlap_without_a_dependency_graph_is_said(tmp_path):
-    # The README's by-hand demand has no "dag": with the default overlap its time is the sum, and the output says so.
+    # The documented by-hand demand has no "dag": with the default overlap its time is the sum, and the output says so.
     import re as _re
 
-    block = _re.search(r"```json\n(.*?)```", (ROOT / "README.md").read_text(), _re.S).group(1)
+    block = _re.search(r"```json\n(.*?)```", (ROOT / "docs" / "file-formats.md").read_text(), _re.S).group(1)
     (tmp_path / "d.json").write_text(block)
     r = run("optimize", "--demand", tmp_path / "d.json", "--network", ROOT / "network_configs/paper_3d.yml",
             "--cost", COST, "--total-bw", "500")

@@ -519,9 +519,9 @@ def test_fixed_real_sets_run_in_astra_sim_with_every_rank_finished(tmp_path, nam
     assert "Node 0 in ctrl_dep graph, but not found in index" in p.stdout + p.stderr
 
 
-def test_readme_lists_every_check():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("### doctor:", 1)[1].split("\n### ", 1)[0]
+def test_docs_list_every_check():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "doctor.md").read_text()
+    section = page.split("\n## The checks\n", 1)[1].split("\n## ", 1)[0]
     assert [c for c in CHECKS if f"`{c}`" not in section] == []
 
 

@@ -106,7 +106,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs of each side below 100k collectives (at least 10 up to 1k); the best counts "
                          "(default 3)")
-    ap.add_argument("--seed", type=int, default=1, help="seed of the generated demands (default 1, the README's)")
+    ap.add_argument("--seed", type=int, default=1, help="seed of the generated demands (default 1, as in docs/benchmarks.md)")
     ap.add_argument("--json", help="also write the figures to this JSON file (tools/readme_figures.py)")
     args = ap.parse_args()
     try:

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Regenerate the README's trace-reading, emit, overlap, search, model-build and peer tables from
-the benchmarks, so the figures printed there are always ones a benchmark measured.
+"""Regenerate the trace-reading, emit, overlap, search, model-build and peer tables of
+docs/benchmarks.md from the benchmarks, so the figures printed there are always ones a benchmark
+measured.
 
 Either give the JSON files the benchmarks wrote (``--json`` of tools/bench_trace.py,
 tools/bench_emit.py, tools/bench_overlap.py, tools/bench_search.py, tools/bench_newton.py and
@@ -21,8 +22,9 @@ tools/bench_peers.py), or let this script run bench_trace itself (slow: it gener
 
     python tools/readme_figures.py --run      # runs bench_trace.py (mixed set, 8-layer GPT-3) itself
 
-The tables sit between ``<!-- figures:NAME -->`` and ``<!-- /figures:NAME -->`` in README.md;
-everything else in the file is left as it is. ``--check`` only reports whether they differ.
+The tables sit between ``<!-- figures:NAME -->`` and ``<!-- /figures:NAME -->`` in docs/benchmarks.md
+(NAME: trace, emit, overlap, search, newton, peers); everything else in the file is left as it is.
+``--check`` only reports whether they differ.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "benchmarks.md"     # the page whose figure blocks this script owns
 
 
 def trace_table(sets: list[dict]) -> str:
@@ -149,7 +151,7 @@ def replace_block(text: str, name: str, body: str) -> str:
     begin, end = f"<!-- figures:{name} -->", f"<!-- /figures:{name} -->"
     i, j = text.find(begin), text.find(end)
     if i < 0 or j < i:
-        raise SystemExit(f"README.md: no {begin} ... {end} block; add the two markers where the table goes")
+        raise SystemExit(f"{PAGE.relative_to(ROOT)}: no {begin} ... {end} block; add the two markers where the table goes")
     return text[:i + len(begin)] + "\n" + body + "\n" + text[j:]
 
 
@@ -162,7 +164,7 @@ def main() -> None:
     ap.add_argument("--newton", nargs="*", default=[], help="JSON files of tools/bench_newton.py --json")
     ap.add_argument("--peers", nargs="*", default=[], help="JSON files of tools/bench_peers.py --json")
     ap.add_argument("--run", action="store_true", help="run tools/bench_trace.py now (default sets)")
-    ap.add_argument("--check", action="store_true", help="only say whether README.md would change (exit 1 if so)")
+    ap.add_argument("--check", action="store_true", help="only say whether docs/benchmarks.md would change (exit 1 if so)")
     args = ap.parse_args()
     trace_files = [Path(p) for p in args.trace]
     tmp = None
@@ -173,7 +175,7 @@ def main() -> None:
         trace_files.append(out)
     if not (trace_files or args.emit or args.overlap or args.search or args.newton or args.peers):
         raise SystemExit("nothing to do: give --trace/--emit/--overlap/--search/--newton/--peers JSON files or --run")
-    text = README.read_text()
+    text = PAGE.read_text()
     new = text
     if trace_files:
         sets = [s for p in trace_files for s in json.loads(p.read_text())["sets"]]
@@ -189,13 +191,13 @@ def main() -> None:
     if args.peers:
         new = replace_block(new, "peers", peers_table([json.loads(Path(p).read_text()) for p in args.peers]))
     if args.check:
-        print("README.md figures are " + ("up to date" if new == text else "out of date"))
+        print(f"{PAGE.relative_to(ROOT)} figures are " + ("up to date" if new == text else "out of date"))
         sys.exit(0 if new == text else 1)
     if new != text:
-        tmp_path = README.with_suffix(".md.tmp")
+        tmp_path = PAGE.with_suffix(".md.tmp")
         tmp_path.write_text(new)
-        tmp_path.replace(README)   # atomic: a reader sees the old or the new file, never half of one
-    print("README.md: " + ("tables rewritten" if new != text else "already up to date"))
+        tmp_path.replace(PAGE)   # atomic: a reader sees the old or the new file, never half of one
+    print(f"{PAGE.relative_to(ROOT)}: " + ("tables rewritten" if new != text else "already up to date"))
 
 
 if __name__ == "__main__":
