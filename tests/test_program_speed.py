@@ -11,6 +11,7 @@ from libra_astra.traces import chakra_io as cio
 from libra_astra.demand import from_traces as ft
 from libra_astra.demand import links
 from libra_astra.demand import program as pg
+from libra_astra.demand.row_memo import RowMemo
 from libra_astra.demand.types import demand_to_dict
 from libra_astra.errors import LibraError
 from libra_astra.model.network import Dimension, Network, load_network
@@ -29,7 +30,7 @@ def _send_pids_one_by_one(ctx, pairs):
 
 def _analyze_forgetting_rows(ctx, prog, ranks):
     """analyze as before the row memo: every row of every program resolved afresh."""
-    ctx.rows = pg.RowMemo()
+    ctx.rows = RowMemo()
     return pg.analyze(ctx, prog, ranks)
 
 

@@ -121,7 +121,7 @@ def test_reader_matches_schema_parse(seed):
 def _per_block_reader():
     """A reader that always takes the per-block attribute decode (the path before the bulk one)."""
     r = TraceReader()
-    r._blocks_bulk = lambda *a, **k: None
+    r.blocks.bulk = lambda *a, **k: None
     return r
 
 
@@ -159,9 +159,9 @@ def test_bulk_attribute_decode_equals_the_per_block_decode(seed):
 
 def _unshared_outcome(bufs, monkeypatch):
     """The outcome with every file's messages read by itself (no template files)."""
-    from libra_astra.traces import reader as rd
+    from libra_astra.traces import templates as tpl
     with monkeypatch.context() as m:
-        m.setattr(rd, "_TEMPLATE_TRIES", 0)
+        m.setattr(tpl, "_TEMPLATE_TRIES", 0)
         return _outcome(TraceReader(), bufs)
 
 
@@ -188,10 +188,10 @@ def test_files_sharing_a_template_read_as_when_read_alone(seed, monkeypatch):
 
 
 def test_template_files_share_most_messages_and_step_aside_on_a_moved_boundary(monkeypatch):
-    from libra_astra.traces import reader as rd
+    from libra_astra.traces import templates as tpl
     seen = []
-    real = rd._repeats
-    monkeypatch.setattr(rd, "_repeats", lambda *a: seen.append(real(*a)) or seen[-1])
+    real = tpl.repeated_messages
+    monkeypatch.setattr(tpl, "repeated_messages", lambda *a: seen.append(real(*a)) or seen[-1])
     nodes = [cio.comp_node(1, "c", 5), cio.coll_node(2, "ar", "ALL_REDUCE", 1 << 20, data_deps=[1]),
              cio.comp_node(3, "d", 7, data_deps=[2])]
     a = cio.encode_et(nodes)
@@ -215,8 +215,8 @@ def test_template_files_share_most_messages_and_step_aside_on_a_moved_boundary(m
 def test_bulk_attribute_decode_runs_on_plain_traces_and_steps_aside_otherwise():
     calls = []
     reader = TraceReader()
-    bulk = reader._blocks_bulk
-    reader._blocks_bulk = lambda *a, **k: calls.append(bulk(*a, **k)) or calls[-1]
+    bulk = reader.blocks.bulk
+    reader.blocks.bulk = lambda *a, **k: calls.append(bulk(*a, **k)) or calls[-1]
     nodes = [cio.comp_node(1, "c", 5), cio.coll_node(2, "ar", "ALL_REDUCE", 1024, data_deps=[1])]
     reader.parse(encode(nodes), "t.0.et")
     assert calls[-1] is not None
@@ -435,7 +435,7 @@ def test_attribute_of_the_wrong_type():
 
 def test_byte_row_grouping_is_exact_even_when_hashes_collide():
     import numpy as np
-    from libra_astra.traces.reader import _distinct
+    from libra_astra.traces.attr_blocks import _distinct
     c = 0x9E3779B97F4A7C15
     m = (1 << 64) - 1
     w0a, w1a, w0b = 12345, 678, 999
@@ -518,7 +518,7 @@ def test_dependencies_resolved_together_as_file_by_file(seed):
 def test_wanted_names_are_told_apart_from_near_misses():
     import numpy as np
     from libra_astra.traces.attrs import _WANTED_BYTES
-    from libra_astra.traces.reader import _wanted_names
+    from libra_astra.traces.attr_blocks import _wanted_names
     rng = random.Random(11)
     names = sorted(_WANTED_BYTES) + [b"", b"x", b"comm_tag", b"rf_id", b"op_schema", b"seq_id"]
     for n in sorted(_WANTED_BYTES):  # one byte changed, cut, or added, at either end or inside
@@ -535,10 +535,10 @@ def test_wanted_names_are_told_apart_from_near_misses():
 def test_files_that_differ_throughout_stop_being_compared_with_many_templates(monkeypatch):
     # every node id differs from rank to rank: no file fits another; after a run of such files
     # each one is compared with the latest file of its length only
-    from libra_astra.traces import reader as rd
+    from libra_astra.traces import templates as tpl
     calls = []
-    real = rd._differing
-    monkeypatch.setattr(rd, "_differing", lambda *a: calls.append(1) or real(*a))
+    real = tpl._differing
+    monkeypatch.setattr(tpl, "_differing", lambda *a: calls.append(1) or real(*a))
     bufs = [cio.encode_et([cio.comp_node(r * 1000 + i + 1, "c", 5) for i in range(20)]) for r in range(100, 140)]
     assert len({len(b) for b in bufs}) == 1
     got = _outcome(TraceReader(), bufs)

@@ -37,7 +37,7 @@ import json
 import os
 import shlex
 import stat
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -47,6 +47,7 @@ from .. import __version__
 from .. import limits, publish
 from ..traces import chakra_io as cio
 from ..traces import completion
+from ..traces.cpu_groups import GroupMap, load_group_map
 from ..traces.files import rank_files
 from ..demand.types import Demand, load_demand
 from ..optimize.design import Design, WorkloadRef, design_to_dict, load_design
@@ -227,12 +228,19 @@ class _Inputs:
     masks: dict[int, tuple[bool, ...] | None]         # involved_dim per group (None: flat ring)
     demand: Demand | None                             # for the prediction
     prediction_unavailable: str = ""                  # why there is no demand, if there is none
+    file_groups: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # the comm-groups file's
+    cpu_groups: GroupMap | None = None                # the process groups of typed gloo collectives
 
 
 def _load_workload(design: Design, wl: WorkloadRef, demand: Demand | None) -> _Inputs:
     net, bw = design.network, design.bandwidth_gbps
     groups: dict[int, tuple[int, ...]] = {}
+    file_groups: Mapping[str, tuple[int, ...]] = {}
     prediction_unavailable = ""
+    # read before the demand, whose errors only take the prediction away: the rewrite needs the map too
+    cpu_groups = load_group_map(wl.cpu_collective_groups) if wl.traces and wl.cpu_collective_groups else None
+    if cpu_groups is not None:
+        cpu_groups.check_npus(net.npus_count)
     if wl.traces:
         source = "traces"
         file_groups = load_comm_groups(wl.comm_groups) if wl.comm_groups else {}
@@ -241,7 +249,8 @@ def _load_workload(design: Design, wl: WorkloadRef, demand: Demand | None) -> _I
         if demand is None:
             try:
                 demand, summary = demand_from_traces(wl.traces, net, comm_groups=wl.comm_groups,
-                                                     type_cpu_collectives=wl.type_cpu_collectives)
+                                                     type_cpu_collectives=wl.type_cpu_collectives,
+                                                     cpu_collective_groups=cpu_groups)
             except LibraError as err:
                 # The rewrite tolerates some of what the demand reader refuses; emit anyway and say
                 # why there is no prediction.
@@ -269,7 +278,7 @@ def _load_workload(design: Design, wl: WorkloadRef, demand: Demand | None) -> _I
     else:
         raise LibraError(f"design {design.name!r}: workload {wl.name!r} names neither traces nor a demand file; "
                          f"nothing to emit")
-    return _Inputs(source, groups, lnet, masks, demand, prediction_unavailable)
+    return _Inputs(source, groups, lnet, masks, demand, prediction_unavailable, file_groups, cpu_groups)
 
 
 def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None = None,
@@ -361,7 +370,8 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None
         (tmp / "workload").mkdir()
         if source == "traces":
             stats = rewrite_traces(wl.traces, tmp / "workload" / name, lnet, groups, masks, splits, on_progress,
-                                   type_cpu_collectives=wl.type_cpu_collectives)
+                                   type_cpu_collectives=wl.type_cpu_collectives,
+                                   cpu_groups=w.cpu_groups, file_groups=w.file_groups)
         else:
             stats = synthesize(demand, tmp / "workload" / name, lnet, wl.demand, max_repeats=max_repeats,
                                splits=splits, on_progress=on_progress)

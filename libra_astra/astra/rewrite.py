@@ -29,6 +29,7 @@ from ..demand.groups import ALL_RANKS, normalize_key
 from ..errors import LibraError
 from ..traces import chakra_io as cio
 from ..traces.cpu_collectives import infer_peers, rank_groups, typed_rank
+from ..traces.cpu_groups import GroupMap
 from ..traces.files import find_rank_files, read_file_bytes
 from ..traces.graph import cycle_error, file_first_order, through_removed
 from ..traces.schema import COMM_TYPE_NAMES, pb
@@ -205,15 +206,18 @@ _BATCH_BYTES = 8 << 20
 def rewrite_traces(prefix: str | Path, out_prefix: Path, lnet: LogicalNetwork,
                    groups: Mapping[int, Sequence[int]], group_masks: Mapping[int, tuple[bool, ...] | None],
                    splits: int = 1, on_progress: Callable[[int, int], None] | None = None,
-                   type_cpu_collectives: bool = False, byte_level: bool = True) -> WorkloadStats:
+                   type_cpu_collectives: bool = False, byte_level: bool = True, cpu_groups: GroupMap | None = None,
+                   file_groups: Mapping[str, Sequence[int]] | None = None) -> WorkloadStats:
     """Rewrite ``PREFIX.r.et`` for every rank r of the network into ``out_prefix.r.et``
     (``on_progress(ranks_done, ranks)`` after each); with ``type_cpu_collectives`` the gloo
-    collectives are typed first (traces/cpu_collectives.py).
+    collectives are typed first (traces/cpu_collectives.py), on the process groups ``cpu_groups``
+    gives (traces/cpu_groups.py; ``file_groups``: the comm-groups file's, as the demand read them).
 
     Files are rewritten on their bytes (:mod:`.rewrite_bytes`) where that gives the same output,
     else node by node with the schema; ``byte_level=False`` takes the schema path for every file
     (the reference the byte-level path is tested against)."""
     from .rewrite_bytes import Rewriter   # here, not at the top: it builds on this module
+    type_cpu_collectives = type_cpu_collectives or cpu_groups is not None
     stats = WorkloadStats()
     n = lnet.npus_count
     found = find_rank_files(prefix)
@@ -225,7 +229,8 @@ def rewrite_traces(prefix: str | Path, out_prefix: Path, lnet: LogicalNetwork,
                if fast is not None else [None] * len(batch))
         for (r, src, buf), done in zip(batch, got):
             if done is None:
-                data = _schema_rank(buf, src, r, n, lnet, groups, group_masks, stats, splits, type_cpu_collectives)
+                data = _schema_rank(buf, src, r, n, lnet, groups, group_masks, stats, splits, type_cpu_collectives,
+                                    cpu_groups, file_groups)
             else:
                 data = done[0]
                 stats.add(done[1])
@@ -262,10 +267,11 @@ def rewrite_traces(prefix: str | Path, out_prefix: Path, lnet: LogicalNetwork,
 
 def _schema_rank(buf: bytes, src: Path, r: int, n: int, lnet: LogicalNetwork, groups: Mapping[int, Sequence[int]],
                  group_masks: Mapping[int, tuple[bool, ...] | None], stats: WorkloadStats, splits: int,
-                 type_cpu_collectives: bool) -> bytes:
+                 type_cpu_collectives: bool, cpu_groups: GroupMap | None = None,
+                 file_groups: Mapping[str, Sequence[int]] | None = None) -> bytes:
     """One rank file rewritten node by node with the schema."""
     meta, nodes = cio.parse_et(buf, src)
-    if type_cpu_collectives:
-        typed_rank(nodes, r, n, str(src))
+    if type_cpu_collectives or cpu_groups is not None:
+        typed_rank(nodes, r, n, str(src), cpu_groups, file_groups=file_groups)
     infer_peers(nodes, r, rank_groups(nodes, str(src)))
     return rewrite_rank(meta, nodes, r, lnet, groups, group_masks, str(src), stats, splits)

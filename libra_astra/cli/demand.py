@@ -98,12 +98,17 @@ def format_summary(s: TraceSummary, net: Network) -> str:
 @click.option("--type-cpu-collectives", is_flag=True,
               help="Count the gloo collectives, sends and receives that PyTorch's Chakra converter leaves as "
                    "CPU ops (c10d::*, gloo:*) as communication.")
+@click.option("--cpu-collective-groups", type=click.Path(exists=True, dir_okay=False),
+              help="The process group of each typed gloo collective the trace leaves open: a YAML/JSON list of "
+                   "{op, [nth], [size_bytes], ranks | group | desc} entries (README: typed gloo collectives); "
+                   "implies --type-cpu-collectives.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the demand JSON here.")
 @click.option("--force", is_flag=True, help="Overwrite the --output file if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of a table.")
 @plot_option("the bytes per NPU per dimension by collective type")
 def demand_command(prefix: str, network_path: str, comm_groups: str | None, peak_tflops: float | None,
-                   mem_bw_gbps: float | None, type_cpu_collectives: bool, output: str | None, force: bool,
+                   mem_bw_gbps: float | None, type_cpu_collectives: bool, cpu_collective_groups: str | None,
+                   output: str | None, force: bool,
                    as_json: bool, plot_out: str | None) -> None:
     """Read Chakra ET traces PREFIX.0.et .. PREFIX.N-1.et (plain or gzipped) and compute the
     communication demand per network dimension.
@@ -131,7 +136,8 @@ def demand_command(prefix: str, network_path: str, comm_groups: str | None, peak
     with Progress(f"reading {prefix}") as p:
         demand, summary = demand_from_traces(prefix, net, comm_groups=comm_groups or default_groups_path(prefix),
                                              peak_tflops=peak_tflops, mem_bw_gbps=mem_bw_gbps, on_progress=p,
-                                             type_cpu_collectives=type_cpu_collectives)
+                                             type_cpu_collectives=type_cpu_collectives,
+                                             cpu_collective_groups=cpu_collective_groups)
     if out is not None:
         write_json_atomic(out, demand_to_dict(demand), overwrite=force)
     if as_json:

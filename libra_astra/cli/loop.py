@@ -59,8 +59,8 @@ def loop_command(shared: SharedOptions, objective, budget, time_target, binary, 
     check_plot(plot_out, force)
     binary = resolve_binary(binary)        # before the traces are read: a missing simulator fails at once
     net, cost, workloads, cons = shared.load(budget, time_target, objective=objective)
-    from ..demand.workload import uncounted_traffic
-    warnings = uncounted_traffic(workloads)
+    from ..demand.workload import demand_warnings
+    warnings = demand_warnings(workloads)
     with Progress("loop") as p:
         def echo(line: str) -> None:
             if not as_json:

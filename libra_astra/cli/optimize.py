@@ -118,8 +118,8 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, as_j
         p.note(f"solving ({objective}, {tm.kind} model)")
         r = optimize(workloads, net, cost, objective=objective, constraints=cons, model=tm)
     data = result_to_dict(r, net, tm, workloads)
-    from ..demand.workload import uncounted_traffic
-    warnings = uncounted_traffic(workloads)
+    from ..demand.workload import demand_warnings
+    warnings = demand_warnings(workloads)
     if as_json:
         if warnings:
             data["warnings"] = warnings

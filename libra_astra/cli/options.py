@@ -45,6 +45,7 @@ class SharedOptions:
     weights: tuple[float, ...] = ()
     comm_groups: str | None = None
     type_cpu_collectives: bool = False
+    cpu_collective_groups: str | None = None
     total_bw: float | None = None
     total_bw_max: float | None = None
     exprs: tuple[str, ...] = ()
@@ -91,7 +92,8 @@ class SharedOptions:
         with Progress("reading") as p:
             workloads = load_workloads(self.traces, self.demands, self.weights, net, self.comm_groups,
                                        on_progress=lambda prefix, done, total: p(done, total, prefix),
-                                       type_cpu_collectives=self.type_cpu_collectives)
+                                       type_cpu_collectives=self.type_cpu_collectives,
+                                       cpu_collective_groups=self.cpu_collective_groups)
         return Inputs(net, cost, workloads, self.constraints(net, budget, time_target))
 
     def time_model(self) -> TimeModel:
@@ -134,6 +136,10 @@ workload_options = _apply([
     _shared("--type-cpu-collectives", is_flag=True,
             help="Count the gloo collectives, sends and receives that PyTorch's Chakra converter leaves as "
                  "CPU ops (c10d::*, gloo:*) as communication, in the model and in emitted runs."),
+    _shared("--cpu-collective-groups", type=click.Path(exists=True, dir_okay=False),
+            help="The process group of each typed gloo collective the trace leaves open: a YAML/JSON list of "
+                 "{op, [nth], [size_bytes], ranks | group | desc} entries (README: typed gloo collectives); "
+                 "implies --type-cpu-collectives."),
     _shared("--total-bw", type=FiniteFloat(), help="Total bandwidth per NPU over all dimensions, GB/s (equality)."),
     _shared("--total-bw-max", type=FiniteFloat(), help="Upper bound on total bandwidth per NPU, GB/s."),
     _shared("--constraint", "exprs", multiple=True, metavar="EXPR",

@@ -10,6 +10,7 @@ from ..interning import Interner
 from ..model.network import Network
 from ..traces.reader import TraceReader
 from ..traces.schema import COMM_TYPE_NAMES
+from .row_memo import RowMemo
 from .types import Collective
 
 
@@ -30,7 +31,6 @@ class Context:
         self.physics: Interner[Collective] = Interner()   # distinct collectives ("physics ids")
         self._coll_cache: dict[tuple, int] = {}
         self.sems: Interner[tuple[str, int]] = Interner()
-        from .program import RowMemo  # program imports this module
         self.rows = RowMemo()
 
     def sem(self, ctype: int, size: int) -> int:

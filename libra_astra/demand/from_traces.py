@@ -41,6 +41,7 @@ from ..traces import chakra_io as cio
 from ..traces import cpu_collectives as cpu
 from ..traces.wire import row_groups
 from ..traces import completion
+from ..traces.cpu_groups import GroupMap, GroupTally, load_group_map
 from ..traces.files import rank_files, read_file_bytes
 from ..traces.schema import COMM_COLL_NODE, COMM_RECV_NODE, COMM_SEND_NODE
 from ..traces.reader import RankProgram, TraceReader
@@ -131,11 +132,22 @@ def _with_inferred_peers(reader: TraceReader, read: list[RankProgram], paths: Se
     return out
 
 
+def _group_sources(tally: GroupTally, group_map: GroupMap | None) -> str:
+    """How the typed collectives' process groups were settled, for the report."""
+    c = tally.counts
+    parts = [f"{c['given']} from {group_map.path}" if group_map is not None else "",
+             f"{c['named']} named by the op's pg_name" if c["named"] else "",
+             f"{c['fixed']} fixed by the trace (METADATA groups, tensor sizes)" if c["fixed"] else "",
+             f"{c['guessed']} guessed" if c["guessed"] else ""]
+    return "of the collectives: " + (", ".join(p for p in parts if p) or "none")
+
+
 def demand_from_traces(prefix: str | Path, network: Network,
                        comm_groups: str | Path | Mapping[str, Sequence[int]] | None = None,
                        peak_tflops: float | None = None, mem_bw_gbps: float | None = None,
                        on_progress: Callable[[int, int], None] | None = None,
-                       type_cpu_collectives: bool = False) -> tuple[Demand, TraceSummary]:
+                       type_cpu_collectives: bool = False,
+                       cpu_collective_groups: str | Path | GroupMap | None = None) -> tuple[Demand, TraceSummary]:
     """Per-dimension communication demand of a Chakra ET trace set on ``network``.
 
     Parameters
@@ -155,6 +167,10 @@ def demand_from_traces(prefix: str | Path, network: Network,
     type_cpu_collectives
         Type the gloo collectives, sends and receives that PyTorch's converter leaves as CPU
         ops (``c10d::*`` / ``gloo:*``; see :mod:`libra_astra.traces.cpu_collectives`).
+    cpu_collective_groups
+        The process group of typed collectives, as a mapping file (or its loaded form; see
+        :mod:`libra_astra.traces.cpu_groups`), for those the trace does not settle; implies
+        ``type_cpu_collectives``.
 
     Returns
     -------
@@ -171,6 +187,11 @@ def demand_from_traces(prefix: str | Path, network: Network,
         if v is not None and not v > 0:
             raise LibraError(f"{what} must be > 0, got {v!r}")
     n_npus = network.npus_count
+    group_map = (load_group_map(cpu_collective_groups) if isinstance(cpu_collective_groups, (str, Path))
+                 else cpu_collective_groups)
+    if group_map is not None:
+        group_map.check_npus(n_npus)
+        type_cpu_collectives = True
     marker = completion.check_complete(prefix)   # before the rank files: an interrupted write explains missing ones
     paths = rank_files(prefix, n_npus, f"network {network.name!r}")
     expect = completion.expected_digests(prefix, paths, marker)
@@ -194,12 +215,14 @@ def demand_from_traces(prefix: str | Path, network: Network,
     ranks_of: list[list[int]] = []
     by_digest: dict[bytes, int] = {}
     rank_prog = np.zeros(n_npus, dtype=np.int64)
+    tally = GroupTally()
     if type_cpu_collectives:
         bufs, typed = [], 0
         for r, p in enumerate(paths):
             meta, nodes = cio.read_et(p)
-            typed += cpu.typed_rank(nodes, r, n_npus, str(p))
+            typed += cpu.typed_rank(nodes, r, n_npus, str(p), group_map, tally, file_groups)
             bufs.append(cio.encode_et(nodes, meta))
+        tally.check_used(group_map)
         read = reader.parse_many(bufs, [str(p) for p in paths])
         reader.files_decoded += len(paths)
     else:
@@ -294,15 +317,17 @@ def demand_from_traces(prefix: str | Path, network: Network,
                      "launched them or from a two-rank process group")
     if type_cpu_collectives and typed:
         notes.append(f"{typed} gloo collective(s), send(s) and receive(s) typed from their c10d:: CPU ops "
-                     "(--type-cpu-collectives): kind and size from the op, its gloo: op left out; the trace does "
-                     "not record which process group a c10d op used: a group size fixed by the tensor sizes picks "
-                     "the first METADATA group of that size, else the rank's only group besides the world, "
-                     "else the world group")
+                     "(--type-cpu-collectives): kind and size from the op, its gloo: op left out; process group "
+                     + _group_sources(tally, group_map))
+        guess = tally.guess_note()
+        if guess:
+            notes.append(guess)
     elif untyped[0]:
         notes.append(f"{untyped[0]} c10d:: and {untyped[1]} gloo: CPU op(s) are collectives, sends and receives "
                      "that PyTorch's Chakra converter leaves untyped (gloo runs): they are timed as CPU ops and "
                      "carry no network demand; pass --type-cpu-collectives to count them as communication")
-    summary = replace(summary, notes=tuple(notes), untyped_cpu_collectives=untyped[0])
+    summary = replace(summary, notes=tuple(notes), untyped_cpu_collectives=untyped[0],
+                      cpu_groups=tally.counts if type_cpu_collectives else {}, cpu_groups_guessed=tally.guessed())
     name = Path(str(prefix)).name
     demand = Demand(name, network.npus_per_dim, tuple(rank_classes), tuple(notes), network.dim_names)
     return demand, summary

@@ -15,6 +15,7 @@ from ..traces.graph import topological_order
 from ..traces.reader import RankProgram
 from ..traces.schema import COMM_COLL_NODE, COMM_SEND_NODE, COMM_TYPE_NAMES, COMP_NODE, SUPPORTED_COMM_TYPES, comm_type_name
 from .context import Context
+from .row_memo import UNRESOLVED
 
 
 @dataclass(frozen=True, eq=False)
@@ -200,28 +201,6 @@ def _shape(ctx: Context, prog: RankProgram, cols: dict[str, np.ndarray]) -> _Sha
     return sh
 
 
-_UNRESOLVED = -2
-
-
-class RowMemo:
-    """Per attribute row of a read: group key index, physics id, (type, size) id and the
-    involved_dim index that matters (all-ranks collectives; else -1) -- _UNRESOLVED until a
-    program uses the row as a collective."""
-
-    def __init__(self) -> None:
-        self.key = np.zeros(0, dtype=np.int64)
-        self.pid = np.zeros(0, dtype=np.int64)
-        self.sem = np.zeros(0, dtype=np.int64)
-        self.inv = np.zeros(0, dtype=np.int64)
-
-    def grow(self, n: int) -> None:
-        for name in ("key", "pid", "sem", "inv"):
-            old = getattr(self, name)
-            new = np.full(n, _UNRESOLVED, dtype=np.int64)
-            new[:old.size] = old
-            setattr(self, name, new)
-
-
 def resolve_rows(ctx: Context, cols: dict[str, np.ndarray], rows: Sequence[int], row_key: Mapping[int, str]) -> None:
     """Group key, physics and (type, size) ids of checked attribute rows into ``ctx.rows``, interned
     in the order of ``rows``."""
@@ -272,7 +251,7 @@ def analyze(ctx: Context, prog: RankProgram, ranks: Sequence[int]) -> Program:
     memo = ctx.rows
     if memo.key.size < nrows:
         memo.grow(nrows)
-    new = rows[memo.key[rows] == _UNRESOLVED]
+    new = rows[memo.key[rows] == UNRESOLVED]
     new_rows = new.tolist()
     ctype_r = np.maximum(cols["comm_type"][new], 0)  # absent comm_type reads as 0 (ALL_REDUCE), as in ASTRA-sim
     if new.size and (bad := ~np.isin(ctype_r, list(COMM_TYPE_NAMES))).any():

@@ -20,7 +20,8 @@ from ..traces.reader import RankProgram
 from ..traces.schema import COMM_COLL_NODE, COMM_SEND_NODE, COMM_TYPE_NAMES, COMP_NODE
 from ..traces.wire import row_groups
 from .context import Context
-from .program import _UNRESOLVED, Program, _shape, analyze, digest, program_of, resolve_rows
+from .program import Program, _shape, analyze, digest, program_of, resolve_rows
+from .row_memo import UNRESOLVED
 
 # Programs are fingerprinted in chunks of about this many nodes, so the temporary arrays of a
 # 10 M-node read stay small next to the programs themselves.
@@ -251,7 +252,7 @@ def _analyze_classes(ctx: Context, progs: Sequence[RankProgram], ranks_of: Seque
             run_row.append(cc.reshape(-1)[starts])
     rp, rv = np.concatenate(run_prog), np.concatenate(run_row)
     rv = rv[np.argsort(rp, kind="stable")]
-    rv = rv[memo.key[rv] == _UNRESOLVED]
+    rv = rv[memo.key[rv] == UNRESOLVED]
     _, first = np.unique(rv, return_index=True)
     new = rv[np.sort(first)]
     if new.size and not np.isin(np.maximum(cols["comm_type"][new], 0), list(COMM_TYPE_NAMES)).all():

@@ -9,6 +9,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import groups as grp
+from ..traces.cpu_groups import GuessedOp
 from ..traces.reader import TraceReader
 from ..traces.schema import (COMM_RECV_NODE, INVALID_NODE, MEM_LOAD_NODE, MEM_STORE_NODE, METADATA_NODE,
                              NODE_TYPE_NAMES)
@@ -64,6 +65,10 @@ class TraceSummary:
     # process groups read from METADATA nodes (not overridden by a comm-groups file): name -> ranks
     metadata_groups: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     untyped_cpu_collectives: int = 0   # c10d:: CPU ops left as CPU ops (gloo runs), summed over ranks
+    # typed CPU collectives (--type-cpu-collectives) by how their process group was settled
+    # (given, named, fixed, guessed; traces/cpu_groups.py), summed over ranks; {} when not typed
+    cpu_groups: Mapping[str, int] = field(default_factory=dict)
+    cpu_groups_guessed: tuple[GuessedOp, ...] = ()   # the guessed ones, by op, occurrence, size and guess
 
 
 def summarize(ctx: Context, prefix: str, programs: list[Program], rank_classes: list[RankClass],
@@ -198,6 +203,10 @@ def summary_to_dict(s: TraceSummary) -> dict[str, Any]:
         "compute_time_ns": list(s.compute_time_ns),
         "cpu_time_ns": list(s.cpu_time_ns),
         "untyped_cpu_collectives": s.untyped_cpu_collectives,
+        "cpu_collective_groups": None if not s.cpu_groups else {
+            **s.cpu_groups,
+            "guessed_ops": [{"op": g.op, "nth": g.nth, "size_bytes": g.size_bytes, "ranks": list(g.ranks),
+                             "group": g.pg_name} for g in s.cpu_groups_guessed]},
         "missing_deps": {"count": s.missing_deps,
                          "examples": [{"rank": r, "node": v, "missing": d} for r, v, d in s.missing_dep_examples]},
         "notes": list(s.notes),

@@ -18,7 +18,9 @@ and read by ``libra-astra emit``::
         {"name": "gpt3", "weight": 1.0,
          "demand": "/abs/path/demand.json",   # or null
          "traces": "/abs/path/traces/gpt3",   # Chakra ET prefix, or null
-         "comm_groups": "/abs/path/groups.json"}  # or null
+         "comm_groups": "/abs/path/groups.json",  # or null
+         "type_cpu_collectives": true,            # optional: gloo collectives typed (default false)
+         "cpu_collective_groups": "/abs/path/cpu_groups.yml"}  # optional: their process groups
       ],
       "result": {...}                       # solver report and baselines (informational)
     }
@@ -57,12 +59,13 @@ class WorkloadRef:
     traces: str | None = None
     comm_groups: str | None = None
     type_cpu_collectives: bool = False
+    cpu_collective_groups: str | None = None   # mapping file of typed collectives' groups
 
     @classmethod
     def of(cls, w: Workload) -> "WorkloadRef":
         """The design file's record of a loaded workload."""
         return cls(w.name, w.weight, w.source.demand, w.source.traces, w.source.comm_groups,
-                   w.source.type_cpu_collectives)
+                   w.source.type_cpu_collectives, w.source.cpu_collective_groups)
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,8 @@ def design_to_dict(d: Design) -> dict[str, Any]:
         "cost_usd": d.cost_usd,
         "workloads": [
             {"name": w.name, "weight": w.weight, "demand": w.demand, "traces": w.traces, "comm_groups": w.comm_groups,
-             **({"type_cpu_collectives": True} if w.type_cpu_collectives else {})}
+             **({"type_cpu_collectives": True} if w.type_cpu_collectives else {}),
+             **({"cpu_collective_groups": w.cpu_collective_groups} if w.cpu_collective_groups else {})}
             for w in d.workloads
         ],
         "result": dict(d.result),
@@ -123,9 +127,10 @@ def design_from_dict(data: Any, source: str = "<design>") -> Design:
         typed = w.get("type_cpu_collectives", False)
         if not isinstance(typed, bool):
             raise LibraError(f"{where}: type_cpu_collectives must be true or false, got {typed!r}")
+        cpu_groups = check_str(w.get("cpu_collective_groups"), where, "cpu_collective_groups", optional=True)
         workloads.append(WorkloadRef(str(w.get("name", f"w{i}")),
                                      check_number(w.get("weight", 1.0), where, "weight", minimum=0, finite=True), *paths,
-                                     typed))
+                                     typed or cpu_groups is not None, cpu_groups))
     result = data.get("result", {})
     if not isinstance(result, Mapping):
         raise LibraError(f"{source}: result must be an object, got {type(result).__name__}")

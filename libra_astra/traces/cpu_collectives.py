@@ -16,12 +16,9 @@ What the trace gives and what it does not:
 - peers of sends and receives: the ``dstRank``/``srcRank`` and ``tag`` arguments (ranks of the
   process group the op used, which are the global ranks on the default group; the op does not
   record its group, see below);
-- group: the ``c10d::`` op records its process group only as ``<Object>``. The group is taken
-  from the process groups in the rank's METADATA node: when the tensor sizes fix the group size
-  (all-gather: output / input, reduce-scatter: input / output), the first-named group of that
-  size holding the rank; otherwise the rank's only group besides the world if it has one, else
-  the world group. Collectives on another group of the same size cannot be told apart in the
-  trace; the demand report says how many were typed.
+- group: the ``c10d::`` op records its process group only as ``<Object>``; which group each typed
+  collective used is given by the user, read from what the trace does record (METADATA process
+  groups, tensor sizes) or guessed, in :mod:`.cpu_groups`, which also counts the guesses.
 
 Files that already hold typed communication (NCCL runs) are left alone: their ``c10d::`` ops
 launched the GPU kernels the converter typed.
@@ -34,6 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from .cpu_groups import GroupMap, GroupTally, RankGroups, choose
 from .schema import pb
 
 # c10d op (after "c10d::") -> (kind, input argument, output argument or -1)
@@ -78,12 +76,17 @@ def count_in_bytes(buf: bytes) -> tuple[int, int]:
     return c10d, gloo
 
 
+def _is_tensor(arg: Any) -> bool:
+    """Whether a recorded argument is one tensor: ``[id, storage, offset, numel, itemsize, device]``."""
+    return (isinstance(arg, (list, tuple)) and len(arg) == 6
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in arg[:5]) and isinstance(arg[5], str))
+
+
 def _tensors_bytes(arg: Any) -> int:
     """Bytes of the tensors in one recorded argument (a tensor or nested lists of them)."""
+    if _is_tensor(arg):
+        return max(arg[3], 0) * max(arg[4], 0)
     if isinstance(arg, (list, tuple)):
-        if (len(arg) == 6 and all(isinstance(x, int) and not isinstance(x, bool) for x in arg[:5])
-                and isinstance(arg[5], str)):
-            return max(arg[3], 0) * max(arg[4], 0)
         return sum(_tensors_bytes(x) for x in arg)
     return 0
 
@@ -125,6 +128,8 @@ def describe(node: pb.Node) -> CpuComm | None:
         group_size = out // size
     elif kind == "REDUCE_SCATTER" and out > 0 and size % out == 0:
         group_size = size // out
+    elif kind == "ALL_TO_ALL":
+        group_size = _alltoall_size(node.name, args)
     if kind in ("SEND", "RECV"):
         ints = [a for a in args[2:4] if isinstance(a, int) and not isinstance(a, bool)]
         if len(ints) < 2:
@@ -133,31 +138,31 @@ def describe(node: pb.Node) -> CpuComm | None:
     return CpuComm(kind, size, group_size)
 
 
+def _alltoall_size(name: str, args: list[Any]) -> int:
+    """Ranks of an all-to-all's group as its arguments give them, or 0: the split sizes of
+    ``alltoall_base_`` (one per rank; empty for even splits, which say nothing), the tensors of
+    ``alltoall_`` (one per rank)."""
+    if name == "c10d::alltoall_base_":
+        splits = [a for a in args[3:5] if isinstance(a, list) and a]
+        return len(splits[0]) if splits and all(len(x) == len(splits[0]) for x in splits) else 0
+    tensors = args[1] if len(args) > 1 and isinstance(args[1], list) else []
+    return len(tensors) if tensors and all(_is_tensor(t) for t in tensors) else 0
+
+
 def has_typed_comm(nodes: Sequence[pb.Node]) -> bool:
     return any(n.type in _COMM_TYPES for n in nodes)
 
 
-def _group_for(c: CpuComm, rank: int, npus: int, groups: Mapping[str, Sequence[int]]) -> str | None:
-    """pg_name for a typed collective (None: the world group); see the module docstring."""
-    mine = [k for k, m in groups.items() if rank in m and len(m) < npus]
-    if c.group_size == 0:
-        # sizes say nothing: a rank in one process group besides the world uses that one
-        return mine[0] if len(mine) == 1 else None
-    if c.group_size == npus:
-        return None
-    fits = [k for k in mine if len(groups[k]) == c.group_size]
-    fits.sort(key=lambda k: (len(k), k))
-    return fits[0] if fits else None
-
-
-def type_cpu_collectives(nodes: list[pb.Node], rank: int, npus: int,
-                         groups: Mapping[str, Sequence[int]]) -> int:
+def type_cpu_collectives(nodes: list[pb.Node], rg: RankGroups, group_map: GroupMap | None = None,
+                         tally: GroupTally | None = None) -> int:
     """Type the c10d ops of one rank's nodes in place (see the module docstring); returns how
-    many were typed. ``groups``: the process groups (name -> member ranks) of the trace set."""
+    many were typed. ``rg``: the rank's process groups; ``group_map``: the user's mapping of ops
+    to groups; ``tally`` adds up how each collective's group was settled (:mod:`.cpu_groups`)."""
     if has_typed_comm(nodes):
         return 0
     typed = 0
     absorb = False
+    seen: dict[str, int] = {}
     for n in nodes:
         if n.name.startswith("gloo:") and absorb and n.name[len("gloo:"):] in GLOO_WORKERS:
             n.type = pb.INVALID_NODE
@@ -166,6 +171,8 @@ def type_cpu_collectives(nodes: list[pb.Node], rank: int, npus: int,
         c = describe(n)
         if c is None:
             continue
+        named = next((str(a.string_val if a.HasField("string_val") else a.int64_val) for a in n.attr
+                      if a.name == "pg_name" and (a.HasField("string_val") or a.HasField("int64_val"))), None)
         keep = [a for a in n.attr if a.name not in ("is_cpu_op", "comm_type", "comm_size", "pg_name", "comm_src",
                                                      "comm_dst", "comm_tag", "involved_dim")]
         del n.attr[:]
@@ -174,20 +181,23 @@ def type_cpu_collectives(nodes: list[pb.Node], rank: int, npus: int,
         n.attr.add(name="comm_size", int64_val=c.size_bytes)
         if c.kind == "SEND":
             n.type = pb.COMM_SEND_NODE
-            n.attr.add(name="comm_src", int64_val=rank)
+            n.attr.add(name="comm_src", int64_val=rg.rank)
             n.attr.add(name="comm_dst", int64_val=c.peer)
             n.attr.add(name="comm_tag", int64_val=c.tag)
         elif c.kind == "RECV":
             n.type = pb.COMM_RECV_NODE
             n.attr.add(name="comm_src", int64_val=c.peer)
-            n.attr.add(name="comm_dst", int64_val=rank)
+            n.attr.add(name="comm_dst", int64_val=rg.rank)
             n.attr.add(name="comm_tag", int64_val=c.tag)
         else:
             n.type = pb.COMM_COLL_NODE
             n.attr.add(name="comm_type", int64_val=pb.CollectiveCommType.Value(c.kind))
-            pg = _group_for(c, rank, npus, groups)
-            if pg is not None:
-                n.attr.add(name="pg_name", string_val=pg)
+            nth = seen[n.name] = seen.get(n.name, 0) + 1
+            choice = choose(n.name, nth, c.size_bytes, c.group_size, named, rg, group_map)
+            if tally is not None:
+                tally.add(n.name, nth, c.size_bytes, rg.rank, choice)
+            if choice.pg_name is not None:
+                n.attr.add(name="pg_name", string_val=choice.pg_name)
         n.duration_micros = 0
         typed += 1
         absorb = True
@@ -206,9 +216,34 @@ def rank_groups(nodes: Sequence[pb.Node], where: str) -> dict[str, tuple[int, ..
     return out
 
 
-def typed_rank(nodes: list[pb.Node], rank: int, npus: int, where: str) -> int:
-    """Type one rank file's CPU collectives in place, with the groups of its own METADATA."""
-    return type_cpu_collectives(nodes, rank, npus, rank_groups(nodes, where))
+def rank_process_groups(nodes: Sequence[pb.Node], rank: int, npus: int, where: str,
+                        file_groups: Mapping[str, Sequence[int]] | None = None) -> RankGroups:
+    """What one rank's METADATA nodes (and the comm-groups file) say about its process groups."""
+    from .process_groups import metadata_group_descs, metadata_groups
+    groups: dict[str, tuple[int, ...]] = {}
+    world: set[str] = set()
+    descs: dict[str, str] = {}
+    recorded = False
+    for n in nodes:
+        if n.type == pb.METADATA_NODE:
+            at = f"{where}: node {n.id} (METADATA)"
+            for name, ranks in metadata_groups(n, at):
+                recorded = True
+                if ranks and len(ranks) < npus:
+                    groups[str(name)] = tuple(ranks)
+                else:
+                    world.add(str(name))
+            descs.update(metadata_group_descs(n, at))
+    files = {str(k): tuple(v) for k, v in (file_groups or {}).items()}
+    return RankGroups(rank, npus, recorded, groups, frozenset(world), descs, files)
+
+
+def typed_rank(nodes: list[pb.Node], rank: int, npus: int, where: str, group_map: GroupMap | None = None,
+               tally: GroupTally | None = None, file_groups: Mapping[str, Sequence[int]] | None = None) -> int:
+    """Type one rank file's CPU collectives in place, with the groups of its own METADATA (and
+    ``file_groups``, the comm-groups file's) and the user's ``group_map``."""
+    rg = rank_process_groups(nodes, rank, npus, where, file_groups)
+    return type_cpu_collectives(nodes, rg, group_map, tally)
 
 
 def _p2p_launcher(node: pb.Node, by_id: Mapping[int, pb.Node], depth: int = 3) -> CpuComm | None:

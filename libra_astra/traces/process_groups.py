@@ -9,15 +9,9 @@ from typing import Any
 from ..errors import LibraError
 
 
-def parse_pg_metadata(values: str, where: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """Process groups from a PyTorch ``## process_group:init ##`` METADATA node.
-
-    PyTorch records ``json.dumps(pg_config_info)`` as the node's only input; Chakra's PyTorch
-    converter stores ``str(inputs["values"])``, i.e. a Python list literal holding that JSON
-    string. Each group is ``{"pg_name": "3", "ranks": [...], ...}``; ``ranks`` is empty when the
-    group has every rank, and older PyTorch wrote ``pg_id`` and a {global: local} ``ranks`` map.
-    Returns ``(pg_name, ranks)`` pairs, ranks ``()`` meaning all ranks.
-    """
+def _pg_entries(values: str, where: str) -> list[tuple[str, tuple[int, ...], str | None]]:
+    """(pg_name, ranks, pg_desc or None) of each group a ``## process_group:init ##`` node's
+    inputs.values holds; see :func:`parse_pg_metadata`."""
     def decode(text: str) -> Any:
         try:
             return json.loads(text)
@@ -28,7 +22,7 @@ def parse_pg_metadata(values: str, where: str) -> tuple[tuple[str, tuple[int, ..
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             return None
 
-    groups: list[tuple[str, tuple[int, ...]]] = []
+    groups: list[tuple[str, tuple[int, ...], str | None]] = []
 
     def walk(obj: Any, depth: int = 0) -> None:
         if depth > 8:
@@ -51,7 +45,8 @@ def parse_pg_metadata(values: str, where: str) -> tuple[tuple[str, tuple[int, ..
                 raise LibraError(
                     f"{where}: process group {name!r} has non-integer ranks {ranks!r}; fix the trace"
                 ) from None
-            groups.append((str(name), members))
+            desc = obj.get("pg_desc")
+            groups.append((str(name), members, desc if isinstance(desc, str) else None))
 
     if values.strip():
         top = decode(values)
@@ -61,7 +56,19 @@ def parse_pg_metadata(values: str, where: str) -> tuple[tuple[str, tuple[int, ..
                 "fix the trace or give the groups with --comm-groups"
             )
         walk(top)
-    return tuple(groups)
+    return groups
+
+
+def parse_pg_metadata(values: str, where: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Process groups from a PyTorch ``## process_group:init ##`` METADATA node.
+
+    PyTorch records ``json.dumps(pg_config_info)`` as the node's only input; Chakra's PyTorch
+    converter stores ``str(inputs["values"])``, i.e. a Python list literal holding that JSON
+    string. Each group is ``{"pg_name": "3", "ranks": [...], ...}``; ``ranks`` is empty when the
+    group has every rank, and older PyTorch wrote ``pg_id`` and a {global: local} ``ranks`` map.
+    Returns ``(pg_name, ranks)`` pairs, ranks ``()`` meaning all ranks.
+    """
+    return tuple((name, ranks) for name, ranks, _ in _pg_entries(values, where))
 
 
 def metadata_groups(node: Any, where: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -74,3 +81,15 @@ def metadata_groups(node: Any, where: str) -> tuple[tuple[str, tuple[int, ...]],
         return parse_pg_metadata(values, where)
     except LibraError:
         return ()
+
+
+def metadata_group_descs(node: Any, where: str) -> dict[str, str]:
+    """``{pg_name: pg_desc}`` of a METADATA node's process groups that record a description
+    (PyTorch's ``group_desc``, e.g. ``default_pg``, or ``mesh_tp`` for a DeviceMesh dimension)."""
+    try:
+        entries = _pg_entries(node.inputs.values, where)
+    except LibraError:
+        if "process_group:init" in node.name:
+            raise
+        return {}
+    return {name: desc for name, _, desc in entries if desc is not None}
