@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
-from ..astra.rewrite import relink, set_attrs, to_zero_comp
+from ..astra.rewrite_rules import relink, set_attrs, to_zero_comp
 from ..astra.stats import WorkloadStats, split_size
 from ..errors import LibraError
 from ..files import write_json_atomic, write_text_atomic
