@@ -15,8 +15,12 @@ import pytest
 from libra_astra.demand.from_traces import demand_from_traces
 from libra_astra.demand.types import Demand
 from libra_astra.model.network import Dimension, Network, load_network
+from libra_astra.timing import causes as causes_mod
+from libra_astra.timing import events
 from libra_astra.timing import fixed_order as fixed
 from libra_astra.timing import predict as joint
+from libra_astra.timing import slot_order
+from libra_astra.timing.plan import plan_of
 
 from test_replay_equivalence import (MODELS, REAL_SETS, ROOT, SAMPLES, bandwidths, random_demand, real_demand,
                                      shipped_demand)
@@ -25,20 +29,20 @@ NET = Network("r", (Dimension("a", "Ring", 4, 500.0), Dimension("b", "Switch", 2
 
 
 def compare(d: Demand, net: Network, seed: int, seen: Counter, count: int = 3) -> None:
-    """Each model and design on a fresh copy of the demand (no replay cached), against _simulate."""
+    """Each model and design on a fresh copy of the demand (no replay cached), against events.simulate."""
     for model in MODELS:
         for bw in bandwidths(net, seed, count):
             d = replace(d)
             t = joint._times(d, bw, net, model)
-            plan = joint._plan(d)
-            exact = joint._simulate(plan, joint._duration_array(d, plan, bw, net, model).tolist(), d)
+            plan = plan_of(d)
+            exact = events.simulate(plan, joint._duration_array(d, plan, bw, net, model).tolist(), d)
             assert t.finish == exact.finish
             assert t.busy_comp == exact.busy_comp
             ends = [plan.offsets[ci] + f.index(max(f)) for ci in range(len(d.rank_classes))
                     if (f := exact.class_finish(ci))]
-            if isinstance(t, joint._Times):
+            if isinstance(t, joint.Times):
                 seen["fixed"] += 1
-                cause = fixed.causes(plan.fixed, t.ends_ns, t.dur).tolist()
+                cause = causes_mod.causes(plan.fixed, t.ends_ns, t.dur).tolist()
                 seen["ties"] += cause.count(-2)
                 assert [c for c in cause if c != -2] == [e for c, e in zip(cause, exact.cause) if c != -2]
                 paths = t.path_nodes(ends)
@@ -161,12 +165,12 @@ def unchecked_pass(d: Demand, bw, model):
     or no slot whose nodes compete."""
     d = replace(d)
     t = joint._times(d, bw, NET, model)
-    plan = joint._plan(d)
+    plan = plan_of(d)
     fo = plan.fixed
     if not isinstance(fo, fixed.FixedOrder) or not fo.loose_next.size:
         return None
     dur = joint._duration_array(d, plan, bw, NET, model)
-    F = fixed.finish_times(replace(fo, checks=fixed._SlotChecks.none()), dur)
+    F = fixed.finish_times(replace(fo, checks=slot_order.SlotChecks.none()), dur)
     return None if F is None else (d, t, plan, fo, F)
 
 
@@ -185,12 +189,12 @@ def test_random_dags_with_competing_slot_nodes():
                 if got is None:
                     continue
                 d, t, plan, _, unchecked = got
-                if isinstance(t, joint._Times):
+                if isinstance(t, joint.Times):
                     seen["order confirmed"] += 1
                     assert unchecked == t.finish
                 else:
                     seen["order refuted"] += 1
-                    exact = joint._simulate(plan, joint._duration_array(d, plan, bw, NET, model).tolist(), d)
+                    exact = events.simulate(plan, joint._duration_array(d, plan, bw, NET, model).tolist(), d)
                     seen["order wrong"] += unchecked != exact.finish
     assert seen["order confirmed"] > 0 and seen["order refuted"] > 0 and seen["order wrong"] > 0
     assert seen["fixed"] > 0 and seen["events"] > 0
@@ -225,7 +229,7 @@ def test_slot_check_follows_its_rule():
                 continue
             _, _, _, fo, F = got
             F += [0.0] * (1 + fo.extra)
-            got = fixed._slot_order_holds(fo.checks, F)
+            got = slot_order.slot_order_holds(fo.checks, F)
             assert got == holds_by_hand(fo.checks, F)
             seen[got] += 1
     assert seen[True] > 0 and seen[False] > 0
@@ -249,8 +253,8 @@ def test_latest_dependency_by_columns_and_by_runs():
         F = np.array([rng.choice((0.0, 1.0, 2.5, 3.0, math.inf)) for _ in range(n)])
         cols = fixed._dep_columns(deps_a, ptr_a, n)
         assert cols is not None and len(cols) == max(np.diff(ptr_a).max(), 0)
-        ready, cause = fixed._latest_by_columns(cols, F, n)
-        want_ready, want_cause = fixed._latest_by_runs(deps_a, ptr_a, F, n)
+        ready, cause = causes_mod._latest_by_columns(cols, F, n)
+        want_ready, want_cause = causes_mod._latest_by_runs(deps_a, ptr_a, F, n)
         assert ready.tobytes() == want_ready.tobytes() and cause.tolist() == want_cause.tolist()
         seen.update(("tie" if c == -2 else "none" if c == -1 else "one") for c in cause.tolist())
     assert seen["tie"] and seen["none"] and seen["one"]
@@ -323,7 +327,7 @@ def test_merge_of_the_classes_is_a_topological_order():
     for seed in range(300):
         d = random_demand(seed)
         rng = random.Random(seed)
-        plan = joint._plan(d)
+        plan = plan_of(d)
         waits = dict(plan.waits)
         if rng.random() < 0.5:      # receives waiting on any node of any class, their own included
             for g in rng.sample(range(plan.offsets[-1]), min(3, plan.offsets[-1])):

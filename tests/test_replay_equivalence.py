@@ -15,6 +15,7 @@ from libra_astra.demand.from_traces import demand_from_traces
 from libra_astra.demand.types import Collective, Dag, Demand, RankClass, make_collective
 from libra_astra.model.network import Dimension, Network, load_network
 from libra_astra.timing import predict as joint
+from libra_astra.timing.plan import plan_of
 from libra_astra.timing.model import TimeModel, simulator_model
 
 import replay_reference as reference
@@ -42,7 +43,7 @@ def assert_same(d: Demand, net: Network, model: TimeModel, bw: tuple[float, ...]
         return False
     k = len(d.rank_classes)
     assert tuple(new.class_finish(ci) for ci in range(k)) == old.finish
-    job_of = joint._plan(d).job_of
+    job_of = plan_of(d).job_of
     causes = tuple([None if g < 0 else job_of[g]
                     for g in new.cause[new.offsets[ci]:new.offsets[ci + 1]]] for ci in range(k))
     assert causes == old.cause
@@ -212,7 +213,7 @@ def test_classes_with_equal_dags():
         for model in MODELS:
             for bw in bandwidths(net, seed, 2):
                 assert assert_same(e, net, model, bw)
-        plan = joint._plan(e)
+        plan = plan_of(e)
         for ci, x in enumerate(dags):
             mine = plan.base_ns[plan.offsets[ci]:plan.offsets[ci + 1]]
             want = [math.copysign(1.0, v) < 0 if kind != "coll" else False for kind, v in x.nodes]

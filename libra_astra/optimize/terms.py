@@ -25,7 +25,7 @@ from ..demand.types import Demand
 from ..model.network import Network
 from ..ranges import concat_ranges
 from ..timing.model import TimeModel, demand_rows, rows_key
-from ..timing.predict import node_table
+from ..timing.plan import node_table
 
 
 @dataclass(frozen=True)

@@ -7,16 +7,9 @@ ending at the latest end (or readiness, for a shared collective's partners) of w
 plus its duration. One pass in a fixed topological order computes them with the same additions
 and maxima as the event-driven replay, so the times are identical, at a fraction of its cost.
 
-A slot whose nodes do not all depend on the slot's node before them could run them in an order
-that depends on the durations. It is taken to run them in node order (a node then also waits for
-the slot's node before it, and starts at the later of that end and its readiness), and each pass
-checks, from the ends it found, that the replay would have issued them in that order: that no
-other node left for the slot was ready first, or at the same moment in an order of events that
-could put it first. If not, the caller replays with events.
-
-A node's cause (what it waited for last) is the one that ended last. The event-driven replay
-breaks ties in the order its events happen to be taken; the walk along a critical path here gives
-up at any tie instead (``None``), and the caller replays with events.
+A slot whose nodes do not all depend on the slot's node before them is taken to run them in node
+order, which each pass checks (slot_order.py); the causes along critical paths are found from the
+ends afterwards (causes.py).
 """
 
 from __future__ import annotations
@@ -27,28 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from ..ranges import concat_ranges
-
-
-@dataclass(frozen=True)
-class _SlotChecks:
-    """The slots taken to run their nodes in node order without dependencies forcing it: their
-    nodes (by slot, then node) and what each replay needs to check that order."""
-
-    nodes: np.ndarray
-    prev: np.ndarray                    # the slot's node before each (the zero node for its first)
-    dep_idx: np.ndarray                 # each node's dependencies (the zero node for none) ...
-    dep_start: np.ndarray               # ... from dep_start[i]
-    dep_count: np.ndarray               # ... their number (1 for none)
-    unready: np.ndarray                 # whether it has dependencies
-    after: np.ndarray                   # whether it depends on the slot's node before it
-    run_end: np.ndarray                 # the last position of the run of such nodes it is in
-    segments: tuple[tuple[int, int], ...]   # positions of each slot
-
-    @staticmethod
-    def none() -> "_SlotChecks":
-        empty = np.zeros(0, dtype=np.int64)
-        flags = np.zeros(0, dtype=bool)
-        return _SlotChecks(empty, empty, empty, empty, empty, flags, flags, empty, ())
+from .slot_order import SlotChecks, slot_checks, slot_order_holds
 
 
 @dataclass(frozen=True)
@@ -73,7 +45,7 @@ class FixedOrder:
     busy_comp: tuple[float, ...]        # per class: its GPU compute, summed in the order it runs
     loose_prev: np.ndarray              # a slot's node that the slot's next node does not depend on ...
     loose_next: np.ndarray              # ... and that next node, which also waits for it
-    checks: _SlotChecks
+    checks: SlotChecks
 
 
 def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, slot: np.ndarray,
@@ -87,7 +59,7 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
         return None
     # A slot whose nodes each depend directly on the slot's node before it can only run them in
     # node order. Any other slot is taken to run them in node order too (each node then also waits
-    # for the one before it), which each replay checks (_slot_order_holds).
+    # for the one before it), which each replay checks (slot_order_holds).
     on = np.flatnonzero(slot >= 0)
     on = on[np.argsort(slot[on], kind="stable")]
     same = slot[on[1:]] == slot[on[:-1]]
@@ -110,9 +82,9 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
     # distinct dependencies (a repeated one is still one cause), by node then dependency
     cu, cv = dep_u[by_key][once], dep_v[by_key][once]
     dep_ptr = _starts(cv, n)
-    checks = _SlotChecks.none()
+    checks = SlotChecks.none()
     if loose_next.size:
-        checks = _slot_checks(on, slot, direct, same, cu, dep_ptr, n, waits, syncs)
+        checks = slot_checks(on, slot, direct, same, cu, dep_ptr, n, waits, syncs)
         if checks is None:
             return None
     order = _merge_classes(offsets, dep_u, dep_v, waits, syncs)
@@ -209,95 +181,6 @@ def _dep_columns(deps: np.ndarray, dep_ptr: np.ndarray, n: int) -> tuple[np.ndar
     return tuple(np.where(deg > j, padded[np.minimum(at + j, last)], n) for j in range(width))
 
 
-def _slot_checks(on: np.ndarray, slot: np.ndarray, direct: np.ndarray, same: np.ndarray, deps: np.ndarray,
-                 dep_ptr: np.ndarray, n: int, waits: dict[int, int],
-                 syncs: dict[int, list[int]]) -> _SlotChecks | None:
-    """What the replays check of the slots with a node that does not depend on the slot's node
-    before it (``on``: slotted nodes by slot, then node; ``same``: each next to the one before in
-    the same slot; ``direct``: of those pairs, the ones with a direct dependency; ``deps``,
-    ``dep_ptr``: the distinct dependencies grouped by node, as ``FixedOrder``); None if such a
-    slot runs a node that waits on or is awaited by another class (its end or start is not the
-    plain sum the slot order needs)."""
-    direct_all = np.zeros(on.size, dtype=bool)
-    direct_all[1:][same] = direct
-    loose = np.zeros(int(slot[on].max()) + 1, dtype=bool)
-    loose[slot[on[1:][same][~direct]]] = True
-    mask = loose[slot[on]]
-    nodes = on[mask]
-    special = set(waits) | set(waits.values()) | set(syncs) | {u for us in syncs.values() for u in us}
-    if special and np.isin(nodes, np.fromiter(special, dtype=np.int64, count=len(special))).any():
-        return None
-    prev_all = np.full(on.size, n, dtype=np.int64)
-    prev_all[1:][same] = on[:-1][same]
-    prev = prev_all[mask]
-    brk = ~direct_all[mask]              # a slot's first node or one not depending on the one before
-    run_end = np.flatnonzero(np.append(brk[1:], True))[np.cumsum(brk) - 1]
-    bounds = np.flatnonzero(np.diff(slot[nodes]) != 0) + 1
-    edges = [0, *bounds.tolist(), nodes.size]
-    segments = tuple(zip(edges[:-1], edges[1:]))
-    cu = np.append(deps, n)
-    deg = np.diff(dep_ptr)[nodes]
-    lens = np.maximum(deg, 1)
-    first = np.where(deg > 0, dep_ptr[nodes], cu.size - 1)
-    dep_start = np.cumsum(lens) - lens
-    dep_idx = cu[concat_ranges(first, lens)]
-    return _SlotChecks(nodes, prev, dep_idx, dep_start, lens, deg > 0, ~brk, run_end, segments)
-
-
-def _slot_order_holds(c: _SlotChecks, F: list[float]) -> bool:
-    """Whether each checked slot ran its nodes in node order with these ends (``F``: every node's,
-    the zero node's included). When a node is issued, the slot's nodes before it have run and the
-    ones left come after it, so it is the one the slot takes if it is queued by then: if it was
-    ready before the slot's node before it ended, if it had no dependencies (ready before any
-    node ends), or if it became ready when that node ended, as its only latest dependency (the
-    slot is issued after that node's dependants are ready). Otherwise the slot is free when it
-    becomes ready, and takes it only if every other node left for the slot becomes ready strictly
-    later (in a tie the order of events would decide); the nodes that depend on it along the
-    slot's direct dependencies cannot be ready before it ends."""
-    if not c.nodes.size:
-        return True
-    ends = np.array(F)
-    dep_ends = ends[c.dep_idx]
-    ready = np.maximum.reduceat(dep_ends, c.dep_start)
-    before = ends[c.prev]
-    queued = (ready < before) | ~c.unready
-    at_max = dep_ends == np.repeat(ready, c.dep_count)
-    latest = np.add.reduceat(at_max, c.dep_start)
-    queued |= c.after & (ready == before) & (latest == 1)
-    if queued.all():
-        return True
-    later = np.full(ready.size, np.inf)
-    for lo, hi in c.segments:
-        if hi - lo > 1:
-            later[lo:hi - 1] = np.minimum.accumulate(ready[hi - 1:lo:-1])[::-1]
-    rest = later[c.run_end]
-    open_ = ~queued & ~(ready < rest)
-    if not open_.any():
-        return True
-    if np.any(open_ & (ready > rest)):
-        return False
-    # Ready at the same moment as another node left for the slot: it still comes first if both
-    # became ready when the same node ended, its only latest dependency (its dependants are
-    # taken in node order).
-    pos = np.where(at_max, np.arange(dep_ends.size), dep_ends.size)
-    why = np.where(c.unready & (latest == 1), c.dep_idx[np.minimum.reduceat(pos, c.dep_start)], -1)
-    # The other nodes ready then are, from position a = run_end + 1, the ones ready at the
-    # earliest readiness from each position on (which never decreases within a slot), in the
-    # block of positions from a that share a's: per block, the least and greatest of their causes
-    # from each position on, as one running extreme over keys that order the blocks.
-    earliest = np.minimum(ready, later)
-    start = np.concatenate(([True], earliest[1:] != earliest[:-1]))
-    start[[lo for lo, _ in c.segments]] = True
-    base = (np.cumsum(start) - 1) * (len(F) + 3)
-    at_earliest = ready == earliest
-    cause = why + 2                     # 1 for a tie among its latest dependencies
-    lowest = np.minimum.accumulate((base + np.where(at_earliest, cause, len(F) + 2))[::-1])[::-1] - base
-    highest = np.maximum.accumulate((np.where(at_earliest, cause, 0) - base)[::-1])[::-1] + base
-    a = c.run_end[open_] + 1
-    mine = cause[open_]
-    return bool(np.all((why[open_] >= 0) & (lowest[a] == mine) & (highest[a] == mine)))
-
-
 def _starts(sorted_nodes: np.ndarray, n: int) -> np.ndarray:
     """Where each node's entries begin in an array sorted by node (n + 1 entries)."""
     return np.concatenate(([0], np.cumsum(np.bincount(sorted_nodes, minlength=n))))
@@ -372,115 +255,7 @@ def finish_times(fo: FixedOrder, dur: np.ndarray) -> list[float] | None:
         if y > x:
             x = y
         F[g] += x
-    if not _slot_order_holds(fo.checks, F):
+    if not slot_order_holds(fo.checks, F):
         return None
     del F[fo.size:]
     return F
-
-
-def causes(fo: FixedOrder, finish: np.ndarray, dur: np.ndarray) -> np.ndarray:
-    """What each node waited for last, as the event-driven replay records it: -1 for nothing, -2
-    where two causes end at the same time (the replay's order of events would decide)."""
-    F = finish
-    if fo.dep_cols is not None:
-        ready, cause = _latest_by_columns(fo.dep_cols, F, fo.size)
-    else:
-        ready, cause = _latest_by_runs(fo.deps, fo.dep_ptr, F, fo.size)
-    if fo.loose_next.size:
-        # a node that waited for its slot waited for the slot's node before it (ran in node order)
-        late = F[fo.loose_prev] > ready[fo.loose_next]
-        cause[fo.loose_next[late]] = fo.loose_prev[late]
-    start = ready
-    if fo.syncs:
-        # a shared collective starts when its partners are ready, if later (the first latest partner)
-        start, ready_cause = ready.copy(), cause.copy()
-        for g, partners in fo.syncs.items():
-            t, why = ready[g], ready_cause[g]
-            for u in partners:
-                if ready[u] > t:
-                    t, why = ready[u], ready_cause[u]
-            start[g], cause[g] = t, why
-    # a receive ends with its send if that ends later than the receive alone would
-    if fo.waiters.size:
-        w = fo.waiters
-        late = F[fo.wait_srcs] > start[w] + dur[w]
-        cause[w[late]] = fo.wait_srcs[late]
-    return cause
-
-
-def _latest_by_runs(deps: np.ndarray, ptr: np.ndarray, F: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(each node's readiness: the latest end of its dependencies, 0 for none; the first of them
-    to end then, -1 for none, -2 if two do), from the dependencies grouped by node."""
-    deg = np.diff(ptr)
-    has = deg > 0
-    vals = F[deps]
-    ready = np.zeros(n)
-    starts = ptr[:-1][has]
-    if starts.size:
-        ready[has] = np.maximum.reduceat(vals, starts)
-    at_max = vals == np.repeat(ready, deg)
-    ties = np.zeros(n, dtype=np.int64)
-    first = np.full(n, -1, dtype=np.int64)
-    if starts.size:
-        ties[has] = np.add.reduceat(at_max, starts)
-        pos = np.where(at_max, np.arange(vals.size), vals.size)
-        first[has] = deps[np.minimum.reduceat(pos, starts)]
-    return ready, np.where(ties > 1, -2, first)
-
-
-def _latest_by_columns(cols: tuple[np.ndarray, ...], F: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """As _latest_by_runs, from the dependencies as columns (_dep_columns): a few operations on
-    whole columns instead of reductions over runs of one to a few entries. The padding ends at
-    -inf, below any end, so it is never the latest of a node with dependencies."""
-    if not cols:
-        return np.zeros(n), np.full(n, -1, dtype=np.int64)
-    ends = np.append(F, -np.inf)
-    vals = [ends[c] for c in cols]
-    ready = vals[0]
-    for v in vals[1:]:
-        ready = np.maximum(ready, v)
-    ties = np.zeros(n, dtype=np.int64)
-    first = np.full(n, -1, dtype=np.int64)
-    for c, v in zip(cols, vals):
-        at = v == ready
-        ties += at
-        first = np.where(at, c, first)      # the cause where it is the only one at the latest end
-    cause = np.where(ties > 1, -2, first)
-    none = cols[0] == n
-    ready[none] = 0.0
-    cause[none] = -1
-    return ready, cause
-
-
-def path_nodes(fo: FixedOrder, finish: np.ndarray, dur: np.ndarray, ends: Sequence[int]) -> list[list[int]] | None:
-    """The path of causes that ends in each node of ``ends``, first node first, as the event-driven
-    replay's causes give it; None if a node on a path has two causes that end at the same time."""
-    return walk_causes(causes(fo, finish, dur).tolist(), ends)
-
-
-def walk_causes(cause: list[int], ends: Sequence[int]) -> list[list[int]] | None:
-    """The path of causes (-1: none) that ends in each node of ``ends``, first node first; None
-    if one reaches a tie (-2)."""
-    # the paths of a pipeline's classes share most of their nodes: each is walked only up to a
-    # node of a path walked already
-    path_of = [-1] * len(cause)
-    at = [0] * len(cause)
-    walked: list[list[int]] = []
-    for g in ends:
-        ids: list[int] = []
-        w = len(walked)
-        i = 0
-        while g >= 0:
-            p = path_of[g]
-            if p >= 0:
-                ids += walked[p][at[g]:]
-                break
-            path_of[g] = w
-            at[g] = i
-            i += 1
-            ids.append(g)
-            g = cause[g]
-        if g == -2:
-            return None
-        walked.append(ids)
-    return [ids[::-1] for ids in walked]
