@@ -100,8 +100,9 @@ def test_output_design_file_and_force(demand_file, tmp_path):
 
 def test_errors_are_one_line(demand_file, tmp_path):
     one_line_error(run(*base(demand_file)),
-                   "objective perf is unbounded: bandwidth of package, node, pod can grow without limit; add "
-                   "--total-bw, --budget, bw_max_gbps in the network file or a --constraint")
+                   "objective perf has no minimizer: the bandwidth of package, node, pod can grow without limit and "
+                   "the time keeps falling as it grows; give --total-bw, --budget, or an upper bound such as "
+                   "--constraint 'bw[package] <= GBPS' (or bw_max_gbps in the network file)")
     one_line_error(run(*base(demand_file), "--total-bw", "300", "--constraint", "bw[0] >= 400"),
                    "the constraints are infeasible: --constraint 'bw[0] >= 400' or --total-bw conflicts with the "
                    "others (bounds in the network file included); relax it")

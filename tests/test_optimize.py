@@ -427,8 +427,9 @@ def test_independent_equality_rows():
 def test_unbounded_objectives():
     with pytest.raises(LibraError) as e:
         optimize(mix3(), NET3, COST)
-    assert str(e.value) == ("objective perf is unbounded: bandwidth of ring, fc, sw can grow without limit; add "
-                            "--total-bw, --budget, bw_max_gbps in the network file or a --constraint")
+    assert str(e.value) == ("objective perf has no minimizer: the bandwidth of ring, fc, sw can grow without limit "
+                            "and the time keeps falling as it grows; give --total-bw, --budget, or an upper bound "
+                            "such as --constraint 'bw[ring] <= GBPS' (or bw_max_gbps in the network file)")
     ppc = ("objective perf-per-cost has no minimizer: the network cost can shrink toward 0 under these constraints "
            "(only upper bounds, or bandwidth free to move to dimensions that cost nothing); add --total-bw or lower "
            "bounds (bw_min_gbps or a --constraint)")
@@ -472,26 +473,46 @@ def test_workload_errors():
     assert str(e.value) == "no workload given; pass --demand FILE or a trace prefix"
 
 
-def test_a_free_unbounded_dimension_has_no_minimizer():
-    free = cost_from_dict({"unit_prices_usd_per_gbps": {"x": {"link": 1.0}, "y": {"link": 2.0, "switch": 1.0},
-                                                        "z": {}}})
-    net = network_from_dict({"name": "t", "dimensions": [
-        {"name": "a", "topology": "Ring", "npus": 4, "cost_class": "x"},
-        {"name": "b", "topology": "Switch", "npus": 4, "cost_class": "y"},
-        {"name": "c", "topology": "FullyConnected", "npus": 2, "cost_class": "z"}]})
-    w = [Workload(single_class("w", (4, 4, 2), 1e6, [make_collective("ALL_REDUCE", 2**30, (4, 4, 2))]))]
-    msg = ("has no minimizer: c cost nothing in the cost model and their bandwidth can grow without limit; give them "
-           "a price or an upper bound (bw_max_gbps or a --constraint)")
+FREE_COST = cost_from_dict({"unit_prices_usd_per_gbps": {"x": {"link": 1.0}, "y": {"link": 2.0, "switch": 1.0},
+                                                          "z": {}}})
+FREE_NET = network_from_dict({"name": "t", "dimensions": [
+    {"name": "a", "topology": "Ring", "npus": 4, "cost_class": "x"},
+    {"name": "b", "topology": "Switch", "npus": 4, "cost_class": "y"},
+    {"name": "c", "topology": "FullyConnected", "npus": 2, "cost_class": "z"}]})
+FREE_W = [Workload(single_class("w", (4, 4, 2), 1e6, [make_collective("ALL_REDUCE", 2**30, (4, 4, 2))]))]
+FREE_LOWER = tuple(parse_constraint(f"bw[{i}] >= 1", FREE_NET) for i in range(3))
+FREE_CASES = [("min-cost", Constraints(time_target_ns=1e8)), ("perf-per-cost", Constraints(budget_usd=1e5, linear=FREE_LOWER))]
+
+
+@pytest.mark.parametrize("objective, cons", FREE_CASES)
+def test_a_free_dimension_that_stops_mattering_has_a_minimizer(objective, cons):
+    # LIBRA's max over dimensions: once c (which costs nothing, unbounded) is fast enough, the
+    # priced dimensions pace the all-reduce, so more c changes nothing: the optimum is attained.
+    r = optimize(FREE_W, FREE_NET, FREE_COST, objective=objective, constraints=cons, baselines=False)
+    assert r.success and r.rel_gap <= 1e-8 and r.best.feasible, r.message
+    a, b, c = r.bw_gbps
+    traffic = FREE_W[0].demand.rank_classes[0].collectives[0].traffic_bytes
+    assert math.isfinite(c) and traffic[2] / c < max(traffic[0] / a, traffic[1] / b)   # c no longer matters
+    # the same problem with c capped far above: the same optimum
+    capped = optimize(FREE_W, FREE_NET, FREE_COST, objective=objective, baselines=False,
+                      constraints=Constraints(cons.total_bw_gbps, cons.total_bw_is_upper_bound, cons.budget_usd,
+                                              cons.time_target_ns, cons.linear + (parse_constraint("bw[c] <= 1e8", FREE_NET),)))
+    assert r.fun == pytest.approx(capped.fun, rel=1e-8) and r.dual_bound <= capped.fun * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("objective, cons", FREE_CASES)
+def test_a_free_dimension_that_always_matters_has_no_minimizer(objective, cons):
+    # One chunk: the all-reduce takes the sum of its dimensions' times, so c always helps.
+    falls = "time x cost keeps falling" if objective == "perf-per-cost" else "the cost of meeting the time target keeps falling"
     with pytest.raises(LibraError) as e:
-        optimize(w, net, free, objective="min-cost", constraints=Constraints(time_target_ns=1e8))
-    assert str(e.value) == "objective min-cost " + msg
-    lower = tuple(parse_constraint(f"bw[{i}] >= 1", net) for i in range(3))
-    with pytest.raises(LibraError) as e:
-        optimize(w, net, free, objective="perf-per-cost", constraints=Constraints(budget_usd=1e5, linear=lower))
-    assert str(e.value) == "objective perf-per-cost " + msg
-    capped = lower + (parse_constraint("bw[c] <= 100", net),)
-    r = optimize(w, net, free, objective="perf-per-cost", constraints=Constraints(budget_usd=1e5, linear=capped))
-    assert r.success and r.bw_gbps[2] <= 100 * (1 + 1e-9)
+        optimize(FREE_W, FREE_NET, FREE_COST, objective=objective, constraints=cons, model=SUM1)
+    assert str(e.value) == (f"objective {objective} has no minimizer: c cost nothing in the cost model and their "
+                            f"bandwidth can grow without limit while {falls}; give them a price or an upper bound such "
+                            "as --constraint 'bw[c] <= GBPS' (or bw_max_gbps in the network file)")
+    capped = FREE_LOWER + (parse_constraint("bw[c] <= 100", FREE_NET),)
+    r = optimize(FREE_W, FREE_NET, FREE_COST, objective="perf-per-cost", model=SUM1,
+                 constraints=Constraints(budget_usd=1e5, linear=capped))
+    assert r.success and r.bw_gbps[2] == pytest.approx(100, rel=1e-6)
 
 
 def _bisected_split(need, total, lo, hi):

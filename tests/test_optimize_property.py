@@ -26,7 +26,7 @@ from libra_astra.model.cost import cost_from_dict
 from libra_astra.demand.types import Demand, RankClass, make_collective
 from libra_astra.errors import LibraError
 from libra_astra.model.network import network_from_dict
-from libra_astra.optimize.optimizer import Constraints, Workload, optimize
+from libra_astra.optimize.optimizer import Constraints, Workload, evaluate, optimize
 from libra_astra.timing.model import LIBRA, TimeModel, collective_rows
 
 EXAMPLES = int(os.environ.get("LIBRA_PROPERTY_EXAMPLES", "3"))
@@ -294,3 +294,64 @@ def test_against_brute_force(objective, kind):
         check(objective, kind, prob)
 
     run()
+
+
+# ------------------------------------------------------------------ dimensions nothing bounds
+
+FREE_COST = cost_from_dict({"name": "f", "unit_prices_usd_per_gbps": {**PRICES, "Z": {}}})
+
+
+def free_problem(seed: int, objective: str):
+    """A random problem with some dimensions nothing bounds (free of charge for perf-per-cost,
+    whose priced dimensions get lower bounds so the cost cannot vanish), 1-2 rank classes."""
+    rng = np.random.default_rng(seed)
+    D = int(rng.integers(2, 4))
+    free = [j for j in range(D) if rng.random() < 0.5] or [int(rng.integers(D))]
+    if objective == "perf-per-cost" and len(free) == D:
+        free = free[1:]                   # a network that costs nothing has no time x cost to minimize
+    dims = []
+    for j in range(D):
+        dim = {"name": f"d{j}", "topology": str(rng.choice(TOPOLOGIES)), "npus": 4,
+               "latency_ns": float(rng.choice([0.0, 100.0, 500.0])), "cost_class": "ABC"[j]}
+        if j in free:
+            dim["cost_class"] = "Z" if objective == "perf-per-cost" else dim["cost_class"]
+        else:
+            dim["bw_max_gbps"] = float(rng.uniform(20, 200))
+            dim["bw_min_gbps"] = 1.0
+        dims.append(dim)
+    net = network_from_dict({"name": "free", "dimensions": dims})
+    n_classes = int(rng.integers(1, 3))
+    size = net.npus_count // n_classes
+    classes = []
+    for q in range(n_classes):
+        colls = []
+        for _ in range(int(rng.integers(1, 4))):
+            parts = tuple(int(rng.choice([1, 4])) for _ in range(D))
+            parts = parts if any(p > 1 for p in parts) else (4,) * D
+            colls.append(make_collective(TYPES[int(rng.integers(4))], float(2 ** rng.uniform(16, 30)), parts, net=net))
+        classes.append(RankClass(float(10 ** rng.uniform(3, 7)), tuple(colls), size, tuple(range(q * size, (q + 1) * size))))
+    model = (LIBRA, TimeModel("pipelined", splits=1), TimeModel("pipelined", splits=4))[int(rng.integers(3))]
+    return net, [Workload(Demand("free", net.npus_per_dim, tuple(classes)))], model, free
+
+
+@pytest.mark.parametrize("objective", ["perf", "perf-per-cost"])
+@pytest.mark.parametrize("seed", range(4 * EXAMPLES))
+def test_free_dimensions_no_minimizer_is_refused_and_a_minimizer_is_found(objective, seed):
+    """Checked on the answer, with the models' own times: a solved problem's free dimensions no
+    longer matter (doubling them leaves the time as it is, to the last bits: not merely inside the
+    tolerance); a refused one still gains from cap 1e5 to cap 1e7 GB/s on them."""
+    net, w, model, free = free_problem(seed, objective)
+    try:
+        r = optimize(w, net, FREE_COST, objective=objective, model=model, baselines=False)
+    except LibraError as e:
+        assert "has no minimizer" in str(e) and "\n" not in str(e)
+
+        def capped(cap):
+            cons = Constraints(linear=tuple(parse_constraint(f"bw[{j}] <= {cap:g}", net) for j in free))
+            return optimize(w, net, FREE_COST, objective=objective, model=model, constraints=cons, baselines=False,
+                            rel_gap=1e-11).fun
+        assert capped(1e7) < capped(1e5) * (1 - 1e-11)
+        return
+    assert r.success and r.rel_gap <= 1e-8, r.message
+    doubled = [2 * b if j in free else b for j, b in enumerate(r.bw_gbps)]
+    assert evaluate(w, net, FREE_COST, doubled, model=model).time_ns == pytest.approx(r.best.time_ns, rel=1e-12, abs=0)

@@ -5,6 +5,7 @@ Reference values come from the time and cost models directly (optimize.evaluate)
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,8 @@ from scipy.optimize import minimize_scalar
 
 from libra_astra.optimize.constraints import parse_constraint
 from libra_astra.model.cost import cost_from_dict, load_cost
-from libra_astra.demand.types import make_collective, single_class
+from libra_astra.demand.synthetic import random_demand
+from libra_astra.demand.types import Dag, Demand, RankClass, make_collective, single_class
 from libra_astra.errors import LibraError
 from libra_astra.model.network import load_network, network_from_dict
 from libra_astra.optimize.optimizer import Constraints, Workload, evaluate, optimize
@@ -126,8 +128,9 @@ def test_perf_still_unbounded_when_the_uncapped_dimension_always_matters():
     net = capped_net()
     with pytest.raises(LibraError) as e:
         optimize(paced_by_capped_dims(net), net, COST, model=TimeModel("pipelined", splits=4))
-    assert str(e.value) == ("objective perf is unbounded: bandwidth of ring can grow without limit; add --total-bw, "
-                            "--budget, bw_max_gbps in the network file or a --constraint")
+    assert str(e.value) == ("objective perf has no minimizer: the bandwidth of ring can grow without limit and the "
+                            "time keeps falling as it grows; give --total-bw, --budget, or an upper bound such as "
+                            "--constraint 'bw[ring] <= GBPS' (or bw_max_gbps in the network file)")
 
 
 def test_min_cost_with_a_flat_optimal_face_is_certified_and_reports_one_gap():
@@ -167,3 +170,96 @@ def test_path_generation_stopped_early_is_not_called_optimal():
     assert r.message == ("not converged: the dependency-path generation stopped after 1 rounds with 1 critical "
                          "paths still missing; 1 dependency paths")
     assert r.dual_bound <= full.fun * (1 + 1e-12) and r.fun >= full.fun * (1 - 1e-12)
+
+
+
+# ------------------------------------------------------------------ no minimizer: decided by structure
+
+SSF = network_from_dict({"name": "ssf", "dimensions": [
+    {"name": "a", "topology": "Switch", "npus": 4, "latency_ns": 500, "cost_class": "A"},
+    {"name": "b", "topology": "Switch", "npus": 2, "latency_ns": 700, "cost_class": "B"},
+    {"name": "c", "topology": "FullyConnected", "npus": 2, "latency_ns": 300, "cost_class": "C"}]})
+
+
+def random_classes(seeds, compute_scale: float = 1.0) -> list[Workload]:
+    """One rank class per seed (the NPUs split evenly), three random collectives apiece."""
+    size = SSF.npus_count // len(seeds)
+    classes = []
+    for k, seed in enumerate(seeds):
+        rc = random_demand(SSF, 3, seed).rank_classes[0]
+        classes.append(RankClass(rc.compute_time_ns * compute_scale, rc.collectives, size,
+                                 tuple(range(k * size, (k + 1) * size))))
+    return [Workload(Demand("random", SSF.npus_per_dim, tuple(classes)))]
+
+
+def no_minimizer(names: str, first: str) -> str:
+    return (f"objective perf has no minimizer: the bandwidth of {names} can grow without limit and the time keeps "
+            f"falling as it grows; give --total-bw, --budget, or an upper bound such as --constraint "
+            f"'bw[{first}] <= GBPS' (or bw_max_gbps in the network file)")
+
+
+@pytest.mark.parametrize("model", [LIBRA, TimeModel("pipelined", splits=1), TimeModel("pipelined", splits=4, overlap=True)],
+                         ids=["libra", "pipelined", "pipelined-overlap"])
+def test_perf_with_two_rank_classes_and_no_bound_has_no_minimizer(model):
+    # Was: 6e8-1e10 GB/s "optimal: duality gap within tolerance". Every class communicates on
+    # dimensions nothing bounds, so the time falls as they grow, whatever the numbers; the capped
+    # solves were accepted once the time left to gain at the cap fell below the 1e-9 tolerance,
+    # which the slowest class's large compute time allowed here.
+    with pytest.raises(LibraError) as e:
+        optimize(random_classes((4, 104)), SSF, COST, model=model)
+    assert str(e.value) == no_minimizer("a, b, c", "a")
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e3])
+def test_perf_without_a_bound_is_refused_whatever_the_compute_share(scale):
+    # One class: refused before only while communication was a large share of its time.
+    with pytest.raises(LibraError) as e:
+        optimize(random_classes((4,), compute_scale=scale), SSF, COST)
+    assert str(e.value) == no_minimizer("a, b, c", "a")
+
+
+def paced_ring_and_free_switch(ring_bytes: float) -> tuple:
+    """Class A: 1 ms of compute and an all-reduce on the switch, which nothing bounds; class B:
+    10 ns of compute and an all-reduce on the ring, capped at 100 GB/s."""
+    net = network_from_dict({"name": "rs", "dimensions": [
+        {"name": "ring", "topology": "Ring", "npus": 4, "latency_ns": 100, "cost_class": "A", "bw_max_gbps": 100},
+        {"name": "sw", "topology": "Switch", "npus": 4, "latency_ns": 500, "cost_class": "C"}]})
+    a = RankClass(1e6, (make_collective("ALL_REDUCE", 2**20, (1, 4), net=net),), 8, tuple(range(8)))
+    b = RankClass(10.0, (make_collective("ALL_REDUCE", ring_bytes, (4, 1), net=net),), 8, tuple(range(8, 16)))
+    return net, [Workload(Demand("mixed", (4, 4), (a, b)))]
+
+
+def test_perf_refused_when_the_class_on_the_free_dimension_sets_the_time():
+    # Class B never needs the switch, so no structure alone refuses it; but class A is always the
+    # slowest and its time falls as the switch grows. Was: 5e9 GB/s on the switch, "optimal".
+    net, w = paced_ring_and_free_switch(2**20)
+    with pytest.raises(LibraError) as e:
+        optimize(w, net, COST)
+    assert str(e.value) == no_minimizer("sw", "sw")
+
+
+def test_perf_solved_when_a_bounded_class_sets_the_time():
+    # Class B (ring at its cap) is slower than class A can ever be: once the switch is fast
+    # enough, it no longer matters, and the optimum is attained.
+    net, w = paced_ring_and_free_switch(2**32)
+    r = optimize(w, net, COST)
+    assert r.success and r.rel_gap <= 1e-8, r.message
+    assert r.bw_gbps[0] == pytest.approx(100.0) and np.isfinite(r.bw_gbps[1])
+    assert r.fun == pytest.approx(evaluate(w, net, COST, (100.0, 1e9)).time_ns, rel=1e-9)
+
+
+def test_overlap_attained_although_the_summed_time_has_no_minimizer():
+    # 1 ms of compute beside (not before) a 16 GiB all-reduce on the switch, which nothing
+    # bounds: summed, more switch bandwidth always helps; overlapped, not once the all-reduce
+    # hides under the compute. Was refused by the summed problem that seeds the dependency paths.
+    net, _ = paced_ring_and_free_switch(0)
+    ar = make_collective("ALL_REDUCE", 2**34, (1, 4), net=net)
+    dag = Dag((("comp", 1e6), ("coll", 0)), ())
+    w = [Workload(Demand("beside", (4, 4), (RankClass(1e6, (ar,), 16, tuple(range(16)), dag),)))]
+    model = TimeModel("pipelined", splits=1, overlap=True)
+    r = optimize(w, net, COST, model=model)
+    assert r.success and r.rel_gap <= 1e-8, r.message
+    assert r.fun == pytest.approx(1e6, rel=1e-9) and np.isfinite(r.bw_gbps[1])
+    with pytest.raises(LibraError) as e:
+        optimize(w, net, COST, model=replace(model, overlap=False))
+    assert str(e.value) == no_minimizer("sw", "sw")

@@ -3,7 +3,8 @@
 The run happens in a fresh ``DIR/sim/`` (stdout.txt, stderr.txt, the logging folder ``log/`` and
 result.json). The simulator is trusted only when it exits 0 AND every NPU printed its ``finished``
 line: several failures (a dependency that never resolves, collectives that do not match across
-ranks) exit 0 with ranks missing.
+ranks) exit 0 with ranks missing. A rank reported finished at cycle 0 although its rank file holds
+work is refused too (zero_time.py): that binary did not run the nodes.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .. import limits, publish
 from ..errors import LibraError
 from .manifest import BINARY_ENV, DEFAULT_BINARY, load_manifest
 from .parse import OutputParser, RankStats
+from .zero_time import zero_time_failure
 
 SIM_DIR = "sim"
 # The simulator holds every node of every rank in memory from the start: peak RSS 1.60 GB for the
@@ -175,7 +177,9 @@ def simulate(run_dir: str | os.PathLike, binary: str | os.PathLike | None = None
     ------
     LibraError
         No binary, not an emitted directory, an existing ``sim/``, not enough memory, a timeout, a
-        non-zero exit, or a rank without its ``finished`` line. The message ends with the simulator's last lines.
+        non-zero exit, a rank without its ``finished`` line, or a rank finished at 0 cycles although
+        its rank file holds compute or communication (every rank at 0 while a positive time was
+        predicted, likewise). The message ends with the simulator's last lines.
     """
     run = Path(run_dir)
     manifest = load_manifest(run)
@@ -218,6 +222,10 @@ def simulate(run_dir: str | os.PathLike, binary: str | os.PathLike | None = None
             failure = (f"{run}: ASTRA-sim exited 0 but {len(missing)} of {npus} ranks never finished "
                        f"(ranks {shown_m}); a dependency never resolved or collectives do not match across ranks"
                        f"{_last_output(tmp, tail)}")
+        else:
+            zero = zero_time_failure(run, manifest, parsed.ranks, exe)
+            if zero is not None:
+                failure = f"{run}: {zero}; see {sim}/stdout.txt"
     if failure is not None:
         # keep the failed run's output for inspection where the message points
         _publish_sim(tmp, sim, overwrite)

@@ -28,7 +28,8 @@ from ..model.network import Network
 from ..timing.predict import critical_path_nodes, predict
 from .problem import OBJECTIVES, Constraints, ScaledProblem, Workload, build_problem, linear_rows, unscale
 from .terms import node_path_terms
-from .solver import ConvexProblem, solve, term_values, unbounded_coordinates
+from . import bounded
+from .solver import solve, term_values, unbounded_coordinates
 from ..timing.model import LIBRA, TimeModel, demand_time
 from ..timing.rows import column
 
@@ -118,46 +119,6 @@ def _feasible(bw, net, cons: Constraints, t: float, c: float, tol: float = 1e-6)
 # ------------------------------------------------------------------ problem building
 
 
-def _check_bounded(b: ScaledProblem, net: Network, objective: str) -> list[int]:
-    """Refuse problems whose infimum is not attained, naming the cause and the fix. For perf,
-    returns the used dimensions whose bandwidth can grow without limit: the optimum may still be
-    attained (a dimension stops mattering once every collective crossing it is paced by a capped
-    dimension), which only solving can tell (see _solve_capped)."""
-    p = b.problem
-    D = b.D
-    used = np.flatnonzero(p.A[:, :D].max(axis=0) > 0)
-    if objective == "perf":
-        return unbounded_coordinates(p, used)
-    if objective == "perf-per-cost" and unbounded_coordinates(p, np.array([b.s_index])):
-        raise LibraError("objective perf-per-cost has no minimizer: the network cost can shrink toward 0 under "
-                         "these constraints (only upper bounds, or bandwidth free to move to dimensions that cost "
-                         "nothing); add --total-bw or lower bounds (bw_min_gbps or a --constraint)")
-    # A used dimension that costs nothing and has no upper bound improves the time for free forever.
-    price = np.array(b.price_per_gbps)
-    free = used[price[used] == 0]
-    bad = unbounded_coordinates(p, free) if free.size else []
-    if bad:
-        names = ", ".join(net.dims[j].name for j in bad)
-        raise LibraError(f"objective {objective} has no minimizer: {names} cost nothing in the cost model and "
-                         "their bandwidth can grow without limit; give them a price or an upper bound "
-                         "(bw_max_gbps or a --constraint)")
-    return []
-
-
-def _unbounded_error(net: Network, bad: Sequence[int]) -> LibraError:
-    names = ", ".join(net.dims[j].name for j in bad)
-    return LibraError(f"objective perf is unbounded: bandwidth of {names} can grow without limit; "
-                      "add --total-bw, --budget, bw_max_gbps in the network file or a --constraint")
-
-
-def _relaxed(p: ConvexProblem, bad: Sequence[int]) -> ConvexProblem:
-    """The problem with the bandwidth of ``bad`` at infinity (their columns of the rows removed):
-    every row can only get smaller, so its dual bound is a lower bound on the uncapped optimum."""
-    A = p.A.copy()
-    A[:, list(bad)] = 0.0
-    return replace(p, A=A)
-
-
 def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, objective: str = "perf",
              constraints: Constraints = Constraints(), model: TimeModel = LIBRA, rel_gap: float = 1e-9,
              baselines: bool = True, max_path_rounds: int = MAX_PATH_ROUNDS) -> OptimizeResult:
@@ -170,7 +131,8 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
     Raises
     ------
     LibraError
-        Infeasible or unbounded problems, bad weights, a demand for another network shape.
+        Infeasible problems, problems without a minimizer (bounded.py), bad weights, a demand for
+        another network shape.
     """
     start_for, start_bw = None, None
     try:
@@ -230,16 +192,22 @@ def _linear_feasible(net: Network, cost: CostModel, cons: Constraints) -> bool:
 
 
 def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_for=None, start_bw=None,
-                 max_rounds=MAX_PATH_ROUNDS, cache=None):
+                 max_rounds=MAX_PATH_ROUNDS, cache=None, seed=False):
     """(built problem, solver result, bandwidths, number of dependency paths used).
 
     ``start_bw``: bandwidths whose critical paths seed the path generation (a min-cost start
     meets the target only with overlap); by default the no-overlap optimum seeds it. ``cache``
-    holds the scaled rows of the demands, shared by the no-overlap start and the paths."""
+    holds the scaled rows of the demands, shared by the no-overlap start and the paths.
+    ``seed``: only a starting point is wanted, so a problem without a minimizer gives its
+    capped solution instead of the refusal."""
     cache = {} if cache is None else cache
-    # perf's dimensions without an upper bound (decided on the first build) and the caps found
-    # to leave the optimum unchanged.
+    # The free coordinates (decided on the first build, see bounded.py), the cap in use and
+    # whether the last solve still felt it.
     state: dict = {}
+    floor = 0.0
+    if start_bw is not None:
+        # min-cost's start must fit under the caps
+        floor = 2.0 * float(np.max(start_bw))
 
     def build(paths, caps=()):
         c = replace(cons, linear=cons.linear + tuple(caps))
@@ -249,19 +217,33 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
         return [start_for(b)] if start_for else b.guesses
 
     def run(paths):
-        if "bad" not in state:
+        if "free" not in state:
             b = build(paths)
-            state["bad"] = _check_bounded(b, net, objective)
-            if not state["bad"]:
-                state["caps"] = ()
+            if objective == "perf-per-cost" and bounded.cost_can_vanish(b):
+                raise bounded.vanishing_cost()
+            state["free"], state["power"] = bounded.free_coordinates(b), 1
+            if not state["free"]:
                 res = solve(b.problem, guesses(b), rel_gap=rel_gap)
                 return b, res, unscale(b, res, objective)
-            b, res, state["caps"] = _solve_capped(build, paths, b, state["bad"], net, rel_gap)
+            # Paths are a part of the graph's: only the classes themselves prove it.
+            if paths is None and objective != "min-cost" and bounded.falls_everywhere(b.problem, state["free"]):
+                if not seed:
+                    raise bounded.no_minimizer(net, objective, state["free"])
+                # a start for the dependency paths: any cap will do
+                b = build(paths, bounded.caps(b, state["free"], 2, floor))
+                res = solve(b.problem, guesses(b), rel_gap=rel_gap)
+                return b, res, unscale(b, res, objective)
+        elif not state["free"]:
+            b = build(paths)
+            res = solve(b.problem, guesses(b), rel_gap=rel_gap)
             return b, res, unscale(b, res, objective)
-        b = build(paths, state["caps"])
-        res = solve(b.problem, guesses(b), rel_gap=rel_gap / 3 if state["bad"] else rel_gap)
-        if state["bad"]:
-            res = _uncapped_certificate(build(paths), b, res, state["bad"], net, rel_gap)
+        b, res, power, settled = bounded.solve_capped(build, paths, state["free"], state["power"], guesses, rel_gap,
+                                                      floor)
+        # The next round of paths starts from the cap that settled; after none did, from the
+        # smallest again (the paths found at the largest cap may let a small one settle).
+        state["power"], state["open"] = (power if settled else 1), not settled
+        if not settled and paths is None and not seed:
+            raise bounded.no_minimizer(net, objective, state["free"])
         return b, res, unscale(b, res, objective)
 
     if not model.overlap:
@@ -273,7 +255,7 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
         bw = np.asarray(start_bw, dtype=float)
     else:
         _, _, bw, _ = _solve_model(workloads, net, cost, cons, objective, replace(model, overlap=False), rel_gap,
-                                   cache=cache)
+                                   cache=cache, seed=True)
     paths: dict = {}
     total_time = 0.0
     steps = 0
@@ -305,39 +287,12 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
         total_time += res.solve_time_s
         steps += 1
     assert b is not None and res is not None
+    if state.get("open"):
+        # Every critical path at the largest cap is in the problem, and the free rows still set
+        # the time there.
+        raise bounded.no_minimizer(net, objective, state["free"])
     res = replace(res, solve_time_s=total_time)
     return b, res, bw, n_solved
-
-
-def _caps(bad: Sequence[int], D: int, cap_gbps: float) -> tuple[LinearConstraint, ...]:
-    return tuple(LinearConstraint(tuple(1.0 if i == j else 0.0 for i in range(D)), "<=", cap_gbps,
-                                  f"bw[{j}] <= {cap_gbps:g}") for j in bad)
-
-
-def _solve_capped(build, paths, b: ScaledProblem, bad, net: Network, rel_gap: float):
-    """perf with dimensions whose bandwidth can grow without limit: the optimum is attained iff
-    some finite cap on them leaves the value of the problem with those bandwidths at infinity
-    (a lower bound) unchanged. Caps grow tenfold until one does; the result's dual bound is the
-    lower bound, so its certificate holds for the problem without caps."""
-    for k in range(1, 9):
-        bk = build(paths, _caps(bad, b.D, b.b0 * 10.0 ** k))
-        rk = solve(bk.problem, bk.guesses, rel_gap=rel_gap / 3)
-        try:
-            return bk, _uncapped_certificate(b, bk, rk, bad, net, rel_gap), _caps(bad, b.D, b.b0 * 10.0 ** k)
-        except LibraError:
-            continue
-    raise _unbounded_error(net, bad)
-
-
-def _uncapped_certificate(b: ScaledProblem, bk: ScaledProblem, rk, bad, net: Network, rel_gap: float):
-    """rk (solved with caps on ``bad``) with the dual bound of the uncapped problem ``b`` relaxed to
-    infinite bandwidth on ``bad``; LibraError if the caps cost more than the tolerance."""
-    rr = solve(_relaxed(b.problem, bad), b.guesses, rel_gap=rel_gap / 3)
-    lower = rr.dual_bound * b.t0 / bk.t0
-    if not (rk.success and math.isfinite(lower) and rk.fun - lower <= rel_gap * max(abs(rk.fun), 1e-300)):
-        raise _unbounded_error(net, bad)
-    return replace(rk, dual_bound=lower, gap=rk.fun - lower, newton_steps=rk.newton_steps + rr.newton_steps,
-                   solve_time_s=rk.solve_time_s + rr.solve_time_s)
 
 
 def _min_cost_start(workloads, net, cost, cons: Constraints, model):

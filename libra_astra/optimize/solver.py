@@ -1074,6 +1074,9 @@ def _best_over_equalities(p: ConvexProblem, lay: _Layout, alpha: np.ndarray, bet
     fN = basis.T @ p.f
     # Where the unconstrained minimiser sqrt(b / a) passes ub, the inf is taken at ub instead.
     cut = np.where(np.isfinite(ub), b / (ub * ub), 0.0)
+    # ub where finite, else 1: the branch of np.where that is not taken is still computed, and
+    # 0 * inf there would warn
+    ubf = np.where(np.isfinite(ub), ub, 1.0)
 
     def parts(theta):
         a = a0 + ER @ theta
@@ -1082,7 +1085,7 @@ def _best_over_equalities(p: ConvexProblem, lay: _Layout, alpha: np.ndarray, bet
             return -math.inf, None, None
         ai = np.where(inner, a, 1.0)
         root = np.sqrt(b / ai)
-        g = np.where(inner, 2.0 * np.sqrt(ai * b), np.where(np.isfinite(ub), a * ub + b / ub, 0.0))
+        g = np.where(inner, 2.0 * np.sqrt(ai * b), np.where(np.isfinite(ub), a * ubf + b / ubf, 0.0))
         xs = np.where(inner, root, np.where(np.isfinite(ub), ub, 0.0))
         curv = np.where(inner, -0.5 * root / ai, 0.0)          # d2g/da2 = -sqrt(b) / (2 a^1.5)
         return float(g.sum() - fN @ theta), ER.T @ xs - fN, (ER.T * curv) @ ER
