@@ -37,6 +37,25 @@ def fake(tmp_path, monkeypatch):
     return use
 
 
+@pytest.fixture
+def ring4_switch4_allreduce(tmp_path):
+    """(network, directory): Ring 4 x Switch 4 in net.yml and a one-class demand ar.json holding one
+    1 GiB all-reduce over all 16 NPUs and 100 us of compute: the workload of the recorded
+    real_ring4_switch4_k4 outputs."""
+    import json
+
+    from libra_astra.demand.types import demand_to_dict, make_collective, single_class
+    from libra_astra.model.network import dump_network, network_from_dict
+
+    net = network_from_dict({"name": "r4s4", "dimensions": [
+        {"name": "ring", "topology": "Ring", "npus": 4, "latency_ns": 500, "cost_class": "InterPackage"},
+        {"name": "switch", "topology": "Switch", "npus": 4, "latency_ns": 700, "cost_class": "InterPod"}]})
+    (tmp_path / "net.yml").write_text(dump_network(net))
+    demand = single_class("ar", net.npus_per_dim, 1e5, [make_collective("ALL_REDUCE", 2**30, (4, 4), net=net)])
+    (tmp_path / "ar.json").write_text(json.dumps(demand_to_dict(demand)))
+    return net, tmp_path
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session, exitstatus):
     """Collect garbage before the summary: a future that Dask's in-process cluster left behind on

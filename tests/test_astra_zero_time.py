@@ -16,7 +16,7 @@ from libra_astra.demand.workload import load_workloads
 from libra_astra.errors import LibraError
 from libra_astra.loop import run_loop
 from libra_astra.model.cost import load_cost
-from libra_astra.model.network import dump_network, network_from_dict
+from libra_astra.model.network import network_from_dict
 from libra_astra.optimize.design import Design, WorkloadRef
 from libra_astra.optimize.optimizer import Constraints
 from libra_astra.traces import chakra_io as cio
@@ -121,14 +121,8 @@ def test_all_zero_without_work_or_prediction_gives_no_division_by_zero(tmp_path,
 
 
 @pytest.fixture
-def loop_inputs(tmp_path):
-    net = network_from_dict({"name": "r4s4", "dimensions": [
-        {"name": "ring", "topology": "Ring", "npus": 4, "latency_ns": 500, "cost_class": "InterPackage"},
-        {"name": "switch", "topology": "Switch", "npus": 4, "latency_ns": 700, "cost_class": "InterPod"}]})
-    (tmp_path / "net.yml").write_text(dump_network(net))
-    demand = single_class("ar", net.npus_per_dim, 1e5, [make_collective("ALL_REDUCE", 2**30, (4, 4), net=net)])
-    (tmp_path / "ar.json").write_text(json.dumps(demand_to_dict(demand)))
-    return net, tmp_path
+def loop_inputs(ring4_switch4_allreduce):
+    return ring4_switch4_allreduce
 
 
 def test_loop_records_no_zero_cycle_run(loop_inputs, fake):

@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from libra_astra.cli import main
+from cli_run import one_line_error, run
 from libra_astra.timing.settings import header, model_settings, resolve_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,18 +17,6 @@ DLRM = str(ROOT / "traces/dlrm_16/dlrm")
 RESNET = str(ROOT / "traces/resnet50_dp16/resnet50")
 COMMON = ["--network", NET, "--cost", COST, "--total-bw", "300"]
 DEFAULT_HEADER = header("perf", model_settings(resolve_model()))
-
-
-def run(*args, ok=True):
-    r = CliRunner().invoke(main, [str(a) for a in args])
-    if ok:
-        assert r.exit_code == 0, r.output
-    return r
-
-
-def one_line_error(r, message):
-    assert r.exit_code != 0 and "Traceback" not in r.output
-    assert r.output.strip().splitlines() == [f"Error: {message}"], r.output
 
 
 @pytest.fixture(scope="module")

@@ -14,11 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from libra_astra.cli import main
-from libra_astra.demand.types import demand_to_dict, make_collective, single_class
 from libra_astra.demand.workload import load_workloads
 from libra_astra.loop import run_loop
 from libra_astra.model.cost import load_cost
-from libra_astra.model.network import dump_network, network_from_dict
 from libra_astra.optimize.optimizer import Constraints
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,14 +24,8 @@ RECORDED_NS = 9_375_036
 
 
 @pytest.fixture
-def inputs(tmp_path):
-    net = network_from_dict({"name": "r4s4", "dimensions": [
-        {"name": "ring", "topology": "Ring", "npus": 4, "latency_ns": 500, "cost_class": "InterPackage"},
-        {"name": "switch", "topology": "Switch", "npus": 4, "latency_ns": 700, "cost_class": "InterPod"}]})
-    (tmp_path / "net.yml").write_text(dump_network(net))
-    demand = single_class("ar", net.npus_per_dim, 1e5, [make_collective("ALL_REDUCE", 2**30, (4, 4), net=net)])
-    (tmp_path / "ar.json").write_text(json.dumps(demand_to_dict(demand)))
-    return net, tmp_path
+def inputs(ring4_switch4_allreduce):
+    return ring4_switch4_allreduce
 
 
 def test_run_loop_simulates_the_design_and_baselines_then_stops_calibrating(inputs, fake):

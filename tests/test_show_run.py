@@ -13,28 +13,20 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from libra_astra.astra import simulate
 from libra_astra.astra.record import read_run
-from libra_astra.cli import main
 from libra_astra.errors import LibraError
+
+from cli_run import one_line_error as _one_line_error, run
 
 ROOT = Path(__file__).resolve().parents[1]
 NET = str(ROOT / "network_configs/sample_4x4.yml")
 RECORDED_NS = 9_375_036          # real_ring4_switch4_k4.stdout: every rank finishes then
 
 
-def run(*args, ok=True):
-    r = CliRunner().invoke(main, [str(a) for a in args])
-    if ok:
-        assert r.exit_code == 0, r.output
-    return r
-
-
 def one_line_error(r, message):
-    assert r.exit_code == 1 and "Traceback" not in r.output
-    assert r.output.strip().splitlines() == [f"Error: {message}"], r.output
+    _one_line_error(r, message, exit_code=1)
 
 
 @pytest.fixture(scope="module")

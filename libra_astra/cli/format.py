@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from ..spans import rank_spans
 
 
 def fmt_time(ns: float, digits: int = 4) -> str:
@@ -29,20 +29,7 @@ def fmt_bytes(x: float) -> str:
     return f"{x:.0f} B"
 
 
-def fmt_ranges(values: Sequence[int], limit: int = 6) -> str:
-    """0,1,2,3,8 -> '0-3,8' (at most ``limit`` pieces)."""
-    vals = sorted(values)
-    parts: list[str] = []
-    i = 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        parts.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
-        i = j + 1
-    if len(parts) > limit:
-        parts = parts[:limit] + ["..."]
-    return ",".join(parts)
+fmt_ranges = rank_spans     # 0,1,2,3,8 -> '0-3,8'
 
 
 def table(rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:

@@ -35,10 +35,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple
 
 from ..errors import LibraError
 from ..files import load_yaml, read_json
+from ..spans import rank_spans
 
 GIVEN, NAMED, FIXED, GUESSED = "given", "named", "fixed", "guessed"
 _KEYS = ("op", "nth", "size_bytes", "ranks", "group", "desc")
@@ -262,20 +263,6 @@ def _given(rule: GroupRule, rg: RankGroups, group_size: int, path: str) -> str |
     return name
 
 
-def _spans(ranks: Sequence[int], limit: int = 6) -> str:
-    """0,1,2,3,8 -> '0-3,8'."""
-    vals = sorted(ranks)
-    parts: list[str] = []
-    i = 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        parts.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
-        i = j + 1
-    return ",".join(parts[:limit] + (["..."] if len(parts) > limit else []))
-
-
 class GuessedOp(NamedTuple):
     """Typed collectives whose group was guessed: the ``nth`` ``op`` of ``size_bytes`` on ``ranks``."""
 
@@ -286,7 +273,7 @@ class GuessedOp(NamedTuple):
     ranks: tuple[int, ...]
 
     def text(self) -> str:
-        return (f"{self.op} #{self.nth} ({self.size_bytes:,} B) on ranks {_spans(self.ranks)} -> "
+        return (f"{self.op} #{self.nth} ({self.size_bytes:,} B) on ranks {rank_spans(self.ranks)} -> "
                 f"{'all ranks' if self.pg_name is None else 'group ' + self.pg_name}")
 
 
