@@ -16,7 +16,7 @@ from test_doctor import attr, comp, coll, write_set
 
 from libra_astra.astra.parse import parse_output
 from libra_astra.cli import main
-from libra_astra.doctor import CHECKS, FAILS, NOTE, SYSTEM_CODES, WRONG, diagnose, fix
+from libra_astra.doctor import CHECKS, FAILS, SYSTEM_CODES, diagnose, fix
 from libra_astra.errors import LibraError
 
 ROOT = Path(__file__).resolve().parents[1]

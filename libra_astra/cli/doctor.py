@@ -90,7 +90,7 @@ def doctor_command(ctx: click.Context, prefix: str, network_path: str | None, co
       libra-astra doctor tests/fixtures/real/tpdp4/tpdp4
       libra-astra doctor traces/gpt3_tp8_dp8/gpt3 --network network_configs/sample_8x8.yml --splits 4 --json
       libra-astra doctor tests/fixtures/real/tpdp4/tpdp4 --fix --out /tmp/tpdp4 --force
-      libra-astra doctor traces/dlrm_16/dlrm -n network_configs/sample_4x4.yml --system system.json
+      libra-astra doctor traces/dlrm_16/dlrm -n network_configs/sample_4x4.yml --system tests/fixtures/system/direct_4x4.json
     """
     from ..doctor import diagnose, fix
 
