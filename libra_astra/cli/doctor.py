@@ -31,13 +31,17 @@ def _grouped(d: "Diagnosis", notes: bool = True) -> list[tuple[list[int | None],
 
 
 def _lines(d: "Diagnosis", notes: bool = True) -> list[str]:
+    from ..doctor import SYSTEM_CODES
+
     out = []
     for ranks, f in _grouped(d, notes):
         where = "set" if ranks == [None] else (f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {fmt_ranges(ranks)}")
         out.append(f"{_LABEL[f.severity]} {f.code} ({where}): {f.problem}")
         out.append(f"  ASTRA-sim: {f.effect}")
         if f.severity != NOTE:
-            out.append(f"  fix: {f.fix}" + (" (--fix does it)" if f.fixable else " (--fix cannot)"))
+            how = (" (in the system file: --fix never edits it)" if f.code in SYSTEM_CODES else
+                   " (--fix does it)" if f.fixable else " (--fix cannot)")
+            out.append(f"  fix: {f.fix}{how}")
     return out
 
 
@@ -45,8 +49,9 @@ def _summary(d: "Diagnosis") -> str:
     n = {s: sum(f.severity == s for f in d.findings) for s in (FAILS, WRONG, NOTE)}
     verdict = ("ASTRA-sim would fail on it" if d.fails else
                "ASTRA-sim runs it, but simulates something else" if n[WRONG] else "ASTRA-sim runs it")
-    return (f"{d.prefix}: {d.num_ranks} ranks, {d.num_nodes} nodes; {n[FAILS]} failing, {n[WRONG]} wrong-result, "
-            f"{n[NOTE]} note findings: {verdict}")
+    against = f" (with {d.system})" if d.system else ""
+    return (f"{d.prefix}{against}: {d.num_ranks} ranks, {d.num_nodes} nodes; {n[FAILS]} failing, {n[WRONG]} "
+            f"wrong-result, {n[NOTE]} note findings: {verdict}")
 
 
 @click.command("doctor", cls=Command)
@@ -56,8 +61,12 @@ def _summary(d: "Diagnosis") -> str:
                    "rank-count and involved_dim checks.")
 @click.option("--comm-groups", type=click.Path(exists=True, dir_okay=False),
               help="The --comm-group-configuration file ASTRA-sim will get [default: PREFIX.groups.json when it exists].")
-@click.option("--splits", default=1, show_default=True, type=click.IntRange(min=1),
-              help="preferred-dataset-splits of the system config: sizes should be multiples of it.")
+@click.option("--splits", default=None, type=click.IntRange(min=1),
+              help="preferred-dataset-splits of the system config: sizes should be multiples of it "
+                   "[default: --system's, else 1].")
+@click.option("--system", "system_path", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+              help="The ASTRA-sim system.json the set will run with (read, never modified): checks its traps "
+                   "against the set's collectives and the network.")
 @click.option("--fix", "do_fix", is_flag=True, help="Write a fixed copy at --out (the input is never modified).")
 @click.option("--out", "out_prefix", default=None, metavar="NEWPREFIX",
               help="Prefix of the fixed copy: NEWPREFIX.RANK.et (plain) and NEWPREFIX.groups.json if groups are used.")
@@ -66,20 +75,22 @@ def _summary(d: "Diagnosis") -> str:
               "else (WRONG findings).")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings (and the fix) as JSON.")
 @click.pass_context
-def doctor_command(ctx: click.Context, prefix: str, network_path: str | None, comm_groups: str | None, splits: int,
-                   do_fix: bool, out_prefix: str | None, force: bool, strict: bool, as_json: bool) -> None:
+def doctor_command(ctx: click.Context, prefix: str, network_path: str | None, comm_groups: str | None,
+                   splits: int | None, system_path: str | None, do_fix: bool, out_prefix: str | None, force: bool,
+                   strict: bool, as_json: bool) -> None:
     """Check the trace set PREFIX.RANK.et[.gz] against every way ASTRA-sim is known to crash or
     silently misbehave, with the nodes, what the simulator would do and the fix.
 
     Exit code 1 when ASTRA-sim would fail on the set (abort, non-zero exit, or a rank that never
     finishes; with --strict also when it would simulate something else); with --fix, the same
-    for the copy.
+    for the copy. --fix repairs the traces only: the --system file is never rewritten.
 
     \b
     Examples:
       libra-astra doctor tests/fixtures/real/tpdp4/tpdp4
       libra-astra doctor traces/gpt3_tp8_dp8/gpt3 --network network_configs/sample_8x8.yml --splits 4 --json
       libra-astra doctor tests/fixtures/real/tpdp4/tpdp4 --fix --out /tmp/tpdp4 --force
+      libra-astra doctor traces/dlrm_16/dlrm -n network_configs/sample_4x4.yml --system tests/fixtures/system/direct_4x4.json
     """
     from ..doctor import diagnose, fix
 
@@ -88,12 +99,13 @@ def doctor_command(ctx: click.Context, prefix: str, network_path: str | None, co
     if out_prefix and not do_fix:
         raise click.UsageError("--out is the prefix of the fixed copy; give it with --fix")
     with Progress(f"checking {prefix}") as p:
-        d = diagnose(prefix, network=network_path, groups=comm_groups, splits=splits, on_progress=p)
+        d = diagnose(prefix, network=network_path, groups=comm_groups, splits=splits, system=system_path,
+                     on_progress=p)
     res = None
     if do_fix:
         with Progress(f"fixing into {out_prefix}") as p:
             res = fix(prefix, out_prefix, network=network_path, groups=comm_groups, splits=splits,
-                      overwrite=force, on_progress=p)
+                      system=system_path, overwrite=force, on_progress=p)
     if as_json:
         out = d.to_dict()
         if res is not None:

@@ -157,4 +157,113 @@ _C = [
           "type them as collectives: --type-cpu-collectives on demand, optimize, loop (the converter only "
           "types NCCL kernels)", False),
 ]
-CHECKS: dict[str, Check] = {c.code: c for c in _C}
+
+# With --system FILE: the system.json against the set's collectives and the network (doctor/system_checks.py).
+# Every effect was measured on the 518bd51 analytical congestion-unaware binary.
+_RUNS_NOTHING = 'exit 0, "Hardware Resource ... has unreleased nodes", no rank finished'
+_SYSTEM = [
+    Check("implementation-long", FAILS, "{examples}",
+          "aborts at start: assertion `collective_impl.size() <= dimension_size.size()` (GeneralComplexTopology)",
+          "give one entry per network dimension", False),
+    Check("no-implementation", FAILS, "{n} collectives of a kind the system file has no implementation for "
+          "({examples})", 'throws "No collective implementation found for the given type": ' + _RUNS_NOTHING,
+          "add the kind's *-implementation list, one name per network dimension", False),
+    Check("splits-invalid", FAILS, "{examples}", "{arg}", "set preferred-dataset-splits to an integer >= 1", False),
+    Check("endpoint-delay-negative", FAILS, "{examples}",
+          "aborts at the first collective: assertion `event_time_ns >= event_queue->get_current_time()` "
+          "(CommonNetworkApi::sim_schedule)", "set endpoint-delay to an integer number of ns >= 1", False),
+    Check("endpoint-delay-zero", FAILS, "{n} collectives with no dependency, so they start at t = 0, with "
+          "endpoint-delay 0 ({examples})", "aborts: assertion `current_event_list.get_event_time() > current_time` "
+          "(EventQueue::proceed: an event at t = 0)", "set endpoint-delay to 1 ns or more", False),
+    Check("active-chunks-invalid", FAILS, "{examples}", "no collective phase is ever started: " + _RUNS_NOTHING,
+          "set active-chunks-per-dimension to 1 (or more)", False),
+    Check("no-phase", FAILS, "{n} collectives that run on no dimension under the system file ({examples})",
+          "the collective generates no phase and never finishes: " + _RUNS_NOTHING,
+          "give every dimension an implementation (a one* entry makes its dimension the whole machine: that "
+          "involved_dim entry must be true)", False),
+    Check("hd-all-to-all", FAILS, "{n} ALL_TO_ALL collectives with halvingDoubling ({examples})",
+          'exits 1: "Exiting because of unknown communication type for HalvingDoubling collective algorithm"',
+          "use ring or direct in all-to-all-implementation", False),
+    Check("hd-not-power-of-two", FAILS, "{n} collectives with halvingDoubling on a ring whose size is not a power "
+          "of two ({examples})", "its log2 steps are truncated and the phase never completes: " + _RUNS_NOTHING,
+          "use ring or direct there (ASTRA-sim checks nothing)", False),
+    Check("tree-not-power-of-two", FAILS, "{n} collectives with doubleBinaryTree on a dimension whose size is not a "
+          "power of two ({examples})", "segmentation fault", "use ring there (ASTRA-sim checks nothing)", False),
+    Check("tree-sub-group", FAILS, "{n} sub-group collectives with a one-entry doubleBinaryTree list ({examples})",
+          "segmentation fault: the group's ring topology is used as a tree",
+          "use ring for that kind (sub-groups run one ring over their members)", False),
+    Check("optimization-absent", FAILS, "{n} ALL_REDUCE collectives on several dimensions without "
+          "collective-optimization ({examples})", "the optimization is left uninitialized: " + _RUNS_NOTHING,
+          "set collective-optimization to localBWAware (hierarchical) or baseline", False),
+    Check("all-gather-small", FAILS, "{n} ALL_GATHER collectives smaller than the {arg} splits ({examples})",
+          "cuts 0-byte chunks: the collective never ends (the run hangs, or exits 0 with no rank finished)",
+          "give all-gathers at least preferred-dataset-splits bytes, or lower the splits", False),
+    Check("roofline-attrs", FAILS, "{n} GPU compute nodes without num_ops or a tensor_size > 0 under "
+          "roofline-enabled ({examples})", "throws \"Attribute num_ops not found\" (aborts); a tensor_size of 0 "
+          "skips the node without its children, and no rank finishes",
+          "give GPU compute nodes num_ops and tensor_size, or set roofline-enabled to 0", False),
+    Check("roofline-zero", FAILS, "{examples} under roofline-enabled, with {arg} GPU compute nodes",
+          "a GPU compute node takes num_ops / 0 seconds: aborts (assertion in EventQueue::proceed)",
+          "set peak-perf (TFLOPS) and local-mem-bw (GB/s) above 0", False),
+    Check("replay-only", WRONG, "replay-only is on and the set has {arg} communication nodes",
+          "replays every node for its duration_micros (1 ns when 0): collectives, sends and receives move no bytes",
+          "set replay-only to 0", False),
+    Check("flag-false-on", WRONG, "{examples}", "turns a flag on for any value but the number 0 (false, null and "
+          "strings included)", "write the flag as 0 or 1", False),
+    Check("int-wrapped", WRONG, "{examples}", "reads the value into a C int, which wraps around",
+          f"give a value from 0 to {2**31 - 1:,}", False),
+    Check("local-mem-bw-zero", WRONG, "{n} collectives that reduce, with local-mem-bw {arg} ({examples})",
+          "divides by zero; this build then charges every reduction 0 ns (the time is optimistic)",
+          "set local-mem-bw to the local memory bandwidth in GB/s", False),
+    Check("implementation-short", WRONG, "{n} collectives on dimensions the implementation list leaves out "
+          "({examples})", "runs them on the listed dimensions only: their traffic on the others is never simulated",
+          "give one entry per network dimension", False),
+    Check("tree-as-all-reduce", WRONG, "{n} collectives with phases other than all-reduce on doubleBinaryTree "
+          "({examples})", "every tree phase is a full all-reduce of its chunk: a reduce-scatter, all-gather or "
+          "all-to-all (or the reduce-scatter and all-gather halves of a hierarchical all-reduce) moves 2x or more "
+          "the bytes", "use doubleBinaryTree only where a phase is an all-reduce: all-reduce-implementation's last "
+          "dimension, or every dimension with collective-optimization baseline", False),
+    Check("direct-unaware", WRONG, "{n} collectives with direct on more than 2 NPUs ({examples})",
+          "the congestion-unaware backend charges the n - 1 messages of a step as one: up to n - 1 times faster "
+          "than real links", "use ring when the simulated time must be bytes / bandwidth", False),
+    Check("active-chunks", WRONG, "{examples} with {arg} splits",
+          "runs that many chunks of a dimension at once, each at the full link bandwidth on the congestion-unaware "
+          "backend: up to that many times faster than real links",
+          "set active-chunks-per-dimension to 1 when the time must be bytes / bandwidth", False),
+    Check("one-flattened", WRONG, "{n} collectives flattened by a one* implementation into one ring over the "
+          "{arg} NPUs ({examples})", "the dimensions are not used one by one: oneRing sends every message over "
+          "dimension 0's links (the others' bandwidths never count), oneDirect and oneHalvingDoubling charge each "
+          "message on the lowest dimension where the ids differ; a collective that leaves dimensions out of "
+          "involved_dim still spans all NPUs", "use per-dimension names (ring, direct, halvingDoubling)", False),
+    Check("sub-group-ring", WRONG, "{n} sub-group collectives whose implementation list is replaced by ring "
+          "({examples})", "a group that is not the whole system runs one ring over its members in group-file "
+          "order: a list of several names is ignored (a one-entry list is used as written)",
+          "expect ring timing for sub-groups, or give that kind a one-entry list", False),
+    Check("sub-group-endpoint-delay", WRONG, "{n} sub-group collectives with endpoint-delay {arg} ({examples})",
+          "their memory bus costs a fixed 10 ns per message, not endpoint-delay",
+          "nothing in the system file changes it: expect 10 ns", False),
+    Check("key-typo", WRONG, "{n} keys ASTRA-sim does not read, close to keys it reads ({examples})",
+          "ignores them: the intended settings keep their defaults", "correct the keys", False),
+    Check("setting-ignored", WRONG, "{n} settings ASTRA-sim 518bd51 does not read from this file, asking for "
+          "something else than what it does ({examples})", "ignores them: {arg}",
+          "remove them; the simulated time is for what ASTRA-sim does", False),
+    Check("key-ignored", NOTE, "{n} keys ASTRA-sim 518bd51 does not read ({examples})", "ignores them",
+          "nothing to fix", False),
+    Check("policy-absent", NOTE, "scheduling-policy is absent",
+          "leaves it uninitialized; this build runs LIFO, which changes nothing for traces (a rank runs one "
+          "collective at a time)", "set it", False),
+    Check("roofline-on", NOTE, "{n} GPU compute nodes timed by the roofline",
+          "takes num_ops / min(peak-perf, local-mem-bw x num_ops / tensor_size); duration_micros is ignored",
+          "nothing to fix", False),
+    Check("custom-implementation", NOTE, "{n} collectives run a custom ET program ({examples})",
+          "opens PREFIX.POS.et (POS: the rank's position in its group) from its working directory and exits 1 if "
+          "it is missing; the collective's comm_size and the splits are ignored: the program's sends are the traffic",
+          "nothing to fix when the files are there", False),
+    Check("per-node-custom", NOTE, "per-node-custom-implementation {examples}",
+          "collectives whose node id it lists run that ET program (the doctor does not read it)", "nothing to fix",
+          False),
+    Check("no-network", NOTE, "the implementation lists were not checked against the network's dimensions",
+          "list lengths, power-of-two sizes, flattening and sub-group sizes need them", "give --network", False),
+]
+SYSTEM_CODES = tuple(c.code for c in _SYSTEM)
+CHECKS: dict[str, Check] = {c.code: c for c in _C + _SYSTEM}

@@ -18,6 +18,8 @@ from .catalog import CHECKS
 from .findings import Collect, Finding
 from .groups import GroupView, file_groups, metadata_group_table
 from .load import GroupFile, RankFile, Target
+from .system import SystemFile
+from .system_checks import SystemChecks
 
 _TAG_MOD = 500_000_000              # ASTRA-sim maps a p2p tag to tag % 500,000,000
 
@@ -75,9 +77,12 @@ def _dependency_checks(col: Collect, rf: RankFile, nodes: list) -> None:
 
 
 def _collective_checks(col: Collect, rf: RankFile, n, a: dict[str, Any], target: Target | None,
-                       view: GroupView, splits: int) -> None:
+                       view: GroupView, splits: int) -> tuple | None:
+    """The checks of one collective; (comm_type, size, group id, members, involved_dim) as read,
+    None when it cannot be placed (unknown group, unusable involved_dim)."""
     r = rf.rank
     ct = a.get("comm_type")
+    v = None
     if ct is None:
         col.add("comm-type-missing", r, n.id, f"node {n.id}", n.id)
     else:
@@ -131,17 +136,17 @@ def _collective_checks(col: Collect, rf: RankFile, n, a: dict[str, Any], target:
             members = view.from_metadata.get(gid)
             col.add("unknown-group" if members is None else "group-in-metadata-only", r, n.id,
                     f"node {n.id} group {gid}", arg)
-            if members is None:
-                return
+            return None
         if r not in members:
             col.add("not-member", r, n.id, f"node {n.id} group {gid} {list(members)}")
-        elif len(members) == 1:
+            return None
+        if len(members) == 1:
             col.add("group-of-one", r, n.id, f"node {n.id} group {gid}")
-        return
+        return v, size, gid, tuple(members), None
     # all ranks: involved_dim decides
     if inv is not None and attr_kind(inv) != "bool_list":
         col.add("involved-dim-type", r, n.id, f"node {n.id} {attr_kind(inv)}")
-        return
+        return None
     mask = None if inv is None else list(inv.bool_list.values)
     if target is not None:
         d = target.num_dims
@@ -151,13 +156,14 @@ def _collective_checks(col: Collect, rf: RankFile, n, a: dict[str, Any], target:
             mask = [True] * min(d, 4)
         elif len(mask) < d:
             col.add("involved-dim-length", r, n.id, f"node {n.id} {len(mask)} entries", d)
-            return
+            return None
         elif any(mask[d:]):
             col.add("involved-dim-extra", r, n.id, f"node {n.id} {len(mask)} entries", d)
         if not any(m and target.npus_per_dim[i] > 1 for i, m in enumerate(mask[:d])):
             col.add("no-involved-dim", r, n.id, f"node {n.id} involved_dim {mask}")
     elif mask is not None and not any(mask):
         col.add("no-involved-dim", r, n.id, f"node {n.id} involved_dim {mask}")
+    return v, size, None, None, mask
 
 
 _P2P_NEEDS = {COMM_SEND_NODE: ("comm_dst", "comm_tag", "comm_size"),
@@ -233,8 +239,9 @@ def _count_checks(col: Collect, counts: dict[tuple, Counter], view: GroupView, b
 
 
 def check_set(ranks: Sequence[RankFile], *, target: Target | None = None, groups: GroupFile | None = None,
-              splits: int = 1) -> list[Finding]:
-    """Every finding on a set, set-wide ones first, then by rank and check."""
+              splits: int = 1, system: SystemFile | None = None) -> list[Finding]:
+    """Every finding on a set, set-wide ones first, then by rank and check; ``system`` adds the
+    checks of an ASTRA-sim system.json against the set (:mod:`.system_checks`)."""
     col = Collect()
     present = [rf.rank for rf in ranks]
     num_ranks = max(present) + 1 if present else 0
@@ -255,6 +262,7 @@ def check_set(ranks: Sequence[RankFile], *, target: Target | None = None, groups
     loaded = file_groups(groups, num_ranks, col)
     meta = metadata_group_table(ranks, num_ranks)
     view = GroupView({} if file_ignored else loaded, meta, file_ignored)
+    sysc = SystemChecks(col, system, target, num_ranks) if system is not None else None
     sends: dict = {}
     recvs: dict = {}
     coll_counts: dict[tuple, Counter] = {}
@@ -297,14 +305,22 @@ def check_set(ranks: Sequence[RankFile], *, target: Target | None = None, groups
                 cpu += 1
                 if n.name.startswith("gloo:"):
                     col.add("gloo-cpu-collectives", r, n.id, f"node {n.id} {n.name!r}")
+            elif t == COMP_NODE and sysc is not None:
+                sysc.gpu_compute(r, n.id, a)
+            if t in COMM_NODE_TYPES and sysc is not None:
+                sysc.comm()
             if t == COMM_COLL_NODE:
-                _collective_checks(col, rf, n, a, target, view, splits)
+                placed = _collective_checks(col, rf, n, a, target, view, splits)
                 coll_counts.setdefault(_group_key(a), Counter())[r] += 1
+                if placed is not None and sysc is not None:
+                    sysc.collective(r, n.id, *placed, root=not n.data_deps and not n.ctrl_deps)
             elif t in (COMM_SEND_NODE, COMM_RECV_NODE):
                 _p2p_checks(col, rf, n, a, num_ranks, sends, recvs)
         for _ in range(cpu):
             col.add("cpu-ops", r)
     _count_checks(col, coll_counts, view, [rf.rank for rf in ranks if rf.nodes])
+    if sysc is not None:
+        sysc.finish()
     # p2p matching: the n-th send of a key matches the n-th receive of it
     for key in sorted(set(sends) | set(recvs)):
         s_list, r_list = sends.get(key, []), recvs.get(key, [])

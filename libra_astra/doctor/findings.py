@@ -74,7 +74,13 @@ _SINGULAR = (("dependencies", "dependency"), ("nodes depend on themselves", "nod
              "that does not contain"), ("collectives on groups that only", "collective on a group that only"),
              ("collectives on groups the", "collective on a group the"),
              ("collectives on one-member groups", "collective on a one-member group"),
-             ("collectives recorded as CPU ops", "collective recorded as a CPU op"))
+             ("collectives recorded as CPU ops", "collective recorded as a CPU op"),
+             ("collectives with no dependency, so they start", "collective with no dependency, so it starts"),
+             ("collectives that run on", "collective that runs on"), ("sub-group collectives", "sub-group collective"),
+             ("GPU compute nodes", "GPU compute node"), ("collectives that reduce", "collective that reduces"),
+             ("collectives run a custom", "collective runs a custom"),
+             ("keys ASTRA-sim does not read, close to keys it reads", "key ASTRA-sim does not read, close to a key it "
+              "reads"))
 
 
 def _singular(template: str) -> str:
