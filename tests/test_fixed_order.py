@@ -210,11 +210,12 @@ def test_random_dags_with_competing_slot_nodes():
 def test_compiled_pass_gives_the_python_loops_ends(monkeypatch):
     """The compiled pass (_fixed_pass.pyx) and the Python loop give the same ends to the last bit,
     the signs of zeros included, on random DAGs (ties, zero durations, nodes with many inputs,
-    competing slot nodes) and the real traces; -0.0 durations too."""
+    competing slot nodes) and the real traces; -0.0 durations too. The compiled walk along the
+    causes gives the Python walk's paths, or None at the same ties."""
     demands = ([(chained(random_demand(seed), seed), NET, seed) for seed in range(60)]
                + [(competing(seed), NET, seed) for seed in range(60)]
                + [(*real_demand(name, typed), 5) for name in sorted(REAL_SETS) for typed in (False, True)])
-    checked = wide = 0
+    checked = wide = ties = 0
     for d, net, seed in demands:
         for model in MODELS:
             for bw in bandwidths(net, seed, 2):
@@ -235,7 +236,20 @@ def test_compiled_pass_gives_the_python_loops_ends(monkeypatch):
                     if got is not None:
                         assert got.tobytes() == want.tobytes()
                         checked += 1
-    assert checked > 500 and wide > 0
+                        # the walk along the paths from each class's last node, and (on small
+                        # graphs) from every node, last first
+                        cause = causes_mod.causes(fo, got, durs)
+                        ends = [int(np.argmax(got[lo:hi])) + lo for lo, hi in zip(plan.offsets, plan.offsets[1:])
+                                if hi > lo]
+                        for e in (ends, list(range(fo.size))[::-1]) if fo.size < 300 else (ends,):
+                            paths = fixed._kernel.walk_causes(cause, e)
+                            ref = causes_mod.walk_causes(cause.tolist(), e)
+                            assert (paths is None) == (ref is None)
+                            ties += paths is None
+                            if paths is not None:
+                                assert as_lists(paths) == as_lists(ref)
+                                assert all(p.dtype == np.int64 and not p.flags.writeable for p in paths)
+    assert checked > 500 and wide > 0 and ties > 0
 
 
 def holds_by_hand(c, F: list[float]) -> bool:

@@ -3,7 +3,8 @@ the ends.
 
 A node's cause (what it waited for last) is the one that ended last. The event-driven replay
 breaks ties in the order its events happen to be taken; the walk along a critical path here gives
-up at any tie instead (``None``), and the caller replays with events.
+up at any tie instead (``None``), and the caller replays with events. The walk runs compiled with
+the pass (_fixed_pass.pyx) where the install built it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
+from . import fixed_order as fixed_order_mod
 from .fixed_order import FixedOrder
 
 
@@ -92,7 +94,11 @@ def _latest_by_columns(cols: tuple[np.ndarray, ...], F: np.ndarray, n: int) -> t
 def path_nodes(fo: FixedOrder, finish: np.ndarray, dur: np.ndarray, ends: Sequence[int]) -> list[np.ndarray] | None:
     """The path of causes that ends in each node of ``ends``, first node first, as the event-driven
     replay's causes give it; None if a node on a path has two causes that end at the same time."""
-    return walk_causes(causes(fo, finish, dur).tolist(), ends)
+    cause = causes(fo, finish, dur)
+    kernel = fixed_order_mod._kernel
+    if kernel is not None:
+        return kernel.walk_causes(np.ascontiguousarray(cause, dtype=np.int64), ends)
+    return walk_causes(cause.tolist(), ends)
 
 
 def walk_causes(cause: list[int], ends: Sequence[int]) -> list[np.ndarray] | None:
