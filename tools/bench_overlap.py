@@ -58,7 +58,8 @@ def main() -> None:
     d = load_demand(args.demand)
     nodes = sum(len(rc.dag.nodes) for rc in d.rank_classes if rc.dag is not None)
     colls = sum(len(rc.collectives) for rc in d.rank_classes)
-    replay_pass = "compiled" if fixed_order._kernel is not None else "Python"
+    # (a tree from before the compiled pass has only the Python loop)
+    replay_pass = "compiled" if getattr(fixed_order, "_kernel", None) is not None else "Python"
     print(f"{Path(args.demand).name}: {len(d.rank_classes)} rank classes, {nodes:,} DAG nodes, {colls:,} collectives "
           f"(replay pass: {replay_pass})")
     for overlap in (False, True):
