@@ -1,19 +1,22 @@
-"""The compiled Newton kernel (libra_astra/optimize/_newton_kernel.pyx). Everything else is in
-pyproject.toml. The kernel is optional: without Cython or a C compiler the package installs
-without it and the solver runs its numpy Newton system instead (same method, same results to
-round-off)."""
+"""The compiled kernels: the solver's Newton system (libra_astra/optimize/_newton_kernel.pyx) and
+the replay's fixed-order pass (libra_astra/timing/_fixed_pass.pyx). Everything else is in
+pyproject.toml. Both are optional: without Cython or a C compiler the package installs without
+them and runs their Python versions instead (the numpy Newton system: same method, same results to
+round-off; the Python pass: the same ends to the last bit)."""
 
 from setuptools import Extension, setup
 
 try:
     from Cython.Build import cythonize
-except ImportError:          # no Cython: the numpy Newton system only
+except ImportError:          # no Cython: the numpy Newton system and the Python pass only
     ext_modules = []
 else:
     ext_modules = cythonize([Extension("libra_astra.optimize._newton_kernel",
-                                       ["libra_astra/optimize/_newton_kernel.pyx"])],
+                                       ["libra_astra/optimize/_newton_kernel.pyx"]),
+                             Extension("libra_astra.timing._fixed_pass",
+                                       ["libra_astra/timing/_fixed_pass.pyx"])],
                             language_level=3, quiet=True)
     for ext in ext_modules:
-        ext.optional = True  # a failed compile leaves the numpy system (cythonize drops the flag)
+        ext.optional = True  # a failed compile leaves the Python versions (cythonize drops the flag)
 
 setup(ext_modules=ext_modules)

@@ -6,7 +6,8 @@ The overlap optimize seeds its critical paths with the no-overlap optimum, repla
 of all rank classes once per evaluation and adds paths until the optimum's are in the problem,
 then evaluates the baselines; its cost is printed as a ratio to the no-overlap optimize (target
 <= 3 on the 4,096-rank GPT-3 175B set). Each run loads the demand afresh, as a command does, so
-building the joint graph is counted.
+building the joint graph is counted. The replay's pass and walk run compiled where the install built
+timing/_fixed_pass.pyx (LIBRA_ASTRA_PYTHON_PASS=1 times the Python loops); the output says which.
 
     python tools/gen_traces.py traces/large/gpt3_175b_4096.yml --out /tmp/gpt/gpt3
     libra-astra demand /tmp/gpt/gpt3 -n network_configs/paper_3d.yml -o /tmp/gpt.demand.json
@@ -25,6 +26,7 @@ from libra_astra.demand.types import load_demand
 from libra_astra.model.cost import load_cost
 from libra_astra.model.network import load_network
 from libra_astra.optimize.optimizer import Constraints, Workload, optimize
+from libra_astra.timing import fixed_order
 from libra_astra.timing.model import TimeModel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +58,10 @@ def main() -> None:
     d = load_demand(args.demand)
     nodes = sum(len(rc.dag.nodes) for rc in d.rank_classes if rc.dag is not None)
     colls = sum(len(rc.collectives) for rc in d.rank_classes)
-    print(f"{Path(args.demand).name}: {len(d.rank_classes)} rank classes, {nodes:,} DAG nodes, {colls:,} collectives")
+    # (a tree from before the compiled pass has only the Python loop)
+    replay_pass = "compiled" if getattr(fixed_order, "_kernel", None) is not None else "Python"
+    print(f"{Path(args.demand).name}: {len(d.rank_classes)} rank classes, {nodes:,} DAG nodes, {colls:,} collectives "
+          f"(replay pass: {replay_pass})")
     for overlap in (False, True):
         r = results[overlap]
         print(f"  optimize {'--overlap   ' if overlap else '--no-overlap'}  {best[overlap]:7.3f} s CPU   "
@@ -67,7 +72,7 @@ def main() -> None:
         Path(args.json).write_text(json.dumps({"bench": "overlap", "demand": Path(args.demand).name,
                                                "classes": len(d.rank_classes), "nodes": nodes,
                                                "no_overlap_s": best[False], "overlap_s": best[True],
-                                               "ratio": ratio}, indent=1) + "\n")
+                                               "ratio": ratio, "replay_pass": replay_pass}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -263,10 +263,9 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
     for _ in range(max_rounds + 1):
         added = 0
         for wi, w in enumerate(workloads):
-            # As global nodes of the replay's graph: the same paths as (class, node) pairs, cheaper
-            # to walk, key and merge.
-            for _, nodes in critical_path_nodes(w.demand, bw, net, model):
-                path = np.array(nodes, dtype=np.int64)
+            # As global nodes of the replay's graph (int64 arrays): the same paths as (class, node)
+            # pairs, cheaper to walk, key and merge.
+            for _, path in critical_path_nodes(w.demand, bw, net, model):
                 key = (wi, path.tobytes())
                 if key not in paths:
                     comp, terms = node_path_terms(w.demand, path, net, model, cache)

@@ -3,7 +3,8 @@ the ends.
 
 A node's cause (what it waited for last) is the one that ended last. The event-driven replay
 breaks ties in the order its events happen to be taken; the walk along a critical path here gives
-up at any tie instead (``None``), and the caller replays with events.
+up at any tie instead (``None``), and the caller replays with events. The walk runs compiled with
+the pass (_fixed_pass.pyx) where the install built it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
+from . import fixed_order as fixed_order_mod
 from .fixed_order import FixedOrder
 
 
@@ -89,20 +91,24 @@ def _latest_by_columns(cols: tuple[np.ndarray, ...], F: np.ndarray, n: int) -> t
     return ready, cause
 
 
-def path_nodes(fo: FixedOrder, finish: np.ndarray, dur: np.ndarray, ends: Sequence[int]) -> list[list[int]] | None:
+def path_nodes(fo: FixedOrder, finish: np.ndarray, dur: np.ndarray, ends: Sequence[int]) -> list[np.ndarray] | None:
     """The path of causes that ends in each node of ``ends``, first node first, as the event-driven
     replay's causes give it; None if a node on a path has two causes that end at the same time."""
-    return walk_causes(causes(fo, finish, dur).tolist(), ends)
+    cause = causes(fo, finish, dur)
+    kernel = fixed_order_mod._kernel
+    if kernel is not None:
+        return kernel.walk_causes(np.ascontiguousarray(cause, dtype=np.int64), ends)
+    return walk_causes(cause.tolist(), ends)
 
 
-def walk_causes(cause: list[int], ends: Sequence[int]) -> list[list[int]] | None:
-    """The path of causes (-1: none) that ends in each node of ``ends``, first node first; None
-    if one reaches a tie (-2)."""
+def walk_causes(cause: list[int], ends: Sequence[int]) -> list[np.ndarray] | None:
+    """The path of causes (-1: none) that ends in each node of ``ends``, first node first, as
+    read-only int64 arrays; None if one reaches a tie (-2)."""
     # the paths of a pipeline's classes share most of their nodes: each is walked only up to a
-    # node of a path walked already
+    # node of a path walked already, and takes the rest of that path as one copy
     path_of = [-1] * len(cause)
     at = [0] * len(cause)
-    walked: list[list[int]] = []
+    walked: list[np.ndarray] = []       # each path, its end first
     for g in ends:
         ids: list[int] = []
         w = len(walked)
@@ -110,7 +116,6 @@ def walk_causes(cause: list[int], ends: Sequence[int]) -> list[list[int]] | None
         while g >= 0:
             p = path_of[g]
             if p >= 0:
-                ids += walked[p][at[g]:]
                 break
             path_of[g] = w
             at[g] = i
@@ -119,5 +124,8 @@ def walk_causes(cause: list[int], ends: Sequence[int]) -> list[list[int]] | None
             g = cause[g]
         if g == -2:
             return None
-        walked.append(ids)
+        new = np.array(ids, dtype=np.int64)
+        path = new if g < 0 else np.concatenate((new, walked[p][at[g]:]))
+        path.flags.writeable = False    # answers are cached: no caller changes them
+        walked.append(path)
     return [ids[::-1] for ids in walked]

@@ -9,6 +9,8 @@ import heapq
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from ..demand.types import Demand
 from .causes import walk_causes
 from .plan import Plan
@@ -24,6 +26,9 @@ class Replay:
     offsets: tuple[int, ...]
     cycles: int                         # waits dropped because ranks waited on each other in a cycle
 
+    def end_ns(self, g: int) -> float:
+        return self.finish[g]
+
     def class_finish(self, ci: int) -> list[float]:
         return self.finish[self.offsets[ci]:self.offsets[ci + 1]]
 
@@ -32,8 +37,9 @@ class Replay:
         f = self.class_finish(ci)
         return self.offsets[ci] + f.index(max(f)) if f else -1
 
-    def path_nodes(self, ends: Sequence[int]) -> list[list[int]]:
-        """The path of causes that ends in each global node of ``ends``, first node first."""
+    def path_nodes(self, ends: Sequence[int]) -> list[np.ndarray]:
+        """The path of causes that ends in each global node of ``ends``, first node first (read-only
+        int64 arrays)."""
         found = walk_causes(self.cause, ends)
         assert found is not None     # the event-driven replay's causes never tie
         return found

@@ -9,18 +9,29 @@ and maxima as the event-driven replay, so the times are identical, at a fraction
 
 A slot whose nodes do not all depend on the slot's node before them is taken to run them in node
 order, which each pass checks (slot_order.py); the causes along critical paths are found from the
-ends afterwards (causes.py).
+ends afterwards (causes.py). The pass itself runs compiled (_fixed_pass.pyx) where the install
+built it, else as the Python loop here: the same steps, so the same ends to the last bit.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
 
 from ..ranges import concat_ranges
 from .slot_order import SlotChecks, slot_checks, slot_order_holds
+
+try:
+    # The pass compiled (setup.py builds it when it can); LIBRA_ASTRA_PYTHON_PASS=1 keeps the loop.
+    from . import _fixed_pass as _kernel
+except ImportError:
+    _kernel = None
+if os.environ.get("LIBRA_ASTRA_PYTHON_PASS") == "1":
+    _kernel = None
 
 
 @dataclass(frozen=True)
@@ -33,9 +44,9 @@ class FixedOrder:
 
     size: int                           # nodes of the joint graph
     extra: int                          # partial-maximum nodes after the zero node
-    order: list[int]                    # the nodes in topological order ...
-    first: list[int]                    # ... and their two inputs
-    second: list[int]
+    order: np.ndarray                   # the nodes in topological order (int64) ...
+    first: np.ndarray                   # ... and their two inputs
+    second: np.ndarray
     waiters: np.ndarray                 # receives: taken as ending with their send, so they must take no time
     wait_srcs: np.ndarray               # ... and their sends
     deps: np.ndarray                    # distinct dependencies, grouped by node ...
@@ -46,6 +57,11 @@ class FixedOrder:
     loose_prev: np.ndarray              # a slot's node that the slot's next node does not depend on ...
     loose_next: np.ndarray              # ... and that next node, which also waits for it
     checks: SlotChecks
+
+    @cached_property
+    def steps(self) -> tuple[list[int], list[int], list[int]]:
+        """(order, first, second) as lists, for the Python loop."""
+        return self.order.tolist(), self.first.tolist(), self.second.tolist()
 
 
 def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, slot: np.ndarray,
@@ -120,7 +136,7 @@ def fixed_order(offsets: Sequence[int], dep_u: np.ndarray, dep_v: np.ndarray, sl
     wide = np.flatnonzero(deg > 2)
     if wide.size:
         order, a, b, extra = _two_at_a_time(order, a, b, wide, deg[wide], ptr[order[wide]], iu, n)
-    out_order, out_a, out_b = order.tolist(), a.tolist(), b.tolist()
+    out_order, out_a, out_b = (np.ascontiguousarray(x, dtype=np.int64) for x in (order, a, b))
     busy = []
     for ci in range(len(offsets) - 1):
         lo, hi = offsets[ci], offsets[ci + 1]
@@ -237,7 +253,7 @@ def _merge_classes(offsets, dep_u, dep_v, waits, syncs) -> np.ndarray | None:
     return concat_ranges(lo, hi - lo)
 
 
-def finish_times(fo: FixedOrder, dur: np.ndarray) -> list[float] | None:
+def finish_times(fo: FixedOrder, dur: np.ndarray) -> np.ndarray | None:
     """Every node's end, or None when the durations leave the fixed order's reach (a receive that
     takes time, a negative or undefined duration, a slot that would not run its nodes in node
     order)."""
@@ -247,15 +263,26 @@ def finish_times(fo: FixedOrder, dur: np.ndarray) -> list[float] | None:
         return None
     # each node holds its duration (the zero node and partial maxima 0) until its turn comes: its
     # end is then that plus the latest of its inputs (one addition, which is commutative)
+    if _kernel is not None:
+        F = np.zeros(fo.size + 1 + fo.extra)
+        F[:fo.size] = dur
+        _kernel.longest_paths(fo.order, fo.first, fo.second, F)
+    else:
+        F = _python_pass(fo, dur)
+    if not slot_order_holds(fo.checks, F):
+        return None
+    return F[:fo.size]
+
+
+def _python_pass(fo: FixedOrder, dur: np.ndarray) -> np.ndarray:
+    """The pass as a Python loop over the steps (the compiled one's reference)."""
     F = dur.tolist()
     F += [0.0] * (1 + fo.extra)
-    for g, a, b in zip(fo.order, fo.first, fo.second):
+    order, first, second = fo.steps
+    for g, a, b in zip(order, first, second):
         x = F[a]
         y = F[b]
         if y > x:
             x = y
         F[g] += x
-    if not slot_order_holds(fo.checks, F):
-        return None
-    del F[fo.size:]
-    return F
+    return np.array(F)

@@ -177,10 +177,13 @@ def _build_plan(d: Demand) -> Plan:
         end = off + sizes[ci]
         if shape is None or shape[0] is not dag and (dag.nodes != shape[0].nodes or dag.deps != shape[0].deps):
             shape = (dag, *_dag_shape(dag))
-        kinds, deps, colls, values, zero = shape[1:]
+        kinds, deps, colls, values, zeros = shape[1:]
         code[off:end] = kinds
-        # equal nodes have equal values, but -0.0 == 0.0: a DAG with a zero duration reads its own
-        value[off:end] = values if shape[0] is dag or not zero else [v for _, v in dag.nodes]
+        value[off:end] = values
+        if shape[0] is not dag and zeros.size:
+            # equal nodes have equal values, but -0.0 == 0.0: a DAG reads its own zero durations
+            nodes = dag.nodes
+            value[off + zeros] = [nodes[i][1] for i in zeros.tolist()]
         coll_base[off:end] = first_coll
         us += [deps[:, 0] + off, colls[:-1] + off]
         vs += [deps[:, 1] + off, colls[1:] + off]
@@ -201,9 +204,9 @@ def _build_plan(d: Demand) -> Plan:
                 (u_all, v_all, np.where(slotted, 2 * cls + code, -1), code == _COMP))
 
 
-def _dag_shape(dag) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+def _dag_shape(dag) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A DAG's node kinds, its dependencies (u, v rows), its collectives (numbered within the DAG),
-    its node values and whether a duration is zero (its sign is not in an equality of nodes).
+    its node values and the nodes whose duration is zero (its sign is not in an equality of nodes).
     Equal DAGs have equal shapes (a pipeline's middle stages often do): the plan reuses the last."""
     kinds = np.array([_KIND_CODE[kind] for kind, _ in dag.nodes], dtype=np.int64)
     values = np.array([v for _, v in dag.nodes], dtype=float)
@@ -213,4 +216,4 @@ def _dag_shape(dag) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, boo
     deps = deps[np.argsort(deps[:, 1], kind="stable")]
     # the emitted traces chain a rank's collectives: each waits for the one before
     is_coll = kinds == _COLL
-    return kinds, deps, np.flatnonzero(is_coll), values, bool(np.any(values[~is_coll] == 0.0))
+    return kinds, deps, np.flatnonzero(is_coll), values, np.flatnonzero(~is_coll & (values == 0.0))

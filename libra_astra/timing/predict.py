@@ -50,27 +50,34 @@ class Times:
     """A replay's ends from the fixed order (fixed_order.py); its causes are found along the
     critical paths only, when asked for."""
 
-    finish: list[float]
     busy_comp: tuple[float, ...]
     offsets: tuple[int, ...]
     fixed: FixedOrder
     dur: np.ndarray
-    ends_ns: np.ndarray                 # finish, as an array
+    ends_ns: np.ndarray                 # every node's end
     # path_nodes' answers by their ends: the optimizer asks again at the design it settles on
     walked: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def finish(self) -> list[float]:
+        """Every node's end, as Replay.finish."""
+        return self.ends_ns.tolist()
+
+    def end_ns(self, g: int) -> float:
+        return float(self.ends_ns[g])
 
     def class_last(self, ci: int) -> int:
         """As Replay.class_last (argmax takes the first of equal ends, and no end is NaN)."""
         lo, hi = self.offsets[ci], self.offsets[ci + 1]
         return lo + int(np.argmax(self.ends_ns[lo:hi])) if hi > lo else -1
 
-    def path_nodes(self, ends: Sequence[int]) -> list[list[int]] | None:
+    def path_nodes(self, ends: Sequence[int]) -> list[np.ndarray] | None:
         """As Replay.path_nodes, or None where two causes of a node on a path tie."""
         key = tuple(ends)
         if key not in self.walked:
             self.walked[key] = fixed_path_nodes(self.fixed, self.ends_ns, self.dur, ends)
         found = self.walked[key]
-        return None if found is None else [list(ids) for ids in found]
+        return None if found is None else list(found)
 
 
 def _duration_array(d: Demand, plan: Plan, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> np.ndarray:
@@ -117,9 +124,9 @@ def _times(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) 
     dur = None
     if fo is not None:
         dur = _duration_array(d, plan, bw_gbps, net, model)
-        finish = finish_times(fo, dur)
-        if finish is not None:
-            t = Times(finish, fo.busy_comp, plan.offsets, fo, dur, np.fromiter(finish, float, count=len(finish)))
+        ends = finish_times(fo, dur)
+        if ends is not None:
+            t = Times(fo.busy_comp, plan.offsets, fo, dur, ends)
             plan.last_times = (key, t)
             return t
     return _replay(d, bw_gbps, net, model, dur)
@@ -130,27 +137,27 @@ def critical_paths(d: Demand, bw_gbps: Sequence[float], net: Network,
     """Per rank class, (its finish time, a longest path that ends in it). A path's time is the
     sum of its compute and collectives, and may run through other classes via receives."""
     job_of = plan_of(d).job_of
-    return [(t, ((ci, -1),) if d.rank_classes[ci].dag is None else tuple(map(job_of.__getitem__, ids)))
+    return [(t, ((ci, -1),) if d.rank_classes[ci].dag is None else tuple(map(job_of.__getitem__, ids.tolist())))
             for ci, (t, ids) in enumerate(critical_path_nodes(d, bw_gbps, net, model))]
 
 
 def critical_path_nodes(d: Demand, bw_gbps: Sequence[float], net: Network,
-                        model: TimeModel) -> list[tuple[float, list[int]]]:
+                        model: TimeModel) -> list[tuple[float, np.ndarray]]:
     """``critical_paths`` with each path as global nodes of the joint graph (``node_table``; a
-    class without a DAG is its one node): the optimizer keys and merges paths by these, without
-    building the (class, node) pairs."""
+    class without a DAG is its one node), as read-only int64 arrays: the optimizer keys and merges
+    paths by these, without building the (class, node) pairs."""
     r = _times(d, bw_gbps, net, model)
     out: list = []
     ends = []
     for ci, rc in enumerate(d.rank_classes):
         if rc.dag is None:
-            out.append((r.finish[r.offsets[ci]], [r.offsets[ci]]))
+            out.append((r.end_ns(r.offsets[ci]), _read_only([r.offsets[ci]])))
             continue
         g = r.class_last(ci)
         if g < 0:
-            out.append((0.0, []))
+            out.append((0.0, _read_only([])))
             continue
-        out.append((r.finish[g], None))
+        out.append((r.end_ns(g), None))
         ends.append(g)
     found = r.path_nodes(ends)
     if found is None:
@@ -160,9 +167,15 @@ def critical_path_nodes(d: Demand, bw_gbps: Sequence[float], net: Network,
     return [(t, next(paths) if p is None else p) for t, p in out]
 
 
+def _read_only(nodes: list[int]) -> np.ndarray:
+    a = np.array(nodes, dtype=np.int64)
+    a.flags.writeable = False
+    return a
+
+
 def predict(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> Prediction:
     r = _times(d, bw_gbps, net, model)
-    times = [0.0 if (g := r.class_last(ci)) < 0 else r.finish[g] for ci in range(len(d.rank_classes))]
+    times = [0.0 if (g := r.class_last(ci)) < 0 else r.end_ns(g) for ci in range(len(d.rank_classes))]
     i = max(range(len(times)), key=times.__getitem__)
     return Prediction(times[i], tuple(times), times[i] - r.busy_comp[i],
                       any(rc.dag is not None for rc in d.rank_classes))

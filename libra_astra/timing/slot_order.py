@@ -75,7 +75,7 @@ def slot_checks(on: np.ndarray, slot: np.ndarray, direct: np.ndarray, same: np.n
     return SlotChecks(nodes, prev, dep_idx, dep_start, lens, deg > 0, ~brk, run_end, segments)
 
 
-def slot_order_holds(c: SlotChecks, F: list[float]) -> bool:
+def slot_order_holds(c: SlotChecks, F: np.ndarray | list[float]) -> bool:
     """Whether each checked slot ran its nodes in node order with these ends (``F``: every node's,
     the zero node's included). When a node is issued, the slot's nodes before it have run and the
     ones left come after it, so it is the one the slot takes if it is queued by then: if it was
@@ -87,7 +87,7 @@ def slot_order_holds(c: SlotChecks, F: list[float]) -> bool:
     slot's direct dependencies cannot be ready before it ends."""
     if not c.nodes.size:
         return True
-    ends = np.array(F)
+    ends = np.asarray(F, dtype=float)
     dep_ends = ends[c.dep_idx]
     ready = np.maximum.reduceat(dep_ends, c.dep_start)
     before = ends[c.prev]
