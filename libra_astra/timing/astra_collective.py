@@ -267,18 +267,50 @@ def rank_finish_ns(colls: Sequence[Coll], links: Sequence[Link], settings: Syste
 
     With ``endpoint_delay_ns`` 0 ASTRA-sim aborts on an event at time 0; the times are those of
     collectives issued later."""
+    links = _checked(links)
+    state: dict = {}
+    return _rank_times([_plan(c, links, settings, state) for c in colls], links, settings)
+
+
+def _checked(links: Sequence[Link]) -> tuple[Link, ...]:
     links = tuple(Link(*link) for link in links)
     for i, link in enumerate(links):
         if link.topology not in TOPOLOGIES or link.npus < 2 or not link.bw_gbps > 0 or not link.latency_ns >= 0:
             raise LibraError(f"network dimension {i}: need a topology in {list(TOPOLOGIES)}, npus >= 2, bandwidth "
                              f"> 0 and latency >= 0; got {tuple(link)}")
-    state: dict = {}
-    plans = [_plan(c, links, settings, state) for c in colls]
+    return links
+
+
+def _rank_times(plans: list, links: tuple[Link, ...], settings: SystemSettings) -> tuple[int, ...]:
     trees = sorted({p.tree[0] for plan in plans for ch in plan for p in ch if p.tree})
     finish = _Replay(plans, [links[d].npus for d in trees], trees, settings).run()
     strides = [math.prod(link.npus for link in links[:d]) for d in trees]
     return tuple(finish[tuple(r // s % links[d].npus for d, s in zip(trees, strides))]
                  for r in range(math.prod(link.npus for link in links)))
+
+
+class IssueTimer:
+    """One rank's collectives timed in the order it issues them, each from idle queues: what
+    ASTRA-sim carries from one to the next (queue rotation, which double tree is next) is
+    carried. ``memo`` may be shared by the timers of many ranks."""
+
+    def __init__(self, memo: dict | None = None):
+        self.state: tuple = ()
+        self.memo = {} if memo is None else memo
+
+    def time_ns(self, c: Coll, links: Sequence[Link], settings: SystemSettings) -> tuple[int, ...]:
+        """Each rank's time of ``c`` (rank order over ``links``) issued at 0 into idle queues."""
+        key = (c, tuple(links), settings, self.state)
+        hit = self.memo.get(key)
+        if hit is None:
+            links = _checked(links)
+            state = dict(self.state)
+            plan = _plan(c, links, settings, state)
+            # only the parity of a tree's turn counts: keeps the states (and the memo) few
+            after = tuple(sorted(((k, v % 2 if isinstance(k[0], str) else v) for k, v in state.items()), key=repr))
+            hit = self.memo[key] = (_rank_times([plan], links, settings), after)
+        self.state = hit[1]
+        return hit[0]
 
 
 def chain_time_ns(colls: Sequence[Coll], links: Sequence[Link], settings: SystemSettings) -> int:

@@ -1,0 +1,219 @@
+"""The time ASTRA-sim gives each node of a demand's rank-class DAGs, for any system.json: the
+durations the dependency-aware replay (predict.py's plan) takes to answer what ASTRA-sim 518bd51
+(analytical, congestion-unaware backend) would print, without the pipelined time model.
+
+- Collectives on all ranks (``involved_dim``) or on a group of every NPU: astra_collective.py,
+  with the rank's earlier collectives carried (queue rotation, which double tree is next).
+- Collectives on a smaller communicator group: ASTRA-sim runs them on one ring over the members
+  in the group's order, with one implementation (``ring`` if the system.json lists several), its
+  memory bus a fixed 10 ns instead of ``endpoint-delay``, every message charged on the lowest
+  dimension where the two NPU ids differ (docs/astra-sim-settings.md). Timed exactly when every
+  member's message to the member a given number of places along takes the same link and hops
+  (then the group is a ring astra_collective can time); any other group is refused.
+- Sends: one message, ``int(hops * latency + bytes / bandwidth)``; receives wait for it.
+- Compute and CPU ops: as the demand has them (ASTRA-sim's replay of ``duration_micros``).
+
+A collective whose time differs between the ranks of one class (double binary trees: a rank's
+time depends on its place in the tree) takes its slowest rank's time, and the class is reported
+in :attr:`Durations.uneven`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+from ..demand.types import Collective, Demand, RankClass
+from ..errors import LibraError
+from ..model import collectives as coll
+from ..model.network import Network
+from .astra_collective import Coll, IssueTimer, Link
+from .astra_settings import IMPLEMENTATION_KEYS, SystemSettings, parse_implementation
+
+# ASTRA-sim's memory bus on a communicator group's ring (MemBus::Transmition::Fast).
+GROUP_BUS_NS = 10
+_ALL = "all"      # demand's label of an all-ranks collective (demand.groups.group_label)
+
+
+class AstraSystem(NamedTuple):
+    """What ASTRA-sim reads besides the workload, as far as times depend on it."""
+
+    network: Network                          # its shape, hops and latencies
+    links: tuple[Link, ...]                   # the same, with the bytes/ns ASTRA-sim takes from the YAML
+    settings: SystemSettings
+    groups: Mapping[str, tuple[int, ...]]     # communicator groups, members in ASTRA-sim's ring order
+    system_source: str = "system.json"        # for messages
+    groups_source: str = "communicator groups"
+
+
+@dataclass(frozen=True)
+class Durations:
+    """Per global node of the plan, its time in ns; and the classes whose ranks differ."""
+
+    dur: np.ndarray
+    # class -> (its last collective's global node, {rank: that collective's slowest time minus the rank's})
+    uneven: dict[int, tuple[int, dict[int, int]]] = field(default_factory=dict)
+
+
+class _Timing:
+    """The collective times of one demand: one memo over every rank class."""
+
+    def __init__(self, d: Demand, system: AstraSystem):
+        self.system = system
+        self.net = system.network
+        self.npus = self.net.npus_count
+        d.check_network(self.net)
+        self.memo: dict = {}
+        self.groups: dict[tuple[str, str], tuple] = {}
+
+    def p2p_ns(self, c: Collective) -> int:
+        dims = [i for i, t in enumerate(c.traffic_bytes) if t > 0]
+        if not dims:
+            return 0
+        link = self.system.links[dims[0]]
+        return int(c.hops[dims[0]] * link.latency_ns + int(c.size_bytes) / link.bw_gbps)
+
+    def class_times(self, rc: RankClass, order: Sequence[int]) -> list[tuple[int, ...]]:
+        """Each rank's time of the class's collectives ``order`` (indexes, in issue order)."""
+        timer = IssueTimer(self.memo)
+        out = []
+        for i in order:
+            c = rc.collectives[i]
+            if c.algorithm == "p2p" or c.type == coll.P2P:
+                out.append((self.p2p_ns(c),))
+                continue
+            coll_, links, settings = self.astra_coll(c, rc)
+            times = timer.time_ns(coll_, links, settings)
+            out.append(tuple(times[r] for r in rc.ranks) if len(times) == self.npus and rc.ranks else (max(times),))
+        return out
+
+    def astra_coll(self, c: Collective, rc: RankClass) -> tuple[Coll, tuple[Link, ...], SystemSettings]:
+        s, links = self.system.settings, self.system.links
+        size = int(c.size_bytes)
+        if c.group == _ALL:
+            return Coll(c.type, size, tuple(p > 1 for p in c.participants)), links, s
+        key = (c.group, c.type)
+        if key not in self.groups:
+            self.groups[key] = self.group_ring(c, rc)
+        vlink, settings = self.groups[key]
+        if vlink is None:       # a group of every NPU: ASTRA-sim's full topology, every dimension
+            return Coll(c.type, size, (True,) * len(links)), links, s
+        if c.type != coll.ALL_GATHER and self.npus > size // s.splits:
+            size = s.splits * self.npus     # ASTRA-sim's smallest chunk is the NPU count, not the group's
+        return Coll(c.type, size, (True,)), (vlink,), settings
+
+    def group_ring(self, c: Collective, rc: RankClass) -> tuple[Link | None, SystemSettings | None]:
+        """The one-dimensional network and settings a communicator group's collective runs on."""
+        rings = {self.members(key, c, rc) for key in self.keys(c.group, rc)}
+        if any(len(m) == self.npus for m in rings):
+            return None, None
+        s = self.system.settings
+        names = s.implementations(c.type)
+        where = f"{self.system.system_source}: {IMPLEMENTATION_KEYS[c.type]}"
+        if not names:
+            raise LibraError(f"{where} is empty; ASTRA-sim has no implementation for the {c.type} of group "
+                             f"{c.group}; give one per dimension")
+        alg, _, window = parse_implementation("ring" if len(names) > 1 else names[0], where)
+        if alg == "doubleBinaryTree":
+            raise LibraError(f"{where}: doubleBinaryTree on communicator group {c.group} (a ring of its members in "
+                             "ASTRA-sim) is not modeled (ASTRA-sim reads the ring as a tree); use ring or direct")
+        links = {self.ring_link(m, alg, c.group) for m in rings}
+        if len(links) != 1:
+            raise LibraError(f"{self.system.groups_source}: the groups behind {c.group!r} are rings of different "
+                             f"shapes for one rank class; predict cannot time them as one")
+        name = alg if window < 0 else f"{alg}{window}"
+        names = (name,)
+        return links.pop(), replace(s, all_reduce=names, reduce_scatter=names, all_gather=names, all_to_all=names,
+                                    endpoint_delay_ns=GROUP_BUS_NS)
+
+    def keys(self, label: str, rc: RankClass) -> list[str]:
+        groups = self.system.groups
+        if label in groups:
+            return [label]
+        parts = label.split(",")
+        if all(p in groups for p in parts):
+            return parts
+        if ".." in label:       # "a..b (n groups)": the groups between a and b holding ranks of the class
+            lo, hi = label.split(" ", 1)[0].split("..")
+            order = lambda k: (len(k), k)      # noqa: E731  (demand's order of group names)
+            ranks = set(rc.ranks)
+            found = [k for k in groups if order(lo) <= order(k) <= order(hi) and ranks & set(groups[k])]
+            if found:
+                return found
+        raise LibraError(f"{self.system.groups_source}: no communicator group {label!r}, which the traces' "
+                         "collectives name; give the group file the traces were made with")
+
+    def members(self, key: str, c: Collective, rc: RankClass) -> tuple[int, ...]:
+        m = tuple(self.system.groups[key])
+        if len(m) < 2:
+            raise LibraError(f"{self.system.groups_source}: group {key} has {len(m)} member(s); ASTRA-sim never "
+                             f"finishes a collective on it; give the group two members or more")
+        return m
+
+    def ring_link(self, members: tuple[int, ...], alg: str, label: str) -> Link:
+        """A link of ``len(members)`` NPUs on which every offset's message costs what ASTRA-sim
+        charges between the group's members that far apart, if there is one."""
+        n = len(members)
+        if alg == "halvingDoubling" and n & (n - 1):
+            raise LibraError(f"{self.system.system_source}: halvingDoubling on communicator group {label} of {n} "
+                             "members: ASTRA-sim needs a power of two there (it hangs); use ring or direct")
+        offsets = [1] if alg == "ring" else ([1 << i for i in range(int(math.log2(n)))] if alg == "halvingDoubling"
+                                            else range(1, n))
+        coords = self.net.coords_array(np.asarray(members, dtype=np.int64))
+        per_offset = []
+        for o in offsets:
+            routes = {self.route(coords[i], coords[(i + o) % n]) for i in range(n)}
+            if len(routes) != 1:
+                break
+            per_offset.append((o, routes.pop()))
+        else:
+            dims = {d for _, (d, _) in per_offset}
+            if len(dims) == 1:
+                d = dims.pop()
+                link = self.system.links[d]
+                hops = {h for _, (_, h) in per_offset}
+                if len(hops) == 1:
+                    return Link("FullyConnected", n, link.bw_gbps, hops.pop() * link.latency_ns)
+                if link.topology == "Ring" and all(h == min(o % n, n - o % n) for o, (_, h) in per_offset):
+                    return Link("Ring", n, link.bw_gbps, link.latency_ns)
+        raise LibraError(f"{self.system.groups_source}: group {label}'s members {list(members)[:8]} make a ring whose "
+                         f"steps cross different links or hops; ASTRA-sim's time for it is not modeled (list the members "
+                         "so each step takes the same link, or use a full network dimension)")
+
+    def route(self, a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
+        """(dimension, hops) ASTRA-sim charges a message from coordinates a to b on."""
+        for d, dim in enumerate(self.net.dims):
+            if a[d] != b[d]:
+                return d, dim.hops(int(a[d]), int(b[d]))
+        return -1, 0
+
+
+def node_durations(d: Demand, plan, system: AstraSystem) -> Durations:
+    """Per node of ``plan`` (the demand's joint graph, timing.plan.plan_of), ASTRA-sim's time.
+
+    Raises
+    ------
+    LibraError
+        A collective ASTRA-sim never finishes or exits on, or one this model does not time
+        (the message names the system.json key or the group and why).
+    """
+    t = _Timing(d, system)
+    dur = plan.base_ns.copy()
+    uneven: dict[int, tuple[int, dict[int, int]]] = {}
+    for ci, rc in enumerate(d.rank_classes):
+        off = plan.offsets[ci]
+        if rc.dag is None:
+            order = list(range(len(rc.collectives)))
+            times = t.class_times(rc, order)
+            dur[off] = rc.compute_time_ns + sum(c.count * max(x) for c, x in zip(rc.collectives, times))
+            continue
+        nodes = [i for i, (kind, _) in enumerate(rc.dag.nodes) if kind == "coll"]
+        times = t.class_times(rc, [int(rc.dag.nodes[i][1]) for i in nodes])
+        slow = [max(x) for x in times]
+        dur[[off + i for i in nodes]] = slow
+        if nodes and len(times[-1]) > 1 and min(times[-1]) < slow[-1]:
+            uneven[ci] = (off + nodes[-1], {r: slow[-1] - x for r, x in zip(rc.ranks, times[-1])})
+    return Durations(dur, uneven)

@@ -1,0 +1,95 @@
+"""What ASTRA-sim 518bd51 (analytical, congestion-unaware) would print for a demand read from
+traces, without running it: each rank's finish time and exposed communication.
+
+The demand's rank classes are replayed together as ASTRA-sim runs their DAGs (predict.py's
+replay: one GPU compute, one CPU op and one collective or send at a time per rank, receives
+waiting for their sends, a collective shared with other classes starting when they are ready for
+it), with every node's time from astra_durations.py. ASTRA-sim's "exposed communication" of a
+rank is its finish time minus its summed GPU compute.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from ..demand.types import Demand
+from ..errors import LibraError
+from .astra_durations import AstraSystem, node_durations
+from .plan import plan_of
+from .predict import replay_ends
+
+
+class RankTime(NamedTuple):
+    """One rank as ASTRA-sim reports it (``sys[R] finished, T cycles, exposed communication E
+    cycles.``); 1 cycle = 1 ns."""
+
+    rank: int
+    finished_ns: int
+    exposed_comm_ns: int
+    compute_ns: int          # summed GPU compute
+    rank_class: int
+
+
+@dataclass(frozen=True)
+class AstraPrediction:
+    ranks: tuple[RankTime, ...]             # rank order
+    class_finish_ns: tuple[int, ...]        # per rank class: its slowest rank
+    class_compute_ns: tuple[int, ...]       # per rank class: GPU compute of one rank
+    uneven_classes: tuple[int, ...]         # classes whose ranks' collective times differ (trees)
+
+    @property
+    def time_ns(self) -> int:
+        """The slowest rank's finish time (ASTRA-sim's simulated time)."""
+        return max((r.finished_ns for r in self.ranks), default=0)
+
+    @property
+    def slowest(self) -> RankTime:
+        return max(self.ranks, key=lambda r: (r.finished_ns, -r.rank))
+
+    @property
+    def mean_ns(self) -> float:
+        return sum(r.finished_ns for r in self.ranks) / len(self.ranks) if self.ranks else 0.0
+
+    def astra_lines(self) -> list[str]:
+        """The lines ASTRA-sim prints for these ranks (its ``finished`` line per rank)."""
+        return [f"sys[{r.rank}] finished, {r.finished_ns} cycles, exposed communication {r.exposed_comm_ns} cycles."
+                for r in self.ranks]
+
+
+def predict_astra(d: Demand, system: AstraSystem) -> AstraPrediction:
+    """ASTRA-sim's per-rank answer for demand ``d`` (read from traces, with DAGs) on ``system``.
+
+    Raises
+    ------
+    LibraError
+        A collective ASTRA-sim never finishes, exits on or that is not modeled (astra_durations),
+        or ranks that wait on each other in a cycle (ASTRA-sim would never finish them).
+    """
+    plan = plan_of(d)
+    durs = node_durations(d, plan, system)
+    r = replay_ends(d, durs.dur)
+    if getattr(r, "cycles", 0):
+        raise LibraError("ranks wait on each other in a cycle (a receive whose send waits for it, or a collective "
+                         "whose members issue it in different orders): ASTRA-sim would never finish them")
+    ranks: dict[int, RankTime] = {}
+    class_finish, class_compute = [], []
+    for ci, rc in enumerate(d.rank_classes):
+        last = r.class_last(ci)
+        finish = int(round(r.finish[last])) if last >= 0 else 0
+        compute = int(round(rc.compute_time_ns))
+        class_finish.append(finish)
+        class_compute.append(compute)
+        node, gaps = durs.uneven.get(ci, (-1, {}))
+        members = rc.ranks or tuple(range(rc.num_ranks))
+        for rank in members:
+            # a rank of a tree that is not the slowest ends that much earlier when its class's
+            # last node is that collective
+            t = finish - (gaps.get(rank, 0) if node == last else 0)
+            ranks[rank] = RankTime(rank, t, t - compute, compute, ci)
+    missing = sorted(set(range(math.prod(d.npus_per_dim))) - set(ranks))
+    if missing:
+        raise LibraError(f"the demand has no rank class for rank(s) {missing[:8]}; read it from every rank's trace")
+    return AstraPrediction(tuple(ranks[k] for k in sorted(ranks)), tuple(class_finish), tuple(class_compute),
+                           tuple(sorted(durs.uneven)))
