@@ -191,9 +191,10 @@ class _Phase(NamedTuple):
     tree: tuple | None = None   # (network dimension, link, bytes, root_max)
 
 
-def _plan(c: Coll, links: Sequence[Link], s: SystemSettings, state: dict) -> list[list[_Phase]]:
+def collective_plan(c: Coll, links: Sequence[Link], s: SystemSettings, state: dict) -> list[list[_Phase]]:
     """The phases of each chunk of one collective (``state`` carries ASTRA-sim's per-rank
-    counters from one collective to the next: queue allocators, which double tree is next)."""
+    counters from one collective to the next: queue allocators, which double tree is next; it
+    is updated)."""
     if c.kind not in KINDS:
         raise LibraError(f"collective type {c.kind!r}: ASTRA-sim simulates only {list(KINDS)}")
     if len(c.involved) != len(links):
@@ -267,12 +268,12 @@ def rank_finish_ns(colls: Sequence[Coll], links: Sequence[Link], settings: Syste
 
     With ``endpoint_delay_ns`` 0 ASTRA-sim aborts on an event at time 0; the times are those of
     collectives issued later."""
-    links = _checked(links)
+    links = checked_links(links)
     state: dict = {}
-    return _rank_times([_plan(c, links, settings, state) for c in colls], links, settings)
+    return rank_times([collective_plan(c, links, settings, state) for c in colls], links, settings)
 
 
-def _checked(links: Sequence[Link]) -> tuple[Link, ...]:
+def checked_links(links: Sequence[Link]) -> tuple[Link, ...]:
     links = tuple(Link(*link) for link in links)
     for i, link in enumerate(links):
         if link.topology not in TOPOLOGIES or link.npus < 2 or not link.bw_gbps > 0 or not link.latency_ns >= 0:
@@ -281,36 +282,28 @@ def _checked(links: Sequence[Link]) -> tuple[Link, ...]:
     return links
 
 
-def _rank_times(plans: list, links: tuple[Link, ...], settings: SystemSettings) -> tuple[int, ...]:
+def rank_times(plans: list, links: tuple[Link, ...], settings: SystemSettings,
+               starts: Sequence[int] | None = None) -> tuple[int, ...]:
+    """Each rank's end (ns) of the planned collectives (``collective_plan``) issued one after
+    the other, the first at ``starts[rank]`` (default 0 on every rank)."""
     trees = sorted({p.tree[0] for plan in plans for ch in plan for p in ch if p.tree})
-    finish = _Replay(plans, [links[d].npus for d in trees], trees, settings).run()
-    strides = [math.prod(link.npus for link in links[:d]) for d in trees]
-    return tuple(finish[tuple(r // s % links[d].npus for d, s in zip(trees, strides))]
-                 for r in range(math.prod(link.npus for link in links)))
-
-
-class IssueTimer:
-    """One rank's collectives timed in the order it issues them, each from idle queues: what
-    ASTRA-sim carries from one to the next (queue rotation, which double tree is next) is
-    carried. ``memo`` may be shared by the timers of many ranks."""
-
-    def __init__(self, memo: dict | None = None):
-        self.state: tuple = ()
-        self.memo = {} if memo is None else memo
-
-    def time_ns(self, c: Coll, links: Sequence[Link], settings: SystemSettings) -> tuple[int, ...]:
-        """Each rank's time of ``c`` (rank order over ``links``) issued at 0 into idle queues."""
-        key = (c, tuple(links), settings, self.state)
-        hit = self.memo.get(key)
-        if hit is None:
-            links = _checked(links)
-            state = dict(self.state)
-            plan = _plan(c, links, settings, state)
-            # only the parity of a tree's turn counts: keeps the states (and the memo) few
-            after = tuple(sorted(((k, v % 2 if isinstance(k[0], str) else v) for k, v in state.items()), key=repr))
-            hit = self.memo[key] = (_rank_times([plan], links, settings), after)
-        self.state = hit[1]
-        return hit[0]
+    sizes = [link.npus for link in links]
+    coords = [[r // math.prod(sizes[:d]) % sizes[d] for d in range(len(sizes))] for r in range(math.prod(sizes))]
+    place = [tuple(c[d] for d in trees) for c in coords]
+    if not starts:
+        finish = _Replay(plans, [sizes[d] for d in trees], trees, settings).run({})
+        return tuple(finish[x] for x in place)
+    # ranks that differ outside the tree dimensions are in other trees: each set apart
+    sets: dict = {}
+    for r, c in enumerate(coords):
+        sets.setdefault(tuple(v for d, v in enumerate(c) if d not in trees), {})[place[r]] = starts[r]
+    seen: dict = {}
+    for key, first in sets.items():
+        pattern = tuple(sorted(first.items()))
+        if pattern not in seen:
+            seen[pattern] = _Replay(plans, [sizes[d] for d in trees], trees, settings).run(first)
+        sets[key] = seen[pattern]
+    return tuple(sets[tuple(v for d, v in enumerate(c) if d not in trees)][place[r]] for r, c in enumerate(coords))
 
 
 def chain_time_ns(colls: Sequence[Coll], links: Sequence[Link], settings: SystemSettings) -> int:
@@ -345,9 +338,12 @@ class _Replay:
     def at(self, t: int, fn, *args: Any) -> None:
         heapq.heappush(self.heap, (t, next(self.order), fn, args))
 
-    def run(self) -> dict:
+    def run(self, starts: dict) -> dict:
         for x in self.classes:
-            self.issue(0, x, 0)
+            if starts:      # issued as events: a class issuing later must not take earlier messages
+                self.at(starts.get(x, 0), self.issue, x, 0)
+            else:
+                self.issue(0, x, 0)
         while self.heap:
             t, _, fn, args = heapq.heappop(self.heap)
             fn(t, *args)

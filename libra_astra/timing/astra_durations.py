@@ -13,9 +13,9 @@ durations the dependency-aware replay (predict.py's plan) takes to answer what A
 - Sends: one message, ``int(hops * latency + bytes / bandwidth)``; receives wait for it.
 - Compute and CPU ops: as the demand has them (ASTRA-sim's replay of ``duration_micros``).
 
-A collective whose time differs between the ranks of one class (double binary trees: a rank's
-time depends on its place in the tree) takes its slowest rank's time, and the class is reported
-in :attr:`Durations.uneven`.
+A collective that runs a double binary tree takes a time that depends on the rank's place in
+the tree: here its class's slowest rank's, and the node is listed in :attr:`Durations.trees`
+for astra_trees.py, which times each place.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ..demand.types import Collective, Demand, RankClass
 from ..errors import LibraError
 from ..model import collectives as coll
 from ..model.network import Network
-from .astra_collective import Coll, IssueTimer, Link
+from .astra_collective import Coll, Link, checked_links, collective_plan, rank_times
 from .astra_settings import IMPLEMENTATION_KEYS, SystemSettings, parse_implementation
 
 # ASTRA-sim's memory bus on a communicator group's ring (MemBus::Transmition::Fast).
@@ -49,13 +49,50 @@ class AstraSystem(NamedTuple):
     groups_source: str = "communicator groups"
 
 
+class Spec(NamedTuple):
+    """A collective as one rank issues it: what collective_plan needs, with the rank's state."""
+
+    coll: Coll
+    links: tuple[Link, ...]
+    settings: SystemSettings
+    state: tuple            # ASTRA-sim's counters carried from the rank's earlier collectives
+
+
+class IssueTimer:
+    """One rank's collectives timed in the order it issues them, each from idle queues: what
+    ASTRA-sim carries from one to the next (queue rotation, which double tree is next) is
+    carried. ``memo`` may be shared by the timers of many ranks."""
+
+    def __init__(self, memo: dict):
+        self.state: tuple = ()
+        self.memo = memo
+
+    def time_ns(self, c: Coll, links: tuple[Link, ...],
+                settings: SystemSettings) -> tuple[Spec | None, tuple[int, ...]]:
+        """(the spec if ``c`` runs a double binary tree, each rank's time of ``c``, rank order over
+        ``links``) issued at 0 into idle queues."""
+        spec = Spec(c, links, settings, self.state)
+        hit = self.memo.get(spec)
+        if hit is None:
+            links = checked_links(links)
+            state = dict(self.state)
+            plan = collective_plan(c, links, settings, state)
+            # only the parity of a tree's turn counts: keeps the states (and the memo) few
+            after = tuple(sorted(((k, v % 2 if isinstance(k[0], str) else v) for k, v in state.items()), key=repr))
+            tree = any(p.tree for chunk in plan for p in chunk)
+            hit = self.memo[spec] = (rank_times([plan], links, settings), after, tree)
+        self.state = hit[1]
+        return (spec if hit[2] else None), hit[0]
+
+
 @dataclass(frozen=True)
 class Durations:
-    """Per global node of the plan, its time in ns; and the classes whose ranks differ."""
+    """Per global node of the plan, its time in ns (a collective's slowest rank's in its class);
+    and the collective nodes that run a double binary tree."""
 
     dur: np.ndarray
-    # class -> (its last collective's global node, {rank: that collective's slowest time minus the rank's})
-    uneven: dict[int, tuple[int, dict[int, int]]] = field(default_factory=dict)
+    # global node -> (the collective as its ranks issue it, each rank's time from a common start, rank order)
+    trees: dict[int, tuple[Spec, tuple[int, ...]]] = field(default_factory=dict)
 
 
 class _Timing:
@@ -76,18 +113,17 @@ class _Timing:
         link = self.system.links[dims[0]]
         return int(c.hops[dims[0]] * link.latency_ns + int(c.size_bytes) / link.bw_gbps)
 
-    def class_times(self, rc: RankClass, order: Sequence[int]) -> list[tuple[int, ...]]:
-        """Each rank's time of the class's collectives ``order`` (indexes, in issue order)."""
+    def class_times(self, rc: RankClass, order: Sequence[int]) -> list[tuple[Spec | None, tuple[int, ...]]]:
+        """(spec, each rank's time: rank order, or one value) of the class's collectives ``order``
+        (indexes, in issue order)."""
         timer = IssueTimer(self.memo)
         out = []
         for i in order:
             c = rc.collectives[i]
             if c.algorithm == "p2p" or c.type == coll.P2P:
-                out.append((self.p2p_ns(c),))
+                out.append((None, (self.p2p_ns(c),)))
                 continue
-            coll_, links, settings = self.astra_coll(c, rc)
-            times = timer.time_ns(coll_, links, settings)
-            out.append(tuple(times[r] for r in rc.ranks) if len(times) == self.npus and rc.ranks else (max(times),))
+            out.append(timer.time_ns(*self.astra_coll(c, rc)))
         return out
 
     def astra_coll(self, c: Collective, rc: RankClass) -> tuple[Coll, tuple[Link, ...], SystemSettings]:
@@ -202,18 +238,17 @@ def node_durations(d: Demand, plan, system: AstraSystem) -> Durations:
     """
     t = _Timing(d, system)
     dur = plan.base_ns.copy()
-    uneven: dict[int, tuple[int, dict[int, int]]] = {}
+    trees: dict[int, tuple[Spec, tuple[int, ...]]] = {}
     for ci, rc in enumerate(d.rank_classes):
         off = plan.offsets[ci]
         if rc.dag is None:
-            order = list(range(len(rc.collectives)))
-            times = t.class_times(rc, order)
-            dur[off] = rc.compute_time_ns + sum(c.count * max(x) for c, x in zip(rc.collectives, times))
+            times = t.class_times(rc, range(len(rc.collectives)))
+            dur[off] = rc.compute_time_ns + sum(c.count * max(x) for c, (_, x) in zip(rc.collectives, times))
             continue
         nodes = [i for i, (kind, _) in enumerate(rc.dag.nodes) if kind == "coll"]
         times = t.class_times(rc, [int(rc.dag.nodes[i][1]) for i in nodes])
-        slow = [max(x) for x in times]
-        dur[[off + i for i in nodes]] = slow
-        if nodes and len(times[-1]) > 1 and min(times[-1]) < slow[-1]:
-            uneven[ci] = (off + nodes[-1], {r: slow[-1] - x for r, x in zip(rc.ranks, times[-1])})
-    return Durations(dur, uneven)
+        ranks = rc.ranks or range(rc.num_ranks)
+        # a collective timed on every rank (the full network) takes the class's slowest rank's time
+        dur[[off + i for i in nodes]] = [max(x[r] for r in ranks) if len(x) == t.npus else max(x) for _, x in times]
+        trees.update((off + i, (spec, x)) for i, (spec, x) in zip(nodes, times) if spec is not None)
+    return Durations(dur, trees)

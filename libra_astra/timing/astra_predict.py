@@ -17,6 +17,8 @@ from typing import NamedTuple
 from ..demand.types import Demand
 from ..errors import LibraError
 from .astra_durations import AstraSystem, node_durations
+from .astra_settings import KINDS, parse_implementation
+from .astra_trees import refine_trees
 from .plan import plan_of
 from .predict import replay_ends
 
@@ -69,6 +71,8 @@ def predict_astra(d: Demand, system: AstraSystem) -> AstraPrediction:
     """
     plan = plan_of(d)
     durs = node_durations(d, plan, system)
+    if durs.trees:
+        return _trees(d, system, plan.offsets, durs)
     r = replay_ends(d, durs.dur)
     if getattr(r, "cycles", 0):
         raise LibraError("ranks wait on each other in a cycle (a receive whose send waits for it, or a collective "
@@ -81,15 +85,35 @@ def predict_astra(d: Demand, system: AstraSystem) -> AstraPrediction:
         compute = int(round(rc.compute_time_ns))
         class_finish.append(finish)
         class_compute.append(compute)
-        node, gaps = durs.uneven.get(ci, (-1, {}))
-        members = rc.ranks or tuple(range(rc.num_ranks))
-        for rank in members:
-            # a rank of a tree that is not the slowest ends that much earlier when its class's
-            # last node is that collective
-            t = finish - (gaps.get(rank, 0) if node == last else 0)
-            ranks[rank] = RankTime(rank, t, t - compute, compute, ci)
+        for rank in rc.ranks or range(rc.num_ranks):
+            ranks[rank] = RankTime(rank, finish, finish - compute, compute, ci)
+    return _prediction(d, ranks, class_finish, class_compute, ())
+
+
+def _trees(d: Demand, system: AstraSystem, offsets, durs) -> AstraPrediction:
+    """Double binary trees: each rank at its place in the trees (astra_trees.py)."""
+    s = system.settings
+    dims = [k for k in range(len(system.links))
+            if any(k < len(s.implementations(kind)) and parse_implementation(s.implementations(kind)[k])[0]
+                   == "doubleBinaryTree" for kind in KINDS)]
+    finish = refine_trees(d, offsets, durs, dims, system.system_source)
+    ranks: dict[int, RankTime] = {}
+    class_finish, class_compute, uneven = [], [], []
+    for ci, rc in enumerate(d.rank_classes):
+        c = int(round(rc.compute_time_ns))
+        ts = {rank: int(round(finish[rank])) for rank in rc.ranks}
+        for rank, t in ts.items():
+            ranks[rank] = RankTime(rank, t, t - c, c, ci)
+        class_finish.append(max(ts.values()))
+        class_compute.append(c)
+        if len(set(ts.values())) > 1:
+            uneven.append(ci)
+    return _prediction(d, ranks, class_finish, class_compute, tuple(uneven))
+
+
+def _prediction(d: Demand, ranks: dict[int, RankTime], class_finish: list[int], class_compute: list[int],
+                uneven: tuple[int, ...]) -> AstraPrediction:
     missing = sorted(set(range(math.prod(d.npus_per_dim))) - set(ranks))
     if missing:
         raise LibraError(f"the demand has no rank class for rank(s) {missing[:8]}; read it from every rank's trace")
-    return AstraPrediction(tuple(ranks[k] for k in sorted(ranks)), tuple(class_finish), tuple(class_compute),
-                           tuple(sorted(durs.uneven)))
+    return AstraPrediction(tuple(ranks[k] for k in sorted(ranks)), tuple(class_finish), tuple(class_compute), uneven)
