@@ -178,6 +178,15 @@ def predict_inputs(inputs: SimInputs, on_progress: Callable[[int, int], None] | 
     return Predicted(inputs, net, system, demand, summary, predict_astra(demand, system))
 
 
+def skew_notes(pr: AstraPrediction) -> list[str]:
+    """What the prediction cannot say exactly, in words (empty when it is exact)."""
+    if not pr.skewed:
+        return []
+    return [f"at {pr.skewed} collective(s) shared by rank classes the ranks arrive up to {pr.skew_ns:,} ns apart: "
+            "predicted as starting when the last arrives, while ASTRA-sim lets the early ranks begin, so its finish "
+            "times can differ from these (by up to about that spread per such collective)"]
+
+
 def prediction_to_dict(p: Predicted) -> dict[str, Any]:
     """The prediction as JSON: ASTRA-sim's per-rank figures and ours."""
     pr = p.prediction
@@ -189,11 +198,12 @@ def prediction_to_dict(p: Predicted) -> dict[str, Any]:
         "simulator": "astra-sim 518bd51, analytical congestion-unaware",
         "time_ns": pr.time_ns, "slowest_rank": slow.rank, "mean_ns": pr.mean_ns,
         "exposed_comm_ns": slow.exposed_comm_ns,
+        "skewed_collectives": pr.skewed, "arrival_skew_ns": pr.skew_ns,
         "classes": [{"ranks": list(rc.ranks), "finished_ns": f, "compute_ns": c, "exposed_comm_ns": f - c,
                      "uneven": ci in pr.uneven_classes}
                     for ci, (rc, f, c) in enumerate(zip(p.demand.rank_classes, pr.class_finish_ns,
                                                         pr.class_compute_ns))],
         "ranks": [{"rank": r.rank, "finished_ns": r.finished_ns, "exposed_comm_ns": r.exposed_comm_ns}
                   for r in pr.ranks],
-        "notes": list(p.notes),
+        "notes": list(p.notes) + skew_notes(pr),
     }

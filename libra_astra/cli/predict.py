@@ -56,7 +56,7 @@ def predict_command(source: str | None, workload: str | None, network: str | Non
       libra-astra predict traces/dlrm_16/dlrm --network-configuration net.yml --system-configuration system.json
       libra-astra predict runs/gpt3 --astra-format
     """
-    from ..astra.predict_inputs import SimInputs, inputs_from_run_dir, predict_inputs, prediction_to_dict
+    from ..astra.predict_inputs import SimInputs, inputs_from_run_dir, predict_inputs, prediction_to_dict, skew_notes
     from ..errors import LibraError
 
     if source is not None and workload is not None:
@@ -100,5 +100,7 @@ def predict_command(source: str | None, workload: str | None, network: str | Non
     for line in table(rows, right={2, 3, 4}):
         click.echo(line)
     if pred.uneven_classes:
-        click.echo("* its slowest rank: the ranks of this class take different times in a collective (their place "
-                   "in a double binary tree); --astra-format or --json give every rank")
+        click.echo("* its slowest rank: the ranks of this class finish at different times (their places in double "
+                   "binary trees); --astra-format or --json give every rank")
+    for note in skew_notes(pred):
+        click.echo(f"note: {note}")

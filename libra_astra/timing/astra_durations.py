@@ -33,8 +33,6 @@ from ..model.network import Network
 from .astra_collective import Coll, Link, checked_links, collective_plan, rank_times
 from .astra_settings import IMPLEMENTATION_KEYS, SystemSettings, parse_implementation
 
-# ASTRA-sim's memory bus on a communicator group's ring (MemBus::Transmition::Fast).
-GROUP_BUS_NS = 10
 _ALL = "all"      # demand's label of an all-ranks collective (demand.groups.group_label)
 
 
@@ -139,12 +137,12 @@ class _Timing:
             return Coll(c.type, size, (True,) * len(links)), links, s
         if c.type != coll.ALL_GATHER and self.npus > size // s.splits:
             size = s.splits * self.npus     # ASTRA-sim's smallest chunk is the NPU count, not the group's
-        return Coll(c.type, size, (True,)), (vlink,), settings
+        return Coll(c.type, size, (True,), True), (vlink,), settings
 
     def group_ring(self, c: Collective, rc: RankClass) -> tuple[Link | None, SystemSettings | None]:
         """The one-dimensional network and settings a communicator group's collective runs on."""
-        rings = {self.members(key, c, rc) for key in self.keys(c.group, rc)}
-        if any(len(m) == self.npus for m in rings):
+        rings = {key: self.members(key) for key in self.keys(c.group, rc)}
+        if any(len(m) == self.npus for m in rings.values()):
             return None, None
         s = self.system.settings
         names = s.implementations(c.type)
@@ -154,16 +152,15 @@ class _Timing:
                              f"{c.group}; give one per dimension")
         alg, _, window = parse_implementation("ring" if len(names) > 1 else names[0], where)
         if alg == "doubleBinaryTree":
-            raise LibraError(f"{where}: doubleBinaryTree on communicator group {c.group} (a ring of its members in "
-                             "ASTRA-sim) is not modeled (ASTRA-sim reads the ring as a tree); use ring or direct")
-        links = {self.ring_link(m, alg, c.group) for m in rings}
+            raise LibraError(f"{where}: doubleBinaryTree on communicator group {c.group}: ASTRA-sim crashes (it takes "
+                             "the group's ring for a tree); use ring or direct")
+        links = {self.ring_link(m, alg, key) for key, m in rings.items()}
         if len(links) != 1:
             raise LibraError(f"{self.system.groups_source}: the groups behind {c.group!r} are rings of different "
                              f"shapes for one rank class; predict cannot time them as one")
         name = alg if window < 0 else f"{alg}{window}"
         names = (name,)
-        return links.pop(), replace(s, all_reduce=names, reduce_scatter=names, all_gather=names, all_to_all=names,
-                                    endpoint_delay_ns=GROUP_BUS_NS)
+        return links.pop(), replace(s, all_reduce=names, reduce_scatter=names, all_gather=names, all_to_all=names)
 
     def keys(self, label: str, rc: RankClass) -> list[str]:
         groups = self.system.groups
@@ -182,7 +179,7 @@ class _Timing:
         raise LibraError(f"{self.system.groups_source}: no communicator group {label!r}, which the traces' "
                          "collectives name; give the group file the traces were made with")
 
-    def members(self, key: str, c: Collective, rc: RankClass) -> tuple[int, ...]:
+    def members(self, key: str) -> tuple[int, ...]:
         m = tuple(self.system.groups[key])
         if len(m) < 2:
             raise LibraError(f"{self.system.groups_source}: group {key} has {len(m)} member(s); ASTRA-sim never "
@@ -203,21 +200,26 @@ class _Timing:
         for o in offsets:
             routes = {self.route(coords[i], coords[(i + o) % n]) for i in range(n)}
             if len(routes) != 1:
-                break
+                a = next(i for i in range(n) if self.route(coords[i], coords[(i + o) % n]) != self.route(coords[0], coords[o % n]))
+                (d0, h0), (d1, h1) = self.route(coords[0], coords[o % n]), self.route(coords[a], coords[(a + o) % n])
+                raise LibraError(
+                    f"{self.system.groups_source}: group {label}: ASTRA-sim's {alg} over its members {list(members)[:8]} "
+                    f"sends {members[0]} -> {members[o % n]} {h0} hop(s) on dimension {d0} but {members[a]} -> "
+                    f"{members[(a + o) % n]} {h1} on dimension {d1}; such a ring's time is not modeled (predict the "
+                    "directory 'emit' writes, where the group is a whole dimension)")
             per_offset.append((o, routes.pop()))
-        else:
-            dims = {d for _, (d, _) in per_offset}
-            if len(dims) == 1:
-                d = dims.pop()
-                link = self.system.links[d]
-                hops = {h for _, (_, h) in per_offset}
-                if len(hops) == 1:
-                    return Link("FullyConnected", n, link.bw_gbps, hops.pop() * link.latency_ns)
-                if link.topology == "Ring" and all(h == min(o % n, n - o % n) for o, (_, h) in per_offset):
-                    return Link("Ring", n, link.bw_gbps, link.latency_ns)
-        raise LibraError(f"{self.system.groups_source}: group {label}'s members {list(members)[:8]} make a ring whose "
-                         f"steps cross different links or hops; ASTRA-sim's time for it is not modeled (list the members "
-                         "so each step takes the same link, or use a full network dimension)")
+        dims = {d for _, (d, _) in per_offset}
+        if len(dims) == 1:
+            d = dims.pop()
+            link = self.system.links[d]
+            hops = {h for _, (_, h) in per_offset}
+            if len(hops) == 1:
+                return Link("FullyConnected", n, link.bw_gbps, hops.pop() * link.latency_ns)
+            if link.topology == "Ring" and all(h == min(o % n, n - o % n) for o, (_, h) in per_offset):
+                return Link("Ring", n, link.bw_gbps, link.latency_ns)
+        raise LibraError(f"{self.system.groups_source}: group {label}: ASTRA-sim's {alg} over its members "
+                         f"{list(members)[:8]} sends to members at different distances over different links or "
+                         "hops; its time is not modeled (predict the directory 'emit' writes, or use ring)")
 
     def route(self, a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
         """(dimension, hops) ASTRA-sim charges a message from coordinates a to b on."""
@@ -252,3 +254,19 @@ def node_durations(d: Demand, plan, system: AstraSystem) -> Durations:
         dur[[off + i for i in nodes]] = [max(x[r] for r in ranks) if len(x) == t.npus else max(x) for _, x in times]
         trees.update((off + i, (spec, x)) for i, (spec, x) in zip(nodes, times) if spec is not None)
     return Durations(dur, trees)
+
+
+def arrival_skew(plan, finish) -> tuple[int, int]:
+    """(collectives shared by rank classes whose ranks arrive at different times, the widest
+    spread in ns) of a replay of ``plan``: a node arrives when the last of its dependencies ends.
+    The replay starts such a collective when its last rank arrives, ASTRA-sim's early ranks
+    begin at once: what the durations here cannot say."""
+    if not plan.syncs:
+        return 0, 0
+    ends = np.asarray(finish, dtype=float)
+    u, v = plan.edges[0], plan.edges[1]
+    ready = np.zeros(ends.shape[0])
+    np.maximum.at(ready, v, ends[u])
+    spreads = [np.ptp(ready[[g, *partners]]) for g, partners in plan.syncs.items()]
+    hit = [x for x in spreads if x > 0]
+    return len(hit), int(round(max(hit, default=0.0)))

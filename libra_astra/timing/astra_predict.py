@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from ..demand.types import Demand
 from ..errors import LibraError
-from .astra_durations import AstraSystem, node_durations
+from .astra_durations import AstraSystem, arrival_skew, node_durations
 from .astra_settings import KINDS, parse_implementation
 from .astra_trees import refine_trees
 from .plan import plan_of
@@ -40,6 +40,11 @@ class AstraPrediction:
     class_finish_ns: tuple[int, ...]        # per rank class: its slowest rank
     class_compute_ns: tuple[int, ...]       # per rank class: GPU compute of one rank
     uneven_classes: tuple[int, ...]         # classes whose ranks' collective times differ (trees)
+    # Collectives shared by rank classes whose ranks arrive at different times: how many, and the
+    # widest spread (ns). The replay starts such a collective when its last rank arrives; ASTRA-sim
+    # lets the early ranks begin, so its times can differ by about that much per such collective.
+    skewed: int = 0
+    skew_ns: int = 0
 
     @property
     def time_ns(self) -> int:
@@ -74,6 +79,7 @@ def predict_astra(d: Demand, system: AstraSystem) -> AstraPrediction:
     if durs.trees:
         return _trees(d, system, plan.offsets, durs)
     r = replay_ends(d, durs.dur)
+    skew = arrival_skew(plan, r.finish)
     if getattr(r, "cycles", 0):
         raise LibraError("ranks wait on each other in a cycle (a receive whose send waits for it, or a collective "
                          "whose members issue it in different orders): ASTRA-sim would never finish them")
@@ -87,7 +93,7 @@ def predict_astra(d: Demand, system: AstraSystem) -> AstraPrediction:
         class_compute.append(compute)
         for rank in rc.ranks or range(rc.num_ranks):
             ranks[rank] = RankTime(rank, finish, finish - compute, compute, ci)
-    return _prediction(d, ranks, class_finish, class_compute, ())
+    return _prediction(d, ranks, class_finish, class_compute, (), skew)
 
 
 def _trees(d: Demand, system: AstraSystem, offsets, durs) -> AstraPrediction:
@@ -96,7 +102,7 @@ def _trees(d: Demand, system: AstraSystem, offsets, durs) -> AstraPrediction:
     dims = [k for k in range(len(system.links))
             if any(k < len(s.implementations(kind)) and parse_implementation(s.implementations(kind)[k])[0]
                    == "doubleBinaryTree" for kind in KINDS)]
-    finish = refine_trees(d, offsets, durs, dims, system.system_source)
+    finish, skew = refine_trees(d, offsets, durs, dims, system.system_source)
     ranks: dict[int, RankTime] = {}
     class_finish, class_compute, uneven = [], [], []
     for ci, rc in enumerate(d.rank_classes):
@@ -108,12 +114,13 @@ def _trees(d: Demand, system: AstraSystem, offsets, durs) -> AstraPrediction:
         class_compute.append(c)
         if len(set(ts.values())) > 1:
             uneven.append(ci)
-    return _prediction(d, ranks, class_finish, class_compute, tuple(uneven))
+    return _prediction(d, ranks, class_finish, class_compute, tuple(uneven), skew)
 
 
 def _prediction(d: Demand, ranks: dict[int, RankTime], class_finish: list[int], class_compute: list[int],
-                uneven: tuple[int, ...]) -> AstraPrediction:
+                uneven: tuple[int, ...], skew: tuple[int, int]) -> AstraPrediction:
     missing = sorted(set(range(math.prod(d.npus_per_dim))) - set(ranks))
     if missing:
         raise LibraError(f"the demand has no rank class for rank(s) {missing[:8]}; read it from every rank's trace")
-    return AstraPrediction(tuple(ranks[k] for k in sorted(ranks)), tuple(class_finish), tuple(class_compute), uneven)
+    return AstraPrediction(tuple(ranks[k] for k in sorted(ranks)), tuple(class_finish), tuple(class_compute), uneven,
+                           *skew)

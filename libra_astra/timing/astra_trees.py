@@ -30,7 +30,7 @@ import numpy as np
 from ..demand.types import Dag, Demand, RankClass
 from ..errors import LibraError
 from .astra_collective import checked_links, collective_plan, rank_times
-from .astra_durations import Durations, Spec
+from .astra_durations import Durations, Spec, arrival_skew
 from .plan import plan_of
 from .predict import replay_ends
 
@@ -97,9 +97,10 @@ def _instances(d: Demand, offsets: Sequence[int], trees: set[int]) -> list[list[
 
 
 def refine_trees(d: Demand, offsets: Sequence[int], durs: Durations, tree_dims: Sequence[int],
-                 source: str) -> dict[int, float]:
-    """{rank: finish ns} with every tree collective timed from each place's own issue time
-    (module docstring). ``offsets``: the first global node of each class (the plan's).
+                 source: str) -> tuple[dict[int, float], tuple[int, int]]:
+    """({rank: finish ns}, the arrival skew at shared collectives: astra_predict.arrival_skew)
+    with every tree collective timed from each place's own issue time (module docstring).
+    ``offsets``: the first global node of each class (the plan's).
 
     Raises
     ------
@@ -151,7 +152,8 @@ def refine_trees(d: Demand, offsets: Sequence[int], durs: Durations, tree_dims: 
                 dur[node] = memo[key]
                 break
         else:
-            return {rank: r.finish[r.class_last(k)] for k, (_, ranks) in enumerate(parts) for rank in ranks}
+            return ({rank: r.finish[r.class_last(k)] for k, (_, ranks) in enumerate(parts) for rank in ranks},
+                    arrival_skew(plan_of(split), r.finish))
     raise LibraError(f"{source}: doubleBinaryTree: the ranks' tree times did not settle in {len(jobs) + 1} passes")
 
 
