@@ -196,6 +196,7 @@ def prediction_to_dict(p: Predicted) -> dict[str, Any]:
                    "comm_groups": p.inputs.comm_groups, "num_queues_per_dim": p.inputs.queues_per_dim,
                    "run_dir": p.inputs.run_dir},
         "simulator": "astra-sim 518bd51, analytical congestion-unaware",
+        "et_nodes": p.summary.nodes_total,
         "time_ns": pr.time_ns, "slowest_rank": slow.rank, "mean_ns": pr.mean_ns,
         "exposed_comm_ns": slow.exposed_comm_ns,
         "skewed_collectives": pr.skewed, "arrival_skew_ns": pr.skew_ns,
