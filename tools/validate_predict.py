@@ -189,10 +189,12 @@ def run_case(case: Case, binary: str, work: Path, timeout: float) -> dict:
 
 def compare(res: dict) -> tuple[str, float | None]:
     sim, pred = res["sim"], res["pred"]
-    if isinstance(sim, str) or isinstance(pred, str):
-        agree = isinstance(sim, str) and isinstance(pred, str)
-        return ("both refuse" if agree else f"MISMATCH sim: {sim if isinstance(sim, str) else 'ran'}; "
-                f"predict: {pred if isinstance(pred, str) else 'answered'}"), None
+    if isinstance(sim, str) and isinstance(pred, str):
+        return "both refuse", None
+    if isinstance(pred, str):
+        return f"predict refuses, ASTRA-sim runs it: {pred}", None
+    if isinstance(sim, str):
+        return f"MISMATCH ASTRA-sim: {sim}; predict answered", None
     if set(sim) != set(pred):
         return f"MISMATCH ranks: simulated {len(sim)}, predicted {len(pred)}", None
     err = 0.0
@@ -235,16 +237,17 @@ def main() -> int:
         n = len(res["sim"]) if isinstance(res["sim"], dict) else 0
         print(f"{c.set:<9} {c.workload[:34]:<34} {c.variant[:40]:<40} {n:>5} "
               f"{'-' if sim is None else f'{sim:,}':>14} {'-' if pred is None else f'{pred:,}':>14}  {verdict}")
-        w = worst.setdefault(c.set, [0, 0, 0, 0.0, 0])
+        w = worst.setdefault(c.set, [0, 0, 0, 0, 0.0, 0])
         w[0] += 1
         w[1] += verdict == "exact"
         w[2] += verdict == "both refuse"
-        w[3] = max(w[3], err or 0.0)
-        w[4] += verdict.startswith("MISMATCH")
+        w[3] += verdict.startswith("predict refuses")
+        w[4] = max(w[4], err or 0.0)
+        w[5] += verdict.startswith("MISMATCH")
     print()
-    for s, (n, exact, refused, err, bad) in worst.items():
-        print(f"{s:<9} {n} runs: {exact} exact on every rank, {refused} refused by both, {bad} mismatched; "
-              f"largest error {err:.4%}")
+    for s, (n, exact, refused, alone, err, bad) in worst.items():
+        print(f"{s:<9} {n} runs: {exact} exact on every rank, {refused} refused by both, {alone} refused by predict "
+              f"alone, {bad} mismatched; largest error {err:.4%}")
     if args.record:
         record(args.record, results)
     print(f"runs kept in {base}")

@@ -17,8 +17,7 @@ from typing import NamedTuple
 from ..demand.types import Demand
 from ..errors import LibraError
 from .astra_durations import AstraSystem, arrival_skew, node_durations
-from .astra_settings import KINDS, parse_implementation
-from .astra_trees import refine_trees
+from .astra_trees import refine_trees, tree_plan
 from .plan import plan_of
 from .predict import replay_ends
 
@@ -98,10 +97,8 @@ def predict_astra(d: Demand, system: AstraSystem) -> AstraPrediction:
 
 def _trees(d: Demand, system: AstraSystem, offsets, durs) -> AstraPrediction:
     """Double binary trees: each rank at its place in the trees (astra_trees.py)."""
-    s = system.settings
-    dims = [k for k in range(len(system.links))
-            if any(k < len(s.implementations(kind)) and parse_implementation(s.implementations(kind)[k])[0]
-                   == "doubleBinaryTree" for kind in KINDS)]
+    # the dimensions where some collective runs a tree: ranks that agree in them run alike
+    dims = sorted({p.tree[0] for spec, _ in durs.trees.values() for ch in tree_plan(spec) for p in ch if p.tree})
     finish, skew = refine_trees(d, offsets, durs, dims, system.system_source)
     ranks: dict[int, RankTime] = {}
     class_finish, class_compute, uneven = [], [], []

@@ -16,8 +16,9 @@ issue times its own times lead to. Other
 collectives (rings, communicator groups) still start together on every place of a class and of
 the classes they are shared with, as in the replay of the classes whole.
 
-A class split in several places cannot be the sender a receive of another class waits for (the
-demand does not say which rank sends); such a demand is refused.
+A receive of another class waits for the send at its own place when the send crosses a
+dimension above every tree dimension (ranks agree below the dimension a send crosses); other
+sends between classes split by place are refused: the demand does not say which rank sends.
 """
 
 from __future__ import annotations
@@ -48,32 +49,43 @@ def split_by_place(d: Demand, offsets: Sequence[int], trees: set[int], tree_dims
     (its old class, its ranks). Syncs of tree collectives are dropped (astra_trees times them);
     other collectives stay synced with every part of their partners' classes and of their own."""
     parts: list[tuple[int, list[int]]] = []
-    of: list[list[int]] = []
+    of: list[dict[tuple[int, ...], int]] = []       # per class: place -> its part
     for ci, rc in enumerate(d.rank_classes):
         if rc.dag is None or not rc.ranks:
             raise LibraError(f"{source}: doubleBinaryTree: rank class {ci} has no dependency graph or ranks; read the "
                              "demand from the traces")
-        of.append([])
-        for ranks in _places(rc, d.npus_per_dim, tree_dims).values():
-            of[ci].append(len(parts))
+        of.append({})
+        for x, ranks in _places(rc, d.npus_per_dim, tree_dims).items():
+            of[ci][x] = len(parts)
             parts.append((ci, ranks))
-    for rc in d.rank_classes:
-        for _, c, _ in rc.dag.links:
-            if len(of[c]) > 1:
-                raise LibraError(f"{source}: doubleBinaryTree: the ranks of a class that sends to another take different "
-                                 "places in the trees, and the demand does not say which rank sends; use ring, "
-                                 "direct or halvingDoubling")
     classes = []
     for k, (ci, ranks) in enumerate(parts):
         rc = d.rank_classes[ci]
         off = offsets[ci]
-        syncs = [(v, sub, u) for v, c, u in rc.dag.syncs if off + v not in trees for sub in of[c]]
+        x = next(p for p, j in of[ci].items() if j == k)
+        syncs = [(v, sub, u) for v, c, u in rc.dag.syncs if off + v not in trees for sub in of[c].values()]
         syncs += [(v, sub, v) for v, (kind, _) in enumerate(rc.dag.nodes)
-                  if kind == "coll" and off + v not in trees for sub in of[ci] if sub != k]
-        links = tuple((v, of[c][0], u) for v, c, u in rc.dag.links)
+                  if kind == "coll" and off + v not in trees for sub in of[ci].values() if sub != k]
+        links = tuple((v, _sender(d, of, c, u, x, tree_dims, source), u) for v, c, u in rc.dag.links)
         classes.append(RankClass(rc.compute_time_ns, rc.collectives, len(ranks), tuple(ranks),
                                  Dag(rc.dag.nodes, rc.dag.deps, links, tuple(syncs))))
     return Demand(d.name, d.npus_per_dim, tuple(classes), dim_names=d.dim_names), parts
+
+
+def _sender(d: Demand, of: list[dict], c: int, u: int, x: tuple[int, ...], tree_dims: Sequence[int],
+            source: str) -> int:
+    """The part of class ``c`` whose send ``u`` a receive at place ``x`` waits for. A send crosses
+    the lowest dimension where the two ranks differ: below it they agree, so when every tree
+    dimension is below it the sender is at the receiver's place."""
+    if len(of[c]) == 1:
+        return next(iter(of[c].values()))
+    kind, idx = d.rank_classes[c].dag.nodes[u]
+    crossed = [k for k, t in enumerate(d.rank_classes[c].collectives[int(idx)].traffic_bytes) if t > 0]
+    if kind != "coll" or not crossed or max(tree_dims) >= crossed[0] or x not in of[c]:
+        raise LibraError(f"{source}: doubleBinaryTree: ranks at different places in the trees send to each other "
+                         "across a tree dimension, and the demand does not say which rank sends; not modeled (use "
+                         "ring, direct or halvingDoubling)")
+    return of[c][x]
 
 
 def _instances(d: Demand, offsets: Sequence[int], trees: set[int]) -> list[list[int]]:
@@ -135,7 +147,7 @@ def refine_trees(d: Demand, offsets: Sequence[int], durs: Durations, tree_dims: 
                              "graphs; ASTRA-sim would not finish it")
         times = durs.trees[inst[0]][1]
         dur[node] = [times[ranks[0]] for _, ranks in parts]
-        jobs.append((spec, node, _plan(spec)))
+        jobs.append((spec, node, tree_plan(spec)))
     memo: dict = {}
     for _ in range(len(jobs) + 1):
         r = replay_ends(split, dur)
@@ -157,5 +169,6 @@ def refine_trees(d: Demand, offsets: Sequence[int], durs: Durations, tree_dims: 
     raise LibraError(f"{source}: doubleBinaryTree: the ranks' tree times did not settle in {len(jobs) + 1} passes")
 
 
-def _plan(spec: Spec) -> list:
+def tree_plan(spec: Spec) -> list:
+    """The chunks' phases of a collective as its ranks issue it (astra_collective.collective_plan)."""
     return collective_plan(spec.coll, checked_links(spec.links), spec.settings, dict(spec.state))
