@@ -51,10 +51,11 @@ def predict_command(source: str | None, workload: str | None, network: str | Non
     time, and collectives ASTRA-sim never finishes, are refused with the file and key.
 
     \b
-    Examples:
+    Examples (runs/gpt3 from the emit command's example):
       libra-astra predict runs/gpt3
-      libra-astra predict traces/dlrm_16/dlrm --network-configuration net.yml --system-configuration system.json
       libra-astra predict runs/gpt3 --astra-format
+      libra-astra predict runs/gpt3/workload/gpt3 --network-configuration runs/gpt3/network.yml \\
+          --system-configuration runs/gpt3/system.json --json
     """
     from ..astra.predict_inputs import SimInputs, inputs_from_run_dir, predict_inputs, prediction_to_dict, skew_notes
     from ..errors import LibraError

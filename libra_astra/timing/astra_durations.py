@@ -102,7 +102,7 @@ class _Timing:
         self.npus = self.net.npus_count
         d.check_network(self.net)
         self.memo: dict = {}
-        self.groups: dict[tuple[str, str], tuple] = {}
+        self.groups: dict[tuple, tuple] = {}
 
     def p2p_ns(self, c: Collective) -> int:
         dims = [i for i, t in enumerate(c.traffic_bytes) if t > 0]
@@ -129,7 +129,8 @@ class _Timing:
         size = int(c.size_bytes)
         if c.group == _ALL:
             return Coll(c.type, size, tuple(p > 1 for p in c.participants)), links, s
-        key = (c.group, c.type)
+        # a label naming groups by range picks those holding the class's ranks
+        key = (c.group, c.type, rc.ranks if ".." in c.group else ())
         if key not in self.groups:
             self.groups[key] = self.group_ring(c, rc)
         vlink, settings = self.groups[key]
