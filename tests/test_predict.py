@@ -100,12 +100,19 @@ MICRO = {
                      {"1": [0, 1, 2, 3], "2": [4, 5, 6, 7]},
                      [["g", "ALL_REDUCE", 1048576], ["p", 5], ["g", "REDUCE_SCATTER", 65536]],
                      [14108] * 8),
+    # roofline compute: num_ops / min(peak-perf, local-mem-bw x num_ops / tensor_size), truncated per node
+    "roofline": ("topology: [ Ring ]\nnpus_count: [ 4 ]\nbandwidth: [ 50.0 ]\nlatency: [ 500.0 ]\n",
+                 system("ring", 1, roofline_enabled=1, peak_perf=312.7), None,
+                 [["r", 123456789, 987654], ["r", 99999999, 12345], ["c", "ALL_REDUCE", 1048576, [True]],
+                  ["r", 7, 100]],
+                 [34765] * 4),
 }
 
 
 def write_micro(d: Path, case: tuple) -> SimInputs:
     """ET files for a MICRO case: ``["c", kind, size, involved_dim]`` on all ranks, ``["g", kind,
-    size]`` on the rank's group, ``["p", us]`` compute; each node after the one before."""
+    size]`` on the rank's group, ``["p", us]`` compute, ``["r", num_ops, tensor_size]`` roofline
+    compute; each node after the one before."""
     net, sysd, groups, nodes, _ = case
     npus = 1
     for n in re.search(r"npus_count: \[(.*)\]", net).group(1).split(","):
@@ -117,6 +124,8 @@ def write_micro(d: Path, case: tuple) -> SimInputs:
             deps = [i - 1] if i else []
             if kind == "p":
                 out.append(cio.comp_node(i, f"p{i}", rest[0], ctrl_deps=deps))
+            elif kind == "r":
+                out.append(cio.comp_node(i, f"r{i}", 1, num_ops=rest[0], tensor_size=rest[1], ctrl_deps=deps))
             else:
                 out.append(cio.coll_node(i, f"c{i}", rest[0], rest[1], ctrl_deps=deps,
                                          involved_dim=rest[2] if kind == "c" else None,
@@ -152,6 +161,12 @@ def test_settings_not_modeled_are_refused_naming_the_file_and_key(tmp_path, extr
     with pytest.raises(LibraError, match=match) as e:
         predict_inputs(inputs(tmp_path, DLRM, {**system(), **extra}))
     assert str(tmp_path / "system.json") in str(e.value) and "\n" not in str(e.value)
+
+
+def test_roofline_compute_without_num_ops_is_refused(tmp_path):
+    net, sysd, _, nodes, _ = MICRO["roofline"]
+    with pytest.raises(LibraError, match="roofline-enabled, and 4 GPU compute node.*never finishes"):
+        predict_inputs(write_micro(tmp_path, (net, sysd, None, [["p", 5], *nodes], [])))
 
 
 def test_a_tree_on_a_communicator_group_is_refused(tmp_path):

@@ -171,6 +171,11 @@ def predict_inputs(inputs: SimInputs, on_progress: Callable[[int, int], None] | 
     prefix = inputs.workload
     demand, summary = demand_from_traces(prefix, net, comm_groups=inputs.comm_groups,
                                          peak_tflops=peak, mem_bw_gbps=mem, on_progress=on_progress)
+    zero = sum(v for k, v in summary.skipped.items() if k.startswith("COMP without num_ops or tensor_size"))
+    if roofline and zero:
+        raise LibraError(f"{inputs.system}: roofline-enabled, and {zero} GPU compute node(s) of {prefix} have no num_ops "
+                         "or tensor_size: ASTRA-sim skips them (or divides 0 by 0) and then never finishes their "
+                         "ranks; give them both, or set roofline-enabled to 0")
     # METADATA groups (sorted, as PyTorch lists them) and the file's, in its order
     groups = {**summary.metadata_groups, **ordered}
     system = AstraSystem(net, links, settings, groups, inputs.system,

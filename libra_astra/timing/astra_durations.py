@@ -11,7 +11,8 @@ durations the dependency-aware replay (predict.py's plan) takes to answer what A
   member's message to the member a given number of places along takes the same link and hops
   (then the group is a ring astra_collective can time); any other group is refused.
 - Sends: one message, ``int(hops * latency + bytes / bandwidth)``; receives wait for it.
-- Compute and CPU ops: as the demand has them (ASTRA-sim's replay of ``duration_micros``).
+- Compute and CPU ops: as the demand has them (ASTRA-sim's replay of ``duration_micros``, or
+  its roofline), truncated to whole ns as ASTRA-sim's are.
 
 A collective that runs a double binary tree takes a time that depends on the rank's place in
 the tree: here its class's slowest rank's, and the node is listed in :attr:`Durations.trees`
@@ -240,7 +241,8 @@ def node_durations(d: Demand, plan, system: AstraSystem) -> Durations:
         (the message names the system.json key or the group and why).
     """
     t = _Timing(d, system)
-    dur = plan.base_ns.copy()
+    # ASTRA-sim truncates a roofline compute time to whole ns (the recorded ones are whole already)
+    dur = np.floor(plan.base_ns)
     trees: dict[int, tuple[Spec, tuple[int, ...]]] = {}
     for ci, rc in enumerate(d.rank_classes):
         off = plan.offsets[ci]
@@ -271,3 +273,10 @@ def arrival_skew(plan, finish) -> tuple[int, int]:
     spreads = [np.ptp(ready[[g, *partners]]) for g, partners in plan.syncs.items()]
     hit = [x for x in spreads if x > 0]
     return len(hit), int(round(max(hit, default=0.0)))
+
+
+def gpu_compute_ns(rc: RankClass) -> int:
+    """A rank's summed GPU compute as ASTRA-sim counts it (each node truncated to whole ns)."""
+    if rc.dag is None:
+        return int(rc.compute_time_ns)
+    return int(sum(math.floor(v) for kind, v in rc.dag.nodes if kind == "comp"))

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from ..demand.types import Demand
 from ..errors import LibraError
-from .astra_durations import AstraSystem, arrival_skew, node_durations
+from .astra_durations import AstraSystem, arrival_skew, gpu_compute_ns, node_durations
 from .astra_trees import refine_trees, tree_plan
 from .plan import plan_of
 from .predict import replay_ends
@@ -87,7 +87,7 @@ def predict_astra(d: Demand, system: AstraSystem) -> AstraPrediction:
     for ci, rc in enumerate(d.rank_classes):
         last = r.class_last(ci)
         finish = int(round(r.finish[last])) if last >= 0 else 0
-        compute = int(round(rc.compute_time_ns))
+        compute = gpu_compute_ns(rc)
         class_finish.append(finish)
         class_compute.append(compute)
         for rank in rc.ranks or range(rc.num_ranks):
@@ -103,7 +103,7 @@ def _trees(d: Demand, system: AstraSystem, offsets, durs) -> AstraPrediction:
     ranks: dict[int, RankTime] = {}
     class_finish, class_compute, uneven = [], [], []
     for ci, rc in enumerate(d.rank_classes):
-        c = int(round(rc.compute_time_ns))
+        c = gpu_compute_ns(rc)
         ts = {rank: int(round(finish[rank])) for rank in rc.ranks}
         for rank, t in ts.items():
             ranks[rank] = RankTime(rank, t, t - c, c, ci)
