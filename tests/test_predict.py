@@ -72,6 +72,14 @@ def test_every_rank_finishes_as_the_recorded_run(tmp_path, case):
         assert 0 < worst <= p.skewed * p.skew_ns
 
 
+def test_gzipped_rank_files_are_predicted_and_said_to_be_unreadable_by_the_simulator(tmp_path):
+    case = next(c for c in RECORDED["cases"] if "param_dlrm8" in c["workload"])
+    res = predict_inputs(inputs(tmp_path, ROOT / case["workload"], case["system"], case["network"]))
+    assert any("8 rank file(s)" in n and "gzipped" in n for n in res.notes)
+    plain = predict_inputs(inputs(tmp_path, DLRM, system()))
+    assert plain.notes == ()
+
+
 def test_the_recording_covers_every_implementation_and_a_tree_through_a_graph():
     impls = {c["system"]["all-reduce-implementation"][0] for c in RECORDED["cases"]}
     assert impls >= {"ring", "direct", "halvingDoubling", "doubleBinaryTree"}

@@ -21,6 +21,7 @@ from ..files import load_yaml, read_json
 from ..model.network import Network, network_from_dict
 from ..model.numbers import check_number
 from ..timing.astra_collective import Link, astra_bw_gbps
+from ..traces.files import find_rank_files
 from ..timing.astra_durations import AstraSystem
 from ..timing.astra_predict import AstraPrediction, predict_astra
 from ..timing.astra_settings import settings_from_json
@@ -180,7 +181,12 @@ def predict_inputs(inputs: SimInputs, on_progress: Callable[[int, int], None] | 
     groups = {**summary.metadata_groups, **ordered}
     system = AstraSystem(net, links, settings, groups, inputs.system,
                          inputs.comm_groups or "the traces' METADATA process groups")
-    return Predicted(inputs, net, system, demand, summary, predict_astra(demand, system))
+    notes = []
+    gz = sum(p.name.endswith(".gz") for p in find_rank_files(prefix).values())
+    if gz:
+        notes.append(f"{gz} rank file(s) of {prefix} are gzipped, which ASTRA-sim cannot read (it opens "
+                     "PREFIX.RANK.et): these are its times for them unpacked ('libra-astra doctor --fix' writes them so)")
+    return Predicted(inputs, net, system, demand, summary, predict_astra(demand, system), tuple(notes))
 
 
 def skew_notes(pr: AstraPrediction) -> list[str]:
@@ -189,7 +195,7 @@ def skew_notes(pr: AstraPrediction) -> list[str]:
         return []
     return [f"at {pr.skewed} collective(s) shared by rank classes the ranks arrive up to {pr.skew_ns:,} ns apart: "
             "predicted as starting when the last arrives, while ASTRA-sim lets the early ranks begin, so its finish "
-            "times can differ from these (by up to about that spread per such collective)"]
+            "times can differ from these, by at most about that spread per such collective"]
 
 
 def prediction_to_dict(p: Predicted) -> dict[str, Any]:

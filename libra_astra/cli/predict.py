@@ -103,5 +103,5 @@ def predict_command(source: str | None, workload: str | None, network: str | Non
     if pred.uneven_classes:
         click.echo("* its slowest rank: the ranks of this class finish at different times (their places in double "
                    "binary trees); --astra-format or --json give every rank")
-    for note in skew_notes(pred):
+    for note in (*res.notes, *skew_notes(pred)):
         click.echo(f"note: {note}")

@@ -270,7 +270,8 @@ def arrival_skew(plan, finish) -> tuple[int, int]:
     u, v = plan.edges[0], plan.edges[1]
     ready = np.zeros(ends.shape[0])
     np.maximum.at(ready, v, ends[u])
-    spreads = [np.ptp(ready[[g, *partners]]) for g, partners in plan.syncs.items()]
+    shared = {tuple(sorted({g, *partners})) for g, partners in plan.syncs.items()}   # each collective once
+    spreads = [np.ptp(ready[list(nodes)]) for nodes in shared]
     hit = [x for x in spreads if x > 0]
     return len(hit), int(round(max(hit, default=0.0)))
 
