@@ -263,3 +263,13 @@ def test_live_every_rank_as_the_binary(tmp_path, impl):
     (tmp_path / "net.yml").write_text(NET_4X4)
     res = v.run_case(case, BIN, tmp_path / "run", 120.0)
     assert v.compare(res)[0] == "exact", res
+
+
+def test_ranks_waiting_on_each_other_are_refused(tmp_path):
+    # each rank receives before it sends what the other waits for: ASTRA-sim never finishes them
+    ring2 = "topology: [ Ring ]\nnpus_count: [ 2 ]\nbandwidth: [ 50.0 ]\nlatency: [ 500.0 ]\n"
+    for r in range(2):
+        cio.write_et(tmp_path / f"w.{r}.et", [cio.recv_node(0, "recv", 4096, 1 - r, r, 7),
+                                              cio.send_node(1, "send", 4096, r, 1 - r, 7, ctrl_deps=[0])])
+    with pytest.raises(LibraError, match="wait on each other in a cycle"):
+        predict_inputs(inputs(tmp_path, tmp_path / "w", system("ring", 1), ring2))

@@ -281,3 +281,10 @@ def gpu_compute_ns(rc: RankClass) -> int:
     if rc.dag is None:
         return int(rc.compute_time_ns)
     return int(sum(math.floor(v) for kind, v in rc.dag.nodes if kind == "comp"))
+
+
+def check_cycles(replay) -> None:
+    """Refuse a replay in which ranks waited on each other in a cycle (ASTRA-sim hangs there)."""
+    if getattr(replay, "cycles", 0):
+        raise LibraError("ranks wait on each other in a cycle (a receive whose send waits for it, or a collective "
+                         "whose members issue it in different orders): ASTRA-sim would never finish them")

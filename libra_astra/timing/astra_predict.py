@@ -4,8 +4,9 @@ traces, without running it: each rank's finish time and exposed communication.
 The demand's rank classes are replayed together as ASTRA-sim runs their DAGs (predict.py's
 replay: one GPU compute, one CPU op and one collective or send at a time per rank, receives
 waiting for their sends, a collective shared with other classes starting when they are ready for
-it), with every node's time from astra_durations.py. ASTRA-sim's "exposed communication" of a
-rank is its finish time minus its summed GPU compute.
+it), with every node's time from astra_durations.py; where a collective runs a double binary tree, each
+rank at its place in the tree (astra_trees.py). ASTRA-sim's "exposed communication" of a rank is
+its finish time minus its summed GPU compute.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import NamedTuple
 
 from ..demand.types import Demand
 from ..errors import LibraError
-from .astra_durations import AstraSystem, arrival_skew, gpu_compute_ns, node_durations
+from .astra_durations import AstraSystem, arrival_skew, check_cycles, gpu_compute_ns, node_durations
 from .astra_trees import refine_trees, tree_plan
 from .plan import plan_of
 from .predict import replay_ends
@@ -78,10 +79,8 @@ def predict_astra(d: Demand, system: AstraSystem) -> AstraPrediction:
     if durs.trees:
         return _trees(d, system, plan.offsets, durs)
     r = replay_ends(d, durs.dur)
+    check_cycles(r)
     skew = arrival_skew(plan, r.finish)
-    if getattr(r, "cycles", 0):
-        raise LibraError("ranks wait on each other in a cycle (a receive whose send waits for it, or a collective "
-                         "whose members issue it in different orders): ASTRA-sim would never finish them")
     ranks: dict[int, RankTime] = {}
     class_finish, class_compute = [], []
     for ci, rc in enumerate(d.rank_classes):

@@ -31,7 +31,7 @@ import numpy as np
 from ..demand.types import Dag, Demand, RankClass
 from ..errors import LibraError
 from .astra_collective import checked_links, collective_plan, rank_times
-from .astra_durations import Durations, Spec, arrival_skew
+from .astra_durations import Durations, Spec, arrival_skew, check_cycles
 from .plan import plan_of
 from .predict import replay_ends
 
@@ -151,6 +151,7 @@ def refine_trees(d: Demand, offsets: Sequence[int], durs: Durations, tree_dims: 
     memo: dict = {}
     for _ in range(len(jobs) + 1):
         r = replay_ends(split, dur)
+        check_cycles(r)
         ends = np.asarray(r.finish, dtype=float)
         for spec, node, plan in jobs:
             issue = ends[node] - dur[node]
