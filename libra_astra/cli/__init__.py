@@ -14,6 +14,7 @@ from .doctor import doctor_command
 from .generate import generate_command
 from .loop import loop_command
 from .optimize import optimize_command, pareto_command
+from .predict import predict_command
 from .show import plot_command, show_command
 from .search import search_command, sweep_command
 
@@ -23,6 +24,7 @@ main.add_command(optimize_command)
 main.add_command(pareto_command)
 main.add_command(emit_command)
 main.add_command(simulate_command)
+main.add_command(predict_command)
 main.add_command(loop_command)
 main.add_command(show_command)
 main.add_command(plot_command)

@@ -45,11 +45,14 @@ class Link(NamedTuple):
 
 
 class Coll(NamedTuple):
-    """One collective node: kind, ``comm_size`` and ``involved_dim`` (one flag per dimension)."""
+    """One collective node: kind, ``comm_size`` and ``involved_dim`` (one flag per dimension).
+    ``group``: on a communicator group's ring (ASTRA-sim's Local dimension: a fixed 10 ns memory
+    bus, and direct reduces (n - 1) times more packets per round)."""
 
     kind: str
     size_bytes: int
     involved: tuple[bool, ...]
+    group: bool = False
 
 
 def astra_bw_gbps(yaml_value: float) -> float:
@@ -88,7 +91,8 @@ class _Dim(NamedTuple):
         raise AssertionError("offset 0")
 
 
-def _packets(alg: str, ptype: str, n: int, m: int, window: int) -> tuple[int, int, int, list[tuple[int, int]]]:
+def _packets(alg: str, ptype: str, n: int, m: int, window: int,
+             local: bool = False) -> tuple[int, int, int, list[tuple[int, int]]]:
     """(parallel packets P, non-zero packets per round, messages sent, [(offset, bytes)] of each
     packet in insertion order) of a ring, direct or halving-doubling phase."""
     if alg == "halvingDoubling":
@@ -109,14 +113,14 @@ def _packets(alg: str, ptype: str, n: int, m: int, window: int) -> tuple[int, in
         return 1, n - 1, sends, [(1, msg)] * (sends + 2)
     par = n - 1 if window < 0 else min(window, n - 1)
     sends = 2 * (n - 1) if ptype == ALL_REDUCE else n - 1
-    return par, par, sends, [(i % (n - 1) + 1, msg) for i in range(sends + par + 1)]
+    return par, par * (n - 1 if local else 1), sends, [(i % (n - 1) + 1, msg) for i in range(sends + par + 1)]
 
 
 @lru_cache(maxsize=4096)
-def _phase_ns(alg: str, ptype: str, dim: _Dim, m: int, window: int, ed: int, mem: float) -> int:
+def _phase_ns(alg: str, ptype: str, dim: _Dim, m: int, window: int, ed: int, mem: float, local: bool = False) -> int:
     """Time of one ring, direct or halving-doubling phase (the same on every rank): a replay of
     the algorithm's packet machine, each peer's message arriving when the rank's own would."""
-    par, nonzero, sends, seq = _packets(alg, ptype, dim.n, m, window)
+    par, nonzero, sends, seq = _packets(alg, ptype, dim.n, m, window, local)
     gated = alg == "direct" and ptype == ALL_REDUCE     # its all-gather half waits for n - 1 receipts
     heap: list = []
     order = itertools.count()
@@ -191,9 +195,10 @@ class _Phase(NamedTuple):
     tree: tuple | None = None   # (network dimension, link, bytes, root_max)
 
 
-def _plan(c: Coll, links: Sequence[Link], s: SystemSettings, state: dict) -> list[list[_Phase]]:
+def collective_plan(c: Coll, links: Sequence[Link], s: SystemSettings, state: dict) -> list[list[_Phase]]:
     """The phases of each chunk of one collective (``state`` carries ASTRA-sim's per-rank
-    counters from one collective to the next: queue allocators, which double tree is next)."""
+    counters from one collective to the next: queue allocators, which double tree is next; it
+    is updated)."""
     if c.kind not in KINDS:
         raise LibraError(f"collective type {c.kind!r}: ASTRA-sim simulates only {list(KINDS)}")
     if len(c.involved) != len(links):
@@ -254,8 +259,8 @@ def _plan(c: Coll, links: Sequence[Link], s: SystemSettings, state: dict) -> lis
                 _reduce_ns(m, s.local_mem_bw_gbps)      # refused now, not mid-replay
                 phases.append(_Phase(queue, -1, (t, dim.links[0], m, turn % 2 == 0)))
                 continue
-            phases.append(_Phase(queue, _phase_ns(alg, ptype, dim, m, window, s.endpoint_delay_ns,
-                                                  s.local_mem_bw_gbps)))
+            phases.append(_Phase(queue, _phase_ns(alg, ptype, dim, m, window, 10 if c.group else s.endpoint_delay_ns,
+                                                  s.local_mem_bw_gbps, c.group)))
             m = {ALL_GATHER: m * dim.n, REDUCE_SCATTER: m // dim.n}.get(ptype, m)
         plans.append(phases)
     return plans
@@ -267,18 +272,42 @@ def rank_finish_ns(colls: Sequence[Coll], links: Sequence[Link], settings: Syste
 
     With ``endpoint_delay_ns`` 0 ASTRA-sim aborts on an event at time 0; the times are those of
     collectives issued later."""
+    links = checked_links(links)
+    state: dict = {}
+    return rank_times([collective_plan(c, links, settings, state) for c in colls], links, settings)
+
+
+def checked_links(links: Sequence[Link]) -> tuple[Link, ...]:
     links = tuple(Link(*link) for link in links)
     for i, link in enumerate(links):
         if link.topology not in TOPOLOGIES or link.npus < 2 or not link.bw_gbps > 0 or not link.latency_ns >= 0:
             raise LibraError(f"network dimension {i}: need a topology in {list(TOPOLOGIES)}, npus >= 2, bandwidth "
                              f"> 0 and latency >= 0; got {tuple(link)}")
-    state: dict = {}
-    plans = [_plan(c, links, settings, state) for c in colls]
+    return links
+
+
+def rank_times(plans: list, links: tuple[Link, ...], settings: SystemSettings,
+               starts: Sequence[int] | None = None) -> tuple[int, ...]:
+    """Each rank's end (ns) of the planned collectives (``collective_plan``) issued one after
+    the other, the first at ``starts[rank]`` (default 0 on every rank)."""
     trees = sorted({p.tree[0] for plan in plans for ch in plan for p in ch if p.tree})
-    finish = _Replay(plans, [links[d].npus for d in trees], trees, settings).run()
-    strides = [math.prod(link.npus for link in links[:d]) for d in trees]
-    return tuple(finish[tuple(r // s % links[d].npus for d, s in zip(trees, strides))]
-                 for r in range(math.prod(link.npus for link in links)))
+    sizes = [link.npus for link in links]
+    coords = [[r // math.prod(sizes[:d]) % sizes[d] for d in range(len(sizes))] for r in range(math.prod(sizes))]
+    place = [tuple(c[d] for d in trees) for c in coords]
+    if not starts:
+        finish = _Replay(plans, [sizes[d] for d in trees], trees, settings).run({})
+        return tuple(finish[x] for x in place)
+    # ranks that differ outside the tree dimensions are in other trees: each set apart
+    sets: dict = {}
+    for r, c in enumerate(coords):
+        sets.setdefault(tuple(v for d, v in enumerate(c) if d not in trees), {})[place[r]] = starts[r]
+    seen: dict = {}
+    for key, first in sets.items():
+        pattern = tuple(sorted(first.items()))
+        if pattern not in seen:
+            seen[pattern] = _Replay(plans, [sizes[d] for d in trees], trees, settings).run(first)
+        sets[key] = seen[pattern]
+    return tuple(sets[tuple(v for d, v in enumerate(c) if d not in trees)][place[r]] for r, c in enumerate(coords))
 
 
 def chain_time_ns(colls: Sequence[Coll], links: Sequence[Link], settings: SystemSettings) -> int:
@@ -313,9 +342,12 @@ class _Replay:
     def at(self, t: int, fn, *args: Any) -> None:
         heapq.heappush(self.heap, (t, next(self.order), fn, args))
 
-    def run(self) -> dict:
+    def run(self, starts: dict) -> dict:
         for x in self.classes:
-            self.issue(0, x, 0)
+            if starts:      # issued as events: a class issuing later must not take earlier messages
+                self.at(starts.get(x, 0), self.issue, x, 0)
+            else:
+                self.issue(0, x, 0)
         while self.heap:
             t, _, fn, args = heapq.heappop(self.heap)
             fn(t, *args)

@@ -132,6 +132,23 @@ def _times(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) 
     return _replay(d, bw_gbps, net, model, dur)
 
 
+def replay_ends(d: Demand, dur: np.ndarray) -> Replay | Times:
+    """The replay's ends and busy compute for durations the caller made, one per node of the
+    joint graph (``plan_of(d)``; timing/astra_predict.py times them as ASTRA-sim would): from the
+    fixed order when it holds, else from the event-driven replay, as ``_times`` does."""
+    plan = plan_of(d)
+    if plan.fixed is False:
+        plan.fixed = fixed_order(plan.offsets, *plan.edges, plan.base_ns, plan.waits, plan.syncs,
+                                 plan.busy_start(d))
+    fo = plan.fixed
+    if fo is not None:
+        finish = finish_times(fo, dur)
+        if finish is not None:
+            return Times(finish, fo.busy_comp, plan.offsets, fo, dur, np.fromiter(finish, float, count=len(finish)))
+    with no_cycle_collection():
+        return simulate(plan, dur.tolist(), d)
+
+
 def critical_paths(d: Demand, bw_gbps: Sequence[float], net: Network,
                    model: TimeModel) -> list[tuple[float, tuple[JobNode, ...]]]:
     """Per rank class, (its finish time, a longest path that ends in it). A path's time is the

@@ -1,0 +1,290 @@
+"""The time ASTRA-sim gives each node of a demand's rank-class DAGs, for any system.json: the
+durations the dependency-aware replay (predict.py's plan) takes to answer what ASTRA-sim 518bd51
+(analytical, congestion-unaware backend) would print, without the pipelined time model.
+
+- Collectives on all ranks (``involved_dim``) or on a group of every NPU: astra_collective.py,
+  with the rank's earlier collectives carried (queue rotation, which double tree is next).
+- Collectives on a smaller communicator group: ASTRA-sim runs them on one ring over the members
+  in the group's order, with one implementation (``ring`` if the system.json lists several), its
+  memory bus a fixed 10 ns instead of ``endpoint-delay``, every message charged on the lowest
+  dimension where the two NPU ids differ (docs/astra-sim-settings.md). Timed exactly when every
+  member's message to the member a given number of places along takes the same link and hops
+  (then the group is a ring astra_collective can time); any other group is refused.
+- Sends: one message, ``int(hops * latency + bytes / bandwidth)``; receives wait for it.
+- Compute and CPU ops: as the demand has them (ASTRA-sim's replay of ``duration_micros``, or
+  its roofline), truncated to whole ns as ASTRA-sim's are.
+
+A collective that runs a double binary tree takes a time that depends on the rank's place in
+the tree: here its class's slowest rank's, and the node is listed in :attr:`Durations.trees`
+for astra_trees.py, which times each place.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+from ..demand.types import Collective, Demand, RankClass
+from ..errors import LibraError
+from ..model import collectives as coll
+from ..model.network import Network
+from .astra_collective import Coll, Link, checked_links, collective_plan, rank_times
+from .astra_settings import IMPLEMENTATION_KEYS, SystemSettings, parse_implementation
+
+_ALL = "all"      # demand's label of an all-ranks collective (demand.groups.group_label)
+
+
+class AstraSystem(NamedTuple):
+    """What ASTRA-sim reads besides the workload, as far as times depend on it."""
+
+    network: Network                          # its shape, hops and latencies
+    links: tuple[Link, ...]                   # the same, with the bytes/ns ASTRA-sim takes from the YAML
+    settings: SystemSettings
+    groups: Mapping[str, tuple[int, ...]]     # communicator groups, members in ASTRA-sim's ring order
+    system_source: str = "system.json"        # for messages
+    groups_source: str = "communicator groups"
+
+
+class Spec(NamedTuple):
+    """A collective as one rank issues it: what collective_plan needs, with the rank's state."""
+
+    coll: Coll
+    links: tuple[Link, ...]
+    settings: SystemSettings
+    state: tuple            # ASTRA-sim's counters carried from the rank's earlier collectives
+
+
+class IssueTimer:
+    """One rank's collectives timed in the order it issues them, each from idle queues: what
+    ASTRA-sim carries from one to the next (queue rotation, which double tree is next) is
+    carried. ``memo`` may be shared by the timers of many ranks."""
+
+    def __init__(self, memo: dict):
+        self.state: tuple = ()
+        self.memo = memo
+
+    def time_ns(self, c: Coll, links: tuple[Link, ...],
+                settings: SystemSettings) -> tuple[Spec | None, tuple[int, ...]]:
+        """(the spec if ``c`` runs a double binary tree, each rank's time of ``c``, rank order over
+        ``links``) issued at 0 into idle queues."""
+        spec = Spec(c, links, settings, self.state)
+        hit = self.memo.get(spec)
+        if hit is None:
+            links = checked_links(links)
+            state = dict(self.state)
+            plan = collective_plan(c, links, settings, state)
+            # only the parity of a tree's turn counts: keeps the states (and the memo) few
+            after = tuple(sorted(((k, v % 2 if isinstance(k[0], str) else v) for k, v in state.items()), key=repr))
+            tree = any(p.tree for chunk in plan for p in chunk)
+            hit = self.memo[spec] = (rank_times([plan], links, settings), after, tree)
+        self.state = hit[1]
+        return (spec if hit[2] else None), hit[0]
+
+
+@dataclass(frozen=True)
+class Durations:
+    """Per global node of the plan, its time in ns (a collective's slowest rank's in its class);
+    and the collective nodes that run a double binary tree."""
+
+    dur: np.ndarray
+    # global node -> (the collective as its ranks issue it, each rank's time from a common start, rank order)
+    trees: dict[int, tuple[Spec, tuple[int, ...]]] = field(default_factory=dict)
+
+
+class _Timing:
+    """The collective times of one demand: one memo over every rank class."""
+
+    def __init__(self, d: Demand, system: AstraSystem):
+        self.system = system
+        self.net = system.network
+        self.npus = self.net.npus_count
+        d.check_network(self.net)
+        self.memo: dict = {}
+        self.groups: dict[tuple, tuple] = {}
+
+    def p2p_ns(self, c: Collective) -> int:
+        dims = [i for i, t in enumerate(c.traffic_bytes) if t > 0]
+        if not dims:
+            return 0
+        link = self.system.links[dims[0]]
+        return int(c.hops[dims[0]] * link.latency_ns + int(c.size_bytes) / link.bw_gbps)
+
+    def class_times(self, rc: RankClass, order: Sequence[int]) -> list[tuple[Spec | None, tuple[int, ...]]]:
+        """(spec, each rank's time: rank order, or one value) of the class's collectives ``order``
+        (indexes, in issue order)."""
+        timer = IssueTimer(self.memo)
+        out = []
+        for i in order:
+            c = rc.collectives[i]
+            if c.algorithm == "p2p" or c.type == coll.P2P:
+                out.append((None, (self.p2p_ns(c),)))
+                continue
+            out.append(timer.time_ns(*self.astra_coll(c, rc)))
+        return out
+
+    def astra_coll(self, c: Collective, rc: RankClass) -> tuple[Coll, tuple[Link, ...], SystemSettings]:
+        s, links = self.system.settings, self.system.links
+        size = int(c.size_bytes)
+        if c.group == _ALL:
+            return Coll(c.type, size, tuple(p > 1 for p in c.participants)), links, s
+        # a label naming groups by range picks those holding the class's ranks
+        key = (c.group, c.type, rc.ranks if ".." in c.group else ())
+        if key not in self.groups:
+            self.groups[key] = self.group_ring(c, rc)
+        vlink, settings = self.groups[key]
+        if vlink is None:       # a group of every NPU: ASTRA-sim's full topology, every dimension
+            return Coll(c.type, size, (True,) * len(links)), links, s
+        if c.type != coll.ALL_GATHER and self.npus > size // s.splits:
+            size = s.splits * self.npus     # ASTRA-sim's smallest chunk is the NPU count, not the group's
+        return Coll(c.type, size, (True,), True), (vlink,), settings
+
+    def group_ring(self, c: Collective, rc: RankClass) -> tuple[Link | None, SystemSettings | None]:
+        """The one-dimensional network and settings a communicator group's collective runs on."""
+        rings = {key: self.members(key) for key in self.keys(c.group, rc)}
+        if any(len(m) == self.npus for m in rings.values()):
+            return None, None
+        s = self.system.settings
+        names = s.implementations(c.type)
+        where = f"{self.system.system_source}: {IMPLEMENTATION_KEYS[c.type]}"
+        if not names:
+            raise LibraError(f"{where} is empty; ASTRA-sim has no implementation for the {c.type} of group "
+                             f"{c.group}; give one per dimension")
+        alg, _, window = parse_implementation("ring" if len(names) > 1 else names[0], where)
+        if alg == "doubleBinaryTree":
+            raise LibraError(f"{where}: doubleBinaryTree on communicator group {c.group}: ASTRA-sim crashes (it takes "
+                             "the group's ring for a tree); use ring or direct")
+        links = {self.ring_link(m, alg, key) for key, m in rings.items()}
+        if len(links) != 1:
+            raise LibraError(f"{self.system.groups_source}: the groups behind {c.group!r} are rings of different "
+                             f"shapes for one rank class; predict cannot time them as one")
+        name = alg if window < 0 else f"{alg}{window}"
+        names = (name,)
+        return links.pop(), replace(s, all_reduce=names, reduce_scatter=names, all_gather=names, all_to_all=names)
+
+    def keys(self, label: str, rc: RankClass) -> list[str]:
+        groups = self.system.groups
+        if label in groups:
+            return [label]
+        parts = label.split(",")
+        if all(p in groups for p in parts):
+            return parts
+        if ".." in label:       # "a..b (n groups)": the groups between a and b holding ranks of the class
+            lo, hi = label.split(" ", 1)[0].split("..")
+            order = lambda k: (len(k), k)      # noqa: E731  (demand's order of group names)
+            ranks = set(rc.ranks)
+            found = [k for k in groups if order(lo) <= order(k) <= order(hi) and ranks & set(groups[k])]
+            if found:
+                return found
+        raise LibraError(f"{self.system.groups_source}: no communicator group {label!r}, which the traces' "
+                         "collectives name; give the group file the traces were made with")
+
+    def members(self, key: str) -> tuple[int, ...]:
+        m = tuple(self.system.groups[key])
+        if len(m) < 2:
+            raise LibraError(f"{self.system.groups_source}: group {key} has {len(m)} member(s); ASTRA-sim never "
+                             f"finishes a collective on it; give the group two members or more")
+        return m
+
+    def ring_link(self, members: tuple[int, ...], alg: str, label: str) -> Link:
+        """A link of ``len(members)`` NPUs on which every offset's message costs what ASTRA-sim
+        charges between the group's members that far apart, if there is one."""
+        n = len(members)
+        if alg == "halvingDoubling" and n & (n - 1):
+            raise LibraError(f"{self.system.system_source}: halvingDoubling on communicator group {label} of {n} "
+                             "members: ASTRA-sim needs a power of two there (it hangs); use ring or direct")
+        offsets = [1] if alg == "ring" else ([1 << i for i in range(int(math.log2(n)))] if alg == "halvingDoubling"
+                                            else range(1, n))
+        coords = self.net.coords_array(np.asarray(members, dtype=np.int64))
+        per_offset = []
+        for o in offsets:
+            routes = {self.route(coords[i], coords[(i + o) % n]) for i in range(n)}
+            if len(routes) != 1:
+                a = next(i for i in range(n) if self.route(coords[i], coords[(i + o) % n]) != self.route(coords[0], coords[o % n]))
+                (d0, h0), (d1, h1) = self.route(coords[0], coords[o % n]), self.route(coords[a], coords[(a + o) % n])
+                raise LibraError(
+                    f"{self.system.groups_source}: group {label}: ASTRA-sim's {alg} over its members {list(members)[:8]} "
+                    f"sends {members[0]} -> {members[o % n]} {h0} hop(s) on dimension {d0} but {members[a]} -> "
+                    f"{members[(a + o) % n]} {h1} on dimension {d1}; such a ring's time is not modeled (predict the "
+                    "directory 'emit' writes, where the group is a whole dimension)")
+            per_offset.append((o, routes.pop()))
+        dims = {d for _, (d, _) in per_offset}
+        if len(dims) == 1:
+            d = dims.pop()
+            link = self.system.links[d]
+            hops = {h for _, (_, h) in per_offset}
+            if len(hops) == 1:
+                return Link("FullyConnected", n, link.bw_gbps, hops.pop() * link.latency_ns)
+            if link.topology == "Ring" and all(h == min(o % n, n - o % n) for o, (_, h) in per_offset):
+                return Link("Ring", n, link.bw_gbps, link.latency_ns)
+        raise LibraError(f"{self.system.groups_source}: group {label}: ASTRA-sim's {alg} over its members "
+                         f"{list(members)[:8]} sends to members at different distances over different links or "
+                         "hops; its time is not modeled (predict the directory 'emit' writes, or use ring)")
+
+    def route(self, a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
+        """(dimension, hops) ASTRA-sim charges a message from coordinates a to b on."""
+        for d, dim in enumerate(self.net.dims):
+            if a[d] != b[d]:
+                return d, dim.hops(int(a[d]), int(b[d]))
+        return -1, 0
+
+
+def node_durations(d: Demand, plan, system: AstraSystem) -> Durations:
+    """Per node of ``plan`` (the demand's joint graph, timing.plan.plan_of), ASTRA-sim's time.
+
+    Raises
+    ------
+    LibraError
+        A collective ASTRA-sim never finishes or exits on, or one this model does not time
+        (the message names the system.json key or the group and why).
+    """
+    t = _Timing(d, system)
+    # ASTRA-sim truncates a roofline compute time to whole ns (the recorded ones are whole already)
+    dur = np.floor(plan.base_ns)
+    trees: dict[int, tuple[Spec, tuple[int, ...]]] = {}
+    for ci, rc in enumerate(d.rank_classes):
+        off = plan.offsets[ci]
+        if rc.dag is None:
+            times = t.class_times(rc, range(len(rc.collectives)))
+            dur[off] = rc.compute_time_ns + sum(c.count * max(x) for c, (_, x) in zip(rc.collectives, times))
+            continue
+        nodes = [i for i, (kind, _) in enumerate(rc.dag.nodes) if kind == "coll"]
+        times = t.class_times(rc, [int(rc.dag.nodes[i][1]) for i in nodes])
+        ranks = rc.ranks or range(rc.num_ranks)
+        # a collective timed on every rank (the full network) takes the class's slowest rank's time
+        dur[[off + i for i in nodes]] = [max(x[r] for r in ranks) if len(x) == t.npus else max(x) for _, x in times]
+        trees.update((off + i, (spec, x)) for i, (spec, x) in zip(nodes, times) if spec is not None)
+    return Durations(dur, trees)
+
+
+def arrival_skew(plan, finish) -> tuple[int, int]:
+    """(collectives shared by rank classes whose ranks arrive at different times, the widest
+    spread in ns) of a replay of ``plan``: a node arrives when the last of its dependencies ends.
+    The replay starts such a collective when its last rank arrives, ASTRA-sim's early ranks
+    begin at once: what the durations here cannot say."""
+    if not plan.syncs:
+        return 0, 0
+    ends = np.asarray(finish, dtype=float)
+    u, v = plan.edges[0], plan.edges[1]
+    ready = np.zeros(ends.shape[0])
+    np.maximum.at(ready, v, ends[u])
+    shared = {tuple(sorted({g, *partners})) for g, partners in plan.syncs.items()}   # each collective once
+    spreads = [np.ptp(ready[list(nodes)]) for nodes in shared]
+    hit = [x for x in spreads if x > 0]
+    return len(hit), int(round(max(hit, default=0.0)))
+
+
+def gpu_compute_ns(rc: RankClass) -> int:
+    """A rank's summed GPU compute as ASTRA-sim counts it (each node truncated to whole ns)."""
+    if rc.dag is None:
+        return int(rc.compute_time_ns)
+    return int(sum(math.floor(v) for kind, v in rc.dag.nodes if kind == "comp"))
+
+
+def check_cycles(replay) -> None:
+    """Refuse a replay in which ranks waited on each other in a cycle (ASTRA-sim hangs there)."""
+    if getattr(replay, "cycles", 0):
+        raise LibraError("ranks wait on each other in a cycle (a receive whose send waits for it, or a collective "
+                         "whose members issue it in different orders): ASTRA-sim would never finish them")

@@ -1,0 +1,175 @@
+"""Double binary trees through dependency graphs: each rank's own time, as ASTRA-sim has it.
+
+In a double binary tree a rank's time depends on its place in the tree (leaves finish last), and
+the two trees alternate, so after a tree collective the ranks run the rest of their graph from
+different times, and the next tree collective starts at different times on different ranks;
+its messages then wait for whichever rank is late. Neither a collective's slowest time nor a
+common start is the answer.
+
+Here every rank class is split by the ranks' places in the trees (ranks at one place run alike)
+and the replay runs again and again: each pass takes the tree collectives in the order the
+ranks issue them (one after the other), each place's issue time from the last replay, and times
+the collective from those issue times with astra_collective's replay of the tree's messages;
+the first whose times change is updated and the replay runs again (the later ones were issued
+after its old end). It stops when none changes: then every tree collective is timed from the
+issue times its own times lead to. Other
+collectives (rings, communicator groups) still start together on every place of a class and of
+the classes they are shared with, as in the replay of the classes whole.
+
+A receive of another class waits for the send at its own place when the send crosses a
+dimension above every tree dimension (ranks agree below the dimension a send crosses); other
+sends between classes split by place are refused: the demand does not say which rank sends.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from ..demand.types import Dag, Demand, RankClass
+from ..errors import LibraError
+from .astra_collective import checked_links, collective_plan, rank_times
+from .astra_durations import Durations, Spec, arrival_skew, check_cycles
+from .plan import plan_of
+from .predict import replay_ends
+
+
+def _places(rc: RankClass, shape: Sequence[int], tree_dims: Sequence[int]) -> dict[tuple[int, ...], list[int]]:
+    out: dict[tuple[int, ...], list[int]] = {}
+    for r in rc.ranks:
+        out.setdefault(tuple(r // math.prod(shape[:k]) % shape[k] for k in tree_dims), []).append(r)
+    return out
+
+
+def split_by_place(d: Demand, offsets: Sequence[int], trees: set[int], tree_dims: Sequence[int],
+                   source: str) -> tuple[Demand, list[tuple[int, list[int]]]]:
+    """The demand with every class split by its ranks' places in the trees, and per new class
+    (its old class, its ranks). Syncs of tree collectives are dropped (astra_trees times them);
+    other collectives stay synced with every part of their partners' classes and of their own."""
+    parts: list[tuple[int, list[int]]] = []
+    of: list[dict[tuple[int, ...], int]] = []       # per class: place -> its part
+    for ci, rc in enumerate(d.rank_classes):
+        if rc.dag is None or not rc.ranks:
+            raise LibraError(f"{source}: doubleBinaryTree: rank class {ci} has no dependency graph or ranks; read the "
+                             "demand from the traces")
+        of.append({})
+        for x, ranks in _places(rc, d.npus_per_dim, tree_dims).items():
+            of[ci][x] = len(parts)
+            parts.append((ci, ranks))
+    classes = []
+    for k, (ci, ranks) in enumerate(parts):
+        rc = d.rank_classes[ci]
+        off = offsets[ci]
+        x = next(p for p, j in of[ci].items() if j == k)
+        syncs = [(v, sub, u) for v, c, u in rc.dag.syncs if off + v not in trees for sub in of[c].values()]
+        syncs += [(v, sub, v) for v, (kind, _) in enumerate(rc.dag.nodes)
+                  if kind == "coll" and off + v not in trees for sub in of[ci].values() if sub != k]
+        links = tuple((v, _sender(d, of, c, u, x, tree_dims, source), u) for v, c, u in rc.dag.links)
+        classes.append(RankClass(rc.compute_time_ns, rc.collectives, len(ranks), tuple(ranks),
+                                 Dag(rc.dag.nodes, rc.dag.deps, links, tuple(syncs))))
+    return Demand(d.name, d.npus_per_dim, tuple(classes), dim_names=d.dim_names), parts
+
+
+def _sender(d: Demand, of: list[dict], c: int, u: int, x: tuple[int, ...], tree_dims: Sequence[int],
+            source: str) -> int:
+    """The part of class ``c`` whose send ``u`` a receive at place ``x`` waits for. A send crosses
+    the lowest dimension where the two ranks differ: below it they agree, so when every tree
+    dimension is below it the sender is at the receiver's place."""
+    if len(of[c]) == 1:
+        return next(iter(of[c].values()))
+    kind, idx = d.rank_classes[c].dag.nodes[u]
+    crossed = [k for k, t in enumerate(d.rank_classes[c].collectives[int(idx)].traffic_bytes) if t > 0]
+    if kind != "coll" or not crossed or max(tree_dims) >= crossed[0] or x not in of[c]:
+        raise LibraError(f"{source}: doubleBinaryTree: ranks at different places in the trees send to each other "
+                         "across a tree dimension, and the demand does not say which rank sends; not modeled (use "
+                         "ring, direct or halvingDoubling)")
+    return of[c][x]
+
+
+def _instances(d: Demand, offsets: Sequence[int], trees: set[int]) -> list[list[int]]:
+    """Tree collective nodes (global) that are one collective: a node and its syncs' partners."""
+    root = {g: g for g in trees}
+
+    def find(g: int) -> int:
+        while root[g] != g:
+            root[g] = root[root[g]]
+            g = root[g]
+        return g
+    for ci, rc in enumerate(d.rank_classes):
+        for v, c, u in rc.dag.syncs:
+            a, b = offsets[ci] + v, offsets[c] + u
+            if a in root and b in root:
+                root[find(a)] = find(b)
+    groups: dict[int, list[int]] = {}
+    for g in sorted(trees):
+        groups.setdefault(find(g), []).append(g)
+    return list(groups.values())
+
+
+def refine_trees(d: Demand, offsets: Sequence[int], durs: Durations, tree_dims: Sequence[int],
+                 source: str) -> tuple[dict[int, float], tuple[int, int]]:
+    """({rank: finish ns}, the arrival skew at shared collectives: astra_predict.arrival_skew)
+    with every tree collective timed from each place's own issue time (module docstring).
+    ``offsets``: the first global node of each class (the plan's).
+
+    Raises
+    ------
+    LibraError
+        A demand this does not model (:func:`split_by_place`), or a tree collective whose ranks
+        would issue it in different states (ASTRA-sim's counters), which the timing assumes alike.
+    """
+    trees = set(durs.trees)
+    split, parts = split_by_place(d, offsets, trees, tree_dims, source)
+    new = plan_of(split).offsets
+    dur = np.concatenate([durs.dur[offsets[ci]:offsets[ci + 1]] for ci, _ in parts])
+    npus = math.prod(d.npus_per_dim)
+    part_of = np.empty(npus, dtype=np.int64)
+    for k, (_, ranks) in enumerate(parts):
+        part_of[ranks] = k
+    # each instance: its spec, and per part the node (-1 if the part does not issue it)
+    jobs = []
+    for inst in sorted(_instances(d, offsets, trees)):
+        specs = {durs.trees[g][0] for g in inst}
+        if len(specs) != 1:
+            raise LibraError(f"{source}: doubleBinaryTree: a collective shared by rank classes follows different "
+                             "collectives on them, so its trees differ between ranks; not modeled")
+        spec = specs.pop()
+        node = np.full(len(parts), -1, dtype=np.int64)
+        for g in inst:
+            ci = int(np.searchsorted(offsets, g, side="right")) - 1
+            for k, (cj, _) in enumerate(parts):
+                if cj == ci:
+                    node[k] = new[k] + g - offsets[ci]
+        if (node < 0).any():
+            raise LibraError(f"{source}: doubleBinaryTree: a collective on every rank is missing from some ranks' "
+                             "graphs; ASTRA-sim would not finish it")
+        times = durs.trees[inst[0]][1]
+        dur[node] = [times[ranks[0]] for _, ranks in parts]
+        jobs.append((spec, node, tree_plan(spec)))
+    memo: dict = {}
+    for _ in range(len(jobs) + 1):
+        r = replay_ends(split, dur)
+        check_cycles(r)
+        ends = np.asarray(r.finish, dtype=float)
+        for spec, node, plan in jobs:
+            issue = ends[node] - dur[node]
+            rel = (issue - issue.min()).astype(np.int64)
+            key = (spec, rel.tobytes())
+            if key not in memo:
+                timed = np.asarray(rank_times([plan], spec.links, spec.settings, rel[part_of].tolist()))
+                memo[key] = (timed[[ranks[0] for _, ranks in parts]] - rel).astype(float)
+            if not np.array_equal(memo[key], dur[node]):
+                # the later ones were issued after this one's old end: replay before timing them
+                dur[node] = memo[key]
+                break
+        else:
+            return ({rank: r.finish[r.class_last(k)] for k, (_, ranks) in enumerate(parts) for rank in ranks},
+                    arrival_skew(plan_of(split), r.finish))
+    raise LibraError(f"{source}: doubleBinaryTree: the ranks' tree times did not settle in {len(jobs) + 1} passes")
+
+
+def tree_plan(spec: Spec) -> list:
+    """The chunks' phases of a collective as its ranks issue it (astra_collective.collective_plan)."""
+    return collective_plan(spec.coll, checked_links(spec.links), spec.settings, dict(spec.state))
