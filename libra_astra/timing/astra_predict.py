@@ -85,7 +85,7 @@ def predict_astra(d: Demand, system: AstraSystem) -> AstraPrediction:
     class_finish, class_compute = [], []
     for ci, rc in enumerate(d.rank_classes):
         last = r.class_last(ci)
-        finish = int(round(r.finish[last])) if last >= 0 else 0
+        finish = int(round(r.end_ns(last))) if last >= 0 else 0
         compute = gpu_compute_ns(rc)
         class_finish.append(finish)
         class_compute.append(compute)

@@ -165,7 +165,7 @@ def refine_trees(d: Demand, offsets: Sequence[int], durs: Durations, tree_dims: 
                 dur[node] = memo[key]
                 break
         else:
-            return ({rank: r.finish[r.class_last(k)] for k, (_, ranks) in enumerate(parts) for rank in ranks},
+            return ({rank: r.end_ns(r.class_last(k)) for k, (_, ranks) in enumerate(parts) for rank in ranks},
                     arrival_skew(plan_of(split), r.finish))
     raise LibraError(f"{source}: doubleBinaryTree: the ranks' tree times did not settle in {len(jobs) + 1} passes")
 

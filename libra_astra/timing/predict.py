@@ -109,6 +109,18 @@ def _replay(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel,
     return r
 
 
+def _fixed_times(d: Demand, plan: Plan, dur: np.ndarray) -> Times | None:
+    """The ends from the fixed order, or None where the plan has none or these durations break it."""
+    if plan.fixed is False:
+        plan.fixed = fixed_order(plan.offsets, *plan.edges, plan.base_ns, plan.waits, plan.syncs,
+                                 plan.busy_start(d))
+    fo = plan.fixed
+    if fo is None:
+        return None
+    ends = finish_times(fo, dur)
+    return None if ends is None else Times(fo.busy_comp, plan.offsets, fo, dur, ends)
+
+
 def _times(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) -> Replay | Times:
     """The replay's ends (and busy compute), from the fixed order when the plan has one and the
     durations allow it, else from the event-driven replay: the same numbers either way."""
@@ -117,18 +129,11 @@ def _times(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) 
     for cached in (plan.last_times, plan.last):
         if cached is not None and cached[0] == key:
             return cached[1]
-    if plan.fixed is False:
-        plan.fixed = fixed_order(plan.offsets, *plan.edges, plan.base_ns, plan.waits, plan.syncs,
-                                 plan.busy_start(d))
-    fo = plan.fixed
-    dur = None
-    if fo is not None:
-        dur = _duration_array(d, plan, bw_gbps, net, model)
-        ends = finish_times(fo, dur)
-        if ends is not None:
-            t = Times(fo.busy_comp, plan.offsets, fo, dur, ends)
-            plan.last_times = (key, t)
-            return t
+    dur = _duration_array(d, plan, bw_gbps, net, model)
+    t = _fixed_times(d, plan, dur)
+    if t is not None:
+        plan.last_times = (key, t)
+        return t
     return _replay(d, bw_gbps, net, model, dur)
 
 
@@ -137,14 +142,9 @@ def replay_ends(d: Demand, dur: np.ndarray) -> Replay | Times:
     joint graph (``plan_of(d)``; timing/astra_predict.py times them as ASTRA-sim would): from the
     fixed order when it holds, else from the event-driven replay, as ``_times`` does."""
     plan = plan_of(d)
-    if plan.fixed is False:
-        plan.fixed = fixed_order(plan.offsets, *plan.edges, plan.base_ns, plan.waits, plan.syncs,
-                                 plan.busy_start(d))
-    fo = plan.fixed
-    if fo is not None:
-        finish = finish_times(fo, dur)
-        if finish is not None:
-            return Times(finish, fo.busy_comp, plan.offsets, fo, dur, np.fromiter(finish, float, count=len(finish)))
+    t = _fixed_times(d, plan, dur)
+    if t is not None:
+        return t
     with no_cycle_collection():
         return simulate(plan, dur.tolist(), d)
 
