@@ -5,7 +5,6 @@ ASTRA-sim checkout); skipped without them."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -16,10 +15,10 @@ from libra_astra.loop import run_loop
 from libra_astra.model.cost import load_cost
 from libra_astra.optimize.optimizer import Constraints
 
+from tool_module import tool_module
+
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("astra_examples", ROOT / "tools" / "astra_examples.py")
-astra_examples = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(astra_examples)
+astra_examples = tool_module("astra_examples")
 
 BIN = os.environ.get("ASTRA_SIM_BIN", "")
 EXAMPLES = os.environ.get(astra_examples.EXAMPLES_ENV, "")

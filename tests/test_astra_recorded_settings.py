@@ -9,7 +9,6 @@ $ASTRA_SIM_BIN.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -21,6 +20,8 @@ from libra_astra.astra.parse import parse_output
 from libra_astra.errors import LibraError
 from libra_astra.timing.astra_collective import Coll, Link, astra_bw_gbps, rank_finish_ns
 from libra_astra.timing.astra_settings import settings_from_json
+
+from tool_module import tool_module
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = json.loads((ROOT / "tests" / "fixtures" / "astra_recorded_settings.json").read_text())
@@ -55,10 +56,7 @@ def test_every_rank_finishes_when_the_recorded_run_did(case):
 
 
 def _grid():
-    spec = importlib.util.spec_from_file_location("astra_grid", ROOT / "tools" / "astra_grid.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return tool_module("astra_grid")
 
 
 @pytest.mark.astra

@@ -10,7 +10,6 @@ Tests that run the binary are skipped without $ASTRA_SIM_BIN.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -25,6 +24,8 @@ from libra_astra.astra.predict_inputs import SimInputs, predict_inputs
 from libra_astra.cli import main
 from libra_astra.errors import LibraError
 from libra_astra.traces import chakra_io as cio
+
+from tool_module import tool_module
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = json.loads((ROOT / "tests" / "fixtures" / "astra_predict_recorded.json").read_text())
@@ -246,10 +247,7 @@ def test_a_run_directory_is_predicted_from_its_manifest(tmp_path):
 # --- against the binary -------------------------------------------------------------------------
 
 def _validate():
-    spec = importlib.util.spec_from_file_location("validate_predict", ROOT / "tools" / "validate_predict.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return tool_module("validate_predict")
 
 
 @pytest.mark.astra

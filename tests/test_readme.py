@@ -10,7 +10,6 @@ the reason."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -25,6 +24,8 @@ from click.testing import CliRunner
 
 from libra_astra.cli import main
 from libra_astra.demand.types import demand_from_dict
+
+from tool_module import tool_module
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -287,9 +288,7 @@ def test_commands_page_names_every_option_of_every_command():
 
 
 def test_benchmark_figure_blocks_live_in_the_benchmarks_page():
-    spec = importlib.util.spec_from_file_location("readme_figures", ROOT / "tools" / "readme_figures.py")
-    figures = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(figures)
+    figures = tool_module("readme_figures")
     assert figures.PAGE == ROOT / "docs" / "benchmarks.md"
     text = figures.PAGE.read_text()
     for name in ("trace", "emit", "overlap", "search", "newton", "peers"):
