@@ -4,7 +4,6 @@ corpus with and without the ASTRA-sim binary."""
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import subprocess

@@ -66,7 +66,7 @@ def test_yaml_config_text(parts, kind):
     text = "".join(parts)
 
     def load():
-        data = loads_yaml(text, f"x.yml", kind)
+        data = loads_yaml(text, "x.yml", kind)
         if kind == "network":
             network_from_dict(data, "x.yml")
         elif kind == "cost":

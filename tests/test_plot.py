@@ -50,7 +50,6 @@ def texts(svg_path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
-    d = tmp_path_factory.mktemp("plot")
     r = CliRunner().invoke(main, ["optimize", str(ROOT / "traces/dlrm_16/dlrm"), "--network",
                                   str(ROOT / "network_configs/sample_4x4.yml"), "--cost",
                                   str(ROOT / "network_configs/cost.yml"), "--total-bw", "300", "--json"])

@@ -7,7 +7,6 @@ import pytest
 from libra_astra.search import bounds as bnd
 from libra_astra.search.bounds import PathSummary
 from libra_astra.search.engine import _collective_bytes
-from libra_astra.search.space import Parallelization
 from libra_astra.tracegen import build_plan, load_spec, spec_from_dict
 from libra_astra.tracegen.program import COLL, COMP, RECV, SEND, Op
 

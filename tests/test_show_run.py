@@ -79,7 +79,7 @@ def test_after_simulate_with_recorded_output(run_dir, fake):
     res = simulate(run_dir, fake("real_ring4_switch4_k4.stdout"))
     lines = run("show", run_dir).output.splitlines()
     sim = next(line for line in lines if line.startswith("simulated:"))
-    assert sim.startswith(f"simulated: 9.375036 ms (slowest rank 0; all 16 NPUs finished; host time ")
+    assert sim.startswith("simulated: 9.375036 ms (slowest rank 0; all 16 NPUs finished; host time ")
     assert sim.endswith(f" s) from {run_dir / 'sim'}/stdout.txt")
     predicted = json.loads((run_dir / "manifest.json").read_text())["prediction"]["time_ns"]
     err = predicted / RECORDED_NS - 1

@@ -59,7 +59,6 @@ def _tokens(text: str, where: str) -> list[tuple[str, str]]:
         if not m or m.end() == pos:
             raise LibraError(f"{where}: cannot read {text[pos:].strip()!r} in constraint {text!r}; "
                              "write e.g. 'bw[0] >= bw[1]' or 'bw[0] + bw[1] == 200'")
-        kind = m.lastgroup if m.lastgroup != "dim" else "bw"
         if m.group("bw"):
             out.append(("bw", m.group("dim")))
         elif m.group("num"):
@@ -68,7 +67,6 @@ def _tokens(text: str, where: str) -> list[tuple[str, str]]:
             out.append(("op", m.group("op")))
         else:
             out.append(("sym", m.group("sym")))
-        del kind
         pos = m.end()
     return out
 

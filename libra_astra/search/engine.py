@@ -27,8 +27,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import bounds as bnd
-from .catalog import Catalog
-from .evaluate import Candidate, Outcome, Problem, evaluate_chunk, plan_for
+from .evaluate import Candidate, Outcome, Problem, plan_for
 from .memory import transformer_memory
 from .space import (Parallelization, PlacementInfo, blocks_for, factorizations, parallelizations, placement_count,
                     placement_infos, undominated_blocks)

@@ -21,7 +21,6 @@ reading any ET file. It follows the trace reader's rules exactly (tests compare 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np

@@ -98,7 +98,6 @@ class AttrBlocks:
         (:meth:`bulk`), or one by one (looked up, decoded on first sight) when a block
         is not plain."""
         blocks = self.attrs.blocks
-        got = np.full(bs.size, -1, dtype=np.int64)
         length = be - bs
 
         def lookup(j: int) -> int:
