@@ -21,13 +21,17 @@ def user_system_config(settings: Mapping[str, Any], lnet: LogicalNetwork, splits
     system = dict(settings)
     notes: list[str] = []
     if lnet.is_split:
+        changed = []
         for key in IMPLEMENTATION_KEYS.values():
             names = settings.get(key)
             if not isinstance(names, list) or len(names) != lnet.physical.num_dims:
                 continue        # read_user_system refused it when the design was made
             system[key] = [names[d.physical_dim] for d in lnet.dims]
-            notes.append(f"{path}: {key} {names} written as {system[key]}: one entry per emitted dimension, "
-                         f"each taking its physical dimension's ({', '.join(d.name for d in lnet.dims)})")
+            changed.append(f"{key} {names} as {system[key]}")
+        if changed:
+            notes.append(f"{path}: written with one implementation per emitted dimension "
+                         f"({', '.join(d.name for d in lnet.dims)}), each its physical dimension's: "
+                         + "; ".join(changed))
     if settings.get("preferred-dataset-splits") != splits:
         system["preferred-dataset-splits"] = splits
         notes.append(f"{path}: preferred-dataset-splits {settings.get('preferred-dataset-splits')!r} written as "
