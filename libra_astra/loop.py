@@ -19,7 +19,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .model.numbers import ratio
 from .astra.emit import emit
@@ -92,11 +92,13 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
              out_dir: str | Path, objective: str = "perf", constraints: Constraints = Constraints(),
              binary: str | None = None, splits: int = 1, local_mem_bw_gbps: float = 1e9, calibrate: int = 0,
              probe: float = 1.25, min_gain: float = 1e-3, timeout_s: float = 3600.0, overwrite: bool = False,
-             overlap: bool = True,
+             overlap: bool = True, system: Mapping[str, Any] | None = None,
              on_event: Callable[[str], None] = lambda _msg: None,
              on_progress: Callable[[str], None] = lambda _msg: None) -> LoopResult:
     """Run the closed loop; see the module docstring. ``on_event`` receives a line per finished run,
-    ``on_progress`` a line when each step (optimize, emit, simulate) starts."""
+    ``on_progress`` a line when each step (optimize, emit, simulate) starts. ``system``: the user's
+    system.json as a design records it, emitted for every run (its splits and local-mem-bw are
+    the caller's ``splits`` and ``local_mem_bw_gbps``)."""
     if not workloads:
         raise LibraError("the loop needs at least one workload")
     refs = tuple(WorkloadRef.of(w) for w in workloads)
@@ -118,7 +120,8 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
     def run_design(iteration: int, name: str, bw: Sequence[float], model: TimeModel) -> LoopRow:
         bw = tuple(float(b) for b in bw)
         design = Design(f"{name}-it{iteration}", net, bw, objective, model.kind, 0.0,
-                        cost.network_cost_usd(net, bw), refs, time_model_settings=model_settings(model))
+                        cost.network_cost_usd(net, bw), refs, time_model_settings=model_settings(model),
+                        system=system)
         sim_total = pred_total = 0.0
         dirs, per = [], []
         for w, ref in zip(workloads, refs):

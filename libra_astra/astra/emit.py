@@ -64,6 +64,7 @@ from .rewrite import rewrite_traces
 from .stats import WorkloadStats
 from .synthesize import synthesize
 from .trace_groups import trace_metadata_groups
+from .user_system import user_system_config
 
 SCHEDULING_POLICIES = ("LIFO", "FIFO")
 
@@ -284,7 +285,7 @@ def _load_workload(design: Design, wl: WorkloadRef, demand: Demand | None) -> _I
 def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None = None,
          workload: str | None = None, overwrite: bool = False, endpoint_delay_ns: int = 1,
          local_mem_bw_gbps: float | None = None, peak_perf_tflops: float = 1000.0, scheduling_policy: str = "LIFO",
-         max_repeats: int = 256, demand: Demand | None = None,
+         max_repeats: int = 256, demand: Demand | None = None, system: Mapping[str, Any] | None = None,
          on_progress: Callable[[int, int], None] | None = None) -> EmitResult:
     """Write ASTRA-sim inputs for one workload of ``design`` into the new directory ``out_dir``.
 
@@ -303,6 +304,13 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None
         System settings (see the module docstring).
     max_repeats
         Most runs of one demand collective with a large ``count`` (synthesis only).
+    system
+        The user's system.json as a design records it (``{"path", "settings"}``) [default: the
+        design's, if it was optimized with one]: written back with every key kept, only the
+        implementation lists (one entry per emitted dimension) and preferred-dataset-splits set
+        (user_system.py); its endpoint-delay replaces ``endpoint_delay_ns``. The caller checks
+        that its splits and local-mem-bw are the design's (pass them as ``splits`` and
+        ``local_mem_bw_gbps``).
     demand
         The workload's demand, if the caller has it (the traces' demand, as ``loop`` read it or
         ``search`` built it from the spec): the traces are then not read again for the
@@ -319,6 +327,10 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None
         design = load_design(design)
     splits, local_mem_bw_gbps, settings_notes = emit_settings(design.name, design.time_model_settings, splits,
                                                               local_mem_bw_gbps)
+    system = system if system is not None else design.system
+    if system is not None:
+        endpoint_delay_ns = system["settings"].get("endpoint-delay", 10)   # a C int: a float truncates
+        endpoint_delay_ns = int(endpoint_delay_ns) if isinstance(endpoint_delay_ns, float) else endpoint_delay_ns
     _check_options(splits, endpoint_delay_ns, local_mem_bw_gbps, peak_perf_tflops, scheduling_policy, max_repeats)
     out = Path(out_dir)
     if os.path.lexists(out) and not overwrite:
@@ -361,9 +373,13 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None
     if flat_groups:
         args.append("--comm-group-configuration=comm_groups.json")
     logging_folder = "log"
-    system = system_config(lnet.num_dims, splits=splits, endpoint_delay_ns=endpoint_delay_ns,
-                           local_mem_bw_gbps=float(local_mem_bw_gbps), peak_perf_tflops=float(peak_perf_tflops),
-                           scheduling_policy=scheduling_policy)
+    if system is not None:
+        system, system_notes = user_system_config(system["settings"], lnet, splits, system["path"])
+    else:
+        system_notes = []
+        system = system_config(lnet.num_dims, splits=splits, endpoint_delay_ns=endpoint_delay_ns,
+                               local_mem_bw_gbps=float(local_mem_bw_gbps), peak_perf_tflops=float(peak_perf_tflops),
+                               scheduling_policy=scheduling_policy)
 
     tmp = publish.temp_dir(out)
     with publish.building(tmp, out):
@@ -383,7 +399,7 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None
         (tmp / "network.yml").write_text(network_yaml(lnet, design.name))
         (tmp / "system.json").write_text(json.dumps(system, indent=1) + "\n")
         (tmp / "memory.json").write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}) + "\n")
-        notes = settings_notes + _workload_notes(source, lnet, stats, splits)
+        notes = settings_notes + system_notes + _workload_notes(source, lnet, stats, splits)
         prediction = (_prediction(demand, design, splits, float(local_mem_bw_gbps)) if demand is not None
                       else {"time_ns": None, "unavailable": prediction_unavailable})
         result = EmitResult(out, wl.name, source, lnet, splits, tuple(args), logging_folder, tuple(notes),

@@ -27,10 +27,14 @@ from .progress import Progress
 @click.option("--local-mem-bw", "local_mem_bw_gbps", default=None, type=FiniteFloat(0, strict_min=True),
               help="local-mem-bw in GB/s; each reducing step costs 3 * bytes / local-mem-bw [default: the "
                    "design's; another value than the design's is refused].")
+@click.option("--system", "system_path", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Your ASTRA-sim system.json, written back with every key kept and only the implementation "
+                   "lists (one entry per emitted dimension) and preferred-dataset-splits set [default: the one "
+                   "the design was optimized with, if any]; its splits and local-mem-bw must be the design's.")
 @click.option("--force", is_flag=True, help="Replace an existing emitted directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 def emit_command(design: str, out_dir: str, workload: str | None, splits: int | None, endpoint_delay_ns: int,
-                 local_mem_bw_gbps: float | None, force: bool, as_json: bool) -> None:
+                 local_mem_bw_gbps: float | None, system_path: str | None, force: bool, as_json: bool) -> None:
     """Write ASTRA-sim inputs (network.yml, system.json, memory.json, per-rank ET, run.sh) for DESIGN.
 
     Bandwidths are written in the GiB/s ASTRA-sim reads (GB/s * 1e9 / 2^30). Communicator groups
@@ -46,8 +50,18 @@ def emit_command(design: str, out_dir: str, workload: str | None, splits: int | 
     from ..timing.model import simulator_model
     from ..timing.settings import DEFAULT_LOCAL_MEM_BW_GBPS, describe_settings, model_settings
 
+    system = None
+    if system_path is not None:
+        from ..optimize.design import load_design
+        from .optimize import system_notes
+        from .options import read_system_option
+
+        design = load_design(design)
+        user = read_system_option(system_path, design.network.num_dims, splits, local_mem_bw_gbps)
+        system_notes(user)
+        splits, local_mem_bw_gbps, system = user.splits, user.local_mem_bw_gbps, user.to_dict()
     with Progress(f"emit {out_dir}") as p:
-        res = emit(design, out_dir, splits=splits, workload=workload, overwrite=force,
+        res = emit(design, out_dir, splits=splits, workload=workload, overwrite=force, system=system,
                    endpoint_delay_ns=endpoint_delay_ns, local_mem_bw_gbps=local_mem_bw_gbps, on_progress=p)
     pred = res.prediction or {}
     if as_json:

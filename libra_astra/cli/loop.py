@@ -26,13 +26,18 @@ from .show import format_loop
               help="ASTRA-sim analytical congestion-unaware binary [default: $ASTRA_SIM_BIN].")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="New directory that keeps every iteration's inputs and outputs.")
-@click.option("--splits", type=click.IntRange(min=1), default=DEFAULT_SPLITS, show_default=True,
-              help="preferred-dataset-splits of the emitted runs (chunks per collective).")
+@click.option("--splits", type=click.IntRange(min=1), default=None,
+              help=f"preferred-dataset-splits of the emitted runs (chunks per collective) [default: {DEFAULT_SPLITS}, "
+                   "or --system's].")
 @click.option("--calibrate", type=click.IntRange(min=0), default=0, show_default=True,
               help="Calibration iterations: fit per-dimension efficiency from the simulator, re-optimize.")
-@click.option("--local-mem-bw", "local_mem_bw", type=FiniteFloat(0, strict_min=True),
-              default=DEFAULT_LOCAL_MEM_BW_GBPS, show_default=True,
-              help="ASTRA-sim local-mem-bw of the emitted runs, GB/s (also used by the model).")
+@click.option("--local-mem-bw", "local_mem_bw", type=FiniteFloat(0, strict_min=True), default=None,
+              help="ASTRA-sim local-mem-bw of the emitted runs, GB/s (also used by the model) "
+                   f"[default: {DEFAULT_LOCAL_MEM_BW_GBPS:g}, or --system's].")
+@click.option("--system", "system_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Your ASTRA-sim system.json, read unmodified: its preferred-dataset-splits and local-mem-bw "
+                   "set the model and the runs, which simulate it with only the implementation lists sized to "
+                   "the emitted network and the splits set; a setting the model does not time exactly is refused.")
 @click.option("--overlap/--no-overlap", default=True, show_default=True,
               help="Optimize the dependency-aware time (as the simulator runs the traces) or the no-overlap sum.")
 @click.option("--timeout", type=FiniteFloat(), default=3600.0, show_default=True, help="Seconds per simulator run.")
@@ -41,7 +46,7 @@ from .show import format_loop
 @plot_option("predicted and simulated time of every run")
 @click.pass_obj
 def loop_command(shared: SharedOptions, objective, budget, time_target, binary, out_dir, splits, calibrate,
-                 local_mem_bw, overlap, timeout, force, as_json, plot_out):
+                 local_mem_bw, system_path, overlap, timeout, force, as_json, plot_out):
     """Optimize, emit, simulate with ASTRA-sim, compare predicted with simulated time, and calibrate.
 
     The optimized design and the baselines (EqualBW, TrafficProportional) are simulated; every
@@ -57,6 +62,17 @@ def loop_command(shared: SharedOptions, objective, budget, time_target, binary, 
     from ..loop import run_loop
 
     check_plot(plot_out, force)
+    user = None
+    if system_path is not None:
+        from ..model.network import load_network
+        from .optimize import system_notes
+        from .options import read_system_option
+
+        user = read_system_option(system_path, load_network(shared.network_path).num_dims, splits, local_mem_bw)
+        system_notes(user)
+        splits, local_mem_bw = user.splits, user.local_mem_bw_gbps
+    splits = DEFAULT_SPLITS if splits is None else splits
+    local_mem_bw = DEFAULT_LOCAL_MEM_BW_GBPS if local_mem_bw is None else local_mem_bw
     binary = resolve_binary(binary)        # before the traces are read: a missing simulator fails at once
     net, cost, workloads, cons = shared.load(budget, time_target, objective=objective)
     from ..demand.workload import demand_warnings
@@ -71,7 +87,8 @@ def loop_command(shared: SharedOptions, objective, budget, time_target, binary, 
             echo(f"warning: {line}")
         res = run_loop(workloads, net, cost, out_dir=out_dir, objective=objective, constraints=cons,
                        binary=binary, splits=splits, calibrate=calibrate, timeout_s=timeout, overwrite=force,
-                       local_mem_bw_gbps=local_mem_bw, overlap=overlap, on_event=echo, on_progress=p.note)
+                       local_mem_bw_gbps=local_mem_bw, overlap=overlap, on_event=echo,
+                       system=None if user is None else user.to_dict(), on_progress=p.note)
     data = res.to_dict(net)
     write_json_atomic(Path(out_dir) / "loop.json", data, overwrite=force)
     if as_json:

@@ -111,6 +111,7 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, as_j
         check_writable(output, force)
     check_plot(plot_out, force)
     tm = shared.time_model()
+    system_notes(shared.user_system)
     if objective != "min-cost" and time_target is not None:
         raise LibraError("--time-target only applies to --objective min-cost")
     net, cost, workloads, cons = shared.load(budget, time_target, objective=objective)
@@ -130,11 +131,18 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, as_j
         _print_result(r, net, cost if shared.cost_path else None, len(workloads), data)
     if output:
         design = Design(Path(output).stem, net, r.bw_gbps, objective, tm.kind, r.best.time_ns, r.best.cost_usd,
-                        tuple(WorkloadRef.of(w) for w in workloads), data, model_settings(tm))
+                        tuple(WorkloadRef.of(w) for w in workloads), data, model_settings(tm),
+                        None if shared.user_system is None else shared.user_system.to_dict())
         write_json_atomic(output, design_to_dict(design), overwrite=force)
         if not as_json:
             click.echo(f"wrote {output}")
     draw("result", data, plot_out, force, echo=not as_json)
+
+
+def system_notes(user) -> None:
+    """The keys of a --system file that ASTRA-sim ignores, on stderr (kept out of --json output)."""
+    for note in () if user is None else user.notes:
+        click.echo(f"note: {note}", err=True)
 
 
 @click.command("pareto", cls=Command)
@@ -165,6 +173,7 @@ def pareto_command(shared: SharedOptions, min_budget, max_budget, points, output
         check_writable(output, force)
     check_plot(plot_out, force)
     tm = shared.time_model()
+    system_notes(shared.user_system)
     net, cost, workloads, cons = shared.load(prices_for="pareto")
     budgets = [min_budget * (max_budget / min_budget) ** (i / (points - 1)) for i in range(points)]
     with Progress("pareto") as p:
@@ -174,6 +183,8 @@ def pareto_command(shared: SharedOptions, min_budget, max_budget, points, output
              "bandwidth_gbps": list(r.bw_gbps), "relative_gap": r.rel_gap} for bud, r in zip(budgets, results)]
     data = {"format": "libra_astra.pareto", "version": 1, "objective": "perf", "time_model": model_settings(tm),
             "dimensions": list(net.dim_names), "points": rows}
+    if shared.user_system is not None:
+        data["system"] = shared.user_system.to_dict()
     if as_json:
         click.echo(json.dumps(data, indent=1))
     else:

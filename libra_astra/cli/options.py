@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the library is imported by the command that runs, not to li
     from ..model.cost import CostModel
     from ..model.network import Network
     from ..optimize.optimizer import Constraints
+    from ..doctor.system_model import UserSystem
     from ..timing.model import TimeModel
 
 
@@ -55,6 +56,8 @@ class SharedOptions:
     splits: int | None = None
     local_mem_bw: float | None = None
     overlap: bool | None = None
+    system_path: str | None = None
+    user_system: UserSystem | None = None      # read by time_model()
 
     def constraints(self, net: Network, budget: float | None, time_target: float | None) -> Constraints:
         from ..optimize.constraints import load_constraints_file, parse_constraints
@@ -97,8 +100,32 @@ class SharedOptions:
         return Inputs(net, cost, workloads, self.constraints(net, budget, time_target))
 
     def time_model(self) -> TimeModel:
-        """The model the options name (timing/settings.py); options it ignores are refused."""
-        return resolve_model(self.model, self.splits, self.local_mem_bw, self.overlap)
+        """The model the options name (timing/settings.py); options it ignores are refused. With
+        --system, the model takes the file's splits and local-mem-bw (``user_system``)."""
+        splits, mem = self.splits, self.local_mem_bw
+        if self.system_path is not None:
+            if self.model == "libra":
+                raise LibraError("--system applies to --model pipelined only (the LIBRA model has no chunks, "
+                                 "latency or local reduction cost); drop --system or use --model pipelined")
+            from ..model.network import load_network
+            dims = load_network(self.network_path).num_dims
+            self.user_system = read_system_option(self.system_path, dims, splits, mem)
+            splits, mem = self.user_system.splits, self.user_system.local_mem_bw_gbps
+        return resolve_model(self.model, splits, mem, self.overlap)
+
+
+def read_system_option(path: str, num_dims: int, splits: int | None, local_mem_bw: float | None) -> UserSystem:
+    """The --system file for a network of ``num_dims`` dimensions; a --splits or --local-mem-bw
+    that differs from the file's value is refused."""
+    from ..doctor.system_model import read_user_system
+
+    user = read_user_system(path, num_dims)
+    for option, given, key, value in (("--splits", splits, "preferred-dataset-splits", user.splits),
+                                      ("--local-mem-bw", local_mem_bw, "local-mem-bw", user.local_mem_bw_gbps)):
+        if given is not None and given != value:
+            raise LibraError(f"{option} {given:g} conflicts with {path}'s {key} {value:g}; drop {option} "
+                             f"(the file sets it) or change the file")
+    return user
 
 
 def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -160,6 +187,10 @@ time_model_options = _apply([
     _shared("--local-mem-bw", "local_mem_bw", type=FiniteFloat(0, strict_min=True),
             help="For --model pipelined: local memory GB/s that each reduction step reads and writes "
                  f"(ASTRA-sim's local-mem-bw) [default: {DEFAULT_LOCAL_MEM_BW_GBPS:g}, as emit writes]."),
+    _shared("--system", "system_path", type=click.Path(exists=True, dir_okay=False), default=None,
+            help="Your ASTRA-sim system.json, read unmodified: the model takes its preferred-dataset-splits and "
+                 "local-mem-bw; a setting the model does not time exactly is refused; the design keeps the "
+                 "file for emit."),
     _shared("--overlap/--no-overlap", default=None,
             help="Time a rank by its longest dependency path (compute/communication overlap, as the "
                  "simulator runs it) or by the sum [default: overlap for pipelined, sum for libra]."),

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import difflib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ..errors import LibraError
 from ..files import read_json
@@ -65,6 +65,7 @@ class SystemFile:
     typos: tuple[tuple[str, str], ...]            # (key, the read key it most likely means)
     not_read: tuple[tuple[str, Any, str], ...]    # (key, value, what ASTRA-sim does instead): value not the default
     ignored: tuple[str, ...]                      # other keys nothing reads
+    data: Mapping[str, Any] = field(default_factory=dict)   # the file as written, for emit to keep
 
     @property
     def local_mem_bw_gbps(self) -> float:
@@ -178,4 +179,4 @@ def load_system(path: str | Path) -> SystemFile:
                       stored.get("endpoint-delay", settings.endpoint_delay_ns),
                       stored.get("active-chunks-per-dimension", settings.active_chunks),
                       float(peak), flags_on, misread, missing, tuple(wrapped), custom, data.get(PER_NODE_CUSTOM),
-                      typos, not_read, ignored)
+                      typos, not_read, ignored, data)

@@ -81,6 +81,9 @@ class Design:
     result: Mapping[str, Any] = field(default_factory=dict)
     # The time model the bandwidths were optimized for (timing/settings.py); emit simulates it.
     time_model_settings: Mapping[str, Any] = field(default_factory=dict)
+    # The user's ASTRA-sim system.json ({"path", "settings": its keys as written}), if optimized
+    # with --system: emit writes it back.
+    system: Mapping[str, Any] | None = None
 
 
 def design_to_dict(d: Design) -> dict[str, Any]:
@@ -102,6 +105,7 @@ def design_to_dict(d: Design) -> dict[str, Any]:
             for w in d.workloads
         ],
         "result": dict(d.result),
+        **({"system": dict(d.system)} if d.system is not None else {}),
     }
 
 
@@ -153,11 +157,16 @@ def design_from_dict(data: Any, source: str = "<design>") -> Design:
     else:
         # what emit and the loop read back (splits, local-mem-bw, ...) must make a time model
         model_from_settings(settings, source)
+    system = data.get("system")
+    if system is not None and not (isinstance(system, Mapping) and isinstance(system.get("path"), str)
+                                   and isinstance(system.get("settings"), Mapping)):
+        raise LibraError(f"{source}: system must be an object with a path and the system.json settings, "
+                         f"got {str(system)[:80]!r}")
     return Design(str(data.get("name", Path(source).stem)), net, tuple(float(b) for b in bw),
                   str(data.get("objective", "perf")), kind,
                   check_number(data.get("predicted_time_ns", 0.0), source, "predicted_time_ns", minimum=0, finite=True),
                   check_number(data.get("cost_usd", 0.0), source, "cost_usd", minimum=0, finite=True),
-                  tuple(workloads), result, dict(settings))
+                  tuple(workloads), result, dict(settings), None if system is None else dict(system))
 
 
 def load_design(path: str | Path) -> Design:
