@@ -172,3 +172,36 @@ def test_available_memory_is_read_from_this_machine():
     if not Path("/proc/meminfo").exists():
         pytest.skip("no /proc/meminfo: the check is off on this system")
     assert isinstance(have, int) and have > 0
+
+
+def _named(exe: str, name: str) -> str:
+    """The stand-in simulator under another file name (the backend is told by the binary's name)."""
+    link = Path(exe).with_name(name)
+    link.symlink_to(exe)
+    return str(link)
+
+
+def test_congestion_aware_backend_refuses_a_multi_dimensional_run_before_starting(tmp_path, fake):
+    net = network_from_dict({"name": "r4s4", "dimensions": [{"name": "a", "topology": "Ring", "npus": 4},
+                                                            {"name": "b", "topology": "Switch", "npus": 4}]})
+    demand = tmp_path / "demand.json"
+    demand.write_text(json.dumps(demand_to_dict(single_class("ar", [4, 4], 0.0,
+                                                             [make_collective("ALL_REDUCE", 2**30, [4, 4])]))))
+    design = Design("r4s4", net, (100.0, 50.0), workloads=(WorkloadRef("ar", demand=str(demand)),))
+    emit(design, tmp_path / "run")
+    exe = _named(fake("real_ring4_switch4_k4.stdout"), "AstraSim_Analytical_Congestion_Aware")
+    with pytest.raises(LibraError) as e:
+        simulate(tmp_path / "run", exe)
+    assert str(e.value) == (f"{tmp_path / 'run'}: AstraSim_Analytical_Congestion_Aware (the congestion-aware "
+                            "backend) simulates one-dimensional networks only, and this run's network has 2 "
+                            "dimensions (Ring 4 x Switch 4); use AstraSim_Analytical_Congestion_Unaware, or a "
+                            "one-dimensional network")
+    assert not (tmp_path / "run" / "sim").exists()      # refused before anything was run or written
+    # the same run on the unaware backend's name goes ahead
+    unaware = _named(fake("real_ring4_switch4_k4.stdout"), "AstraSim_Analytical_Congestion_Unaware")
+    assert simulate(tmp_path / "run", unaware).npus_count == 16
+
+
+def test_congestion_aware_backend_runs_a_one_dimensional_run(run_dir, fake):
+    exe = _named(fake("real_ring8_allreduce.stdout"), "AstraSim_Analytical_Congestion_Aware")
+    assert simulate(run_dir, exe).simulated_time_ns == 17_500_015

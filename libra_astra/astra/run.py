@@ -23,7 +23,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from .. import limits, publish
 from ..errors import LibraError
@@ -155,6 +155,21 @@ def _exit_reason(code: int) -> str:
     return f"exited with code {code}"
 
 
+def _check_backend(run: Path, names: tuple[str, str], network: Any) -> None:
+    """The congestion-aware analytical backend of ASTRA-sim 518bd51 takes one-dimensional networks
+    only ("only support 1-dim topology"): refuse a run of more before starting it. The backend is
+    told by the binary's name, as given or behind its links."""
+    exe = next((n for n in names if "congestion_aware" in Path(n).name.lower()), None)
+    if exe is None:
+        return
+    dims = network.get("dimensions") if isinstance(network, Mapping) else None
+    if isinstance(dims, list) and len(dims) > 1:
+        names = " x ".join(f"{d.get('topology')} {d.get('npus')}" for d in dims if isinstance(d, dict))
+        raise LibraError(f"{run}: {Path(exe).name} (the congestion-aware backend) simulates one-dimensional networks "
+                         f"only, and this run's network has {len(dims)} dimensions ({names}); use "
+                         f"AstraSim_Analytical_Congestion_Unaware, or a one-dimensional network")
+
+
 def simulate(run_dir: str | os.PathLike, binary: str | os.PathLike | None = None, *, timeout_s: float = 3600.0,
              overwrite: bool = False, check_memory: bool = True) -> SimResult:
     """Run ASTRA-sim on the directory written by :func:`emit` and parse every rank's result.
@@ -187,6 +202,7 @@ def simulate(run_dir: str | os.PathLike, binary: str | os.PathLike | None = None
     if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
         raise LibraError(f"timeout must be a finite number of seconds > 0, got {timeout_s!r}")
     npus = manifest.npus_count
+    _check_backend(run, (os.fspath(binary) if binary else os.environ.get(BINARY_ENV, ), exe), manifest.network)
     sim = run / SIM_DIR
     if os.path.lexists(sim) and not overwrite:
         raise LibraError(f"{sim}: already exists (an earlier run); pass --force to replace it")
