@@ -35,6 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from libra_astra.astra import emit, load_manifest  # noqa: E402
 from libra_astra.astra.parse import parse_output  # noqa: E402
+from libra_astra.astra.run import resolve_binary  # noqa: E402
+from libra_astra.errors import LibraError  # noqa: E402
 from libra_astra.model.network import network_from_dict  # noqa: E402
 from libra_astra.optimize.design import Design, WorkloadRef  # noqa: E402
 from libra_astra.tracegen.generate import generate  # noqa: E402
@@ -104,9 +106,10 @@ def main() -> int:
     ap.add_argument("--groups")
     ap.add_argument("--network", help="its network (libra_astra's format; --bandwidth 200,100,50 is used)")
     args = ap.parse_args()
-    binary = os.environ.get("ASTRA_SIM_BIN")
-    if not binary:
-        print("set ASTRA_SIM_BIN to an AstraSim_Analytical_Congestion_Unaware binary", file=sys.stderr)
+    try:
+        binary = resolve_binary()       # $ASTRA_SIM_BIN, checked as simulate checks it
+    except LibraError as e:
+        print(e, file=sys.stderr)
         return 2
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_predict_"))
     work.mkdir(parents=True, exist_ok=True)

@@ -44,6 +44,7 @@ from astra_examples import EXAMPLES_ENV, find_examples  # noqa: E402
 from libra_astra.astra import emit  # noqa: E402
 from libra_astra.astra.parse import parse_output  # noqa: E402
 from libra_astra.astra.predict_inputs import SimInputs, predict_inputs  # noqa: E402
+from libra_astra.astra.run import resolve_binary  # noqa: E402
 from libra_astra.doctor import fix  # noqa: E402
 from libra_astra.errors import LibraError  # noqa: E402
 from libra_astra.model.network import load_network  # noqa: E402
@@ -216,9 +217,10 @@ def main() -> int:
     ap.add_argument("--record", help="write the cases on this repository's traces (samples, two real sets) with the "
                     "simulator's finished lines here (tests/fixtures/astra_predict_recorded.json)")
     args = ap.parse_args()
-    binary = os.environ.get("ASTRA_SIM_BIN")
-    if not binary:
-        print("set ASTRA_SIM_BIN to an AstraSim_Analytical_Congestion_Unaware binary", file=sys.stderr)
+    try:
+        binary = resolve_binary()       # $ASTRA_SIM_BIN, checked as simulate checks it
+    except LibraError as e:
+        print(e, file=sys.stderr)
         return 2
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="libra_predict_"))
     base.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 
 from libra_astra.astra import emit, simulate
+from libra_astra.astra.run import resolve_binary
+from libra_astra.errors import LibraError
 from libra_astra.demand.workload import load_workloads
 from libra_astra.model.cost import load_cost
 from libra_astra.demand.types import demand_to_dict, make_collective, single_class
@@ -80,9 +82,10 @@ def main() -> int:
                     help=f"An ASTRA-sim checkout (or its examples/ folder) whose microbenchmark workloads to run "
                          f"[default: ${EXAMPLES_ENV}; skipped when neither is given].")
     args = ap.parse_args()
-    binary = os.environ.get("ASTRA_SIM_BIN")
-    if not binary:
-        print("set ASTRA_SIM_BIN to an AstraSim_Analytical_Congestion_Unaware binary", file=sys.stderr)
+    try:
+        binary = resolve_binary()       # $ASTRA_SIM_BIN, checked as simulate checks it
+    except LibraError as e:
+        print(e, file=sys.stderr)
         return 2
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="libra_validate_"))
     base.mkdir(parents=True, exist_ok=True)
