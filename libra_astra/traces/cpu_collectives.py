@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .cpu_groups import GroupMap, GroupTally, RankGroups, choose
+from .process_groups import metadata_group_entries, metadata_groups
 from .schema import pb
 
 # c10d op (after "c10d::") -> (kind, input argument, output argument or -1)
@@ -206,7 +207,6 @@ def type_cpu_collectives(nodes: list[pb.Node], rg: RankGroups, group_map: GroupM
 
 def rank_groups(nodes: Sequence[pb.Node], where: str) -> dict[str, tuple[int, ...]]:
     """Process groups of one rank's METADATA nodes (name -> members; the world group left out)."""
-    from .process_groups import metadata_groups
     out: dict[str, tuple[int, ...]] = {}
     for n in nodes:
         if n.type == pb.METADATA_NODE:
@@ -219,21 +219,20 @@ def rank_groups(nodes: Sequence[pb.Node], where: str) -> dict[str, tuple[int, ..
 def rank_process_groups(nodes: Sequence[pb.Node], rank: int, npus: int, where: str,
                         file_groups: Mapping[str, Sequence[int]] | None = None) -> RankGroups:
     """What one rank's METADATA nodes (and the comm-groups file) say about its process groups."""
-    from .process_groups import metadata_group_descs, metadata_groups
     groups: dict[str, tuple[int, ...]] = {}
     world: set[str] = set()
     descs: dict[str, str] = {}
     recorded = False
     for n in nodes:
         if n.type == pb.METADATA_NODE:
-            at = f"{where}: node {n.id} (METADATA)"
-            for name, ranks in metadata_groups(n, at):
+            for name, ranks, desc in metadata_group_entries(n, f"{where}: node {n.id} (METADATA)"):
                 recorded = True
                 if ranks and len(ranks) < npus:
                     groups[str(name)] = tuple(ranks)
                 else:
                     world.add(str(name))
-            descs.update(metadata_group_descs(n, at))
+                if desc is not None:
+                    descs[name] = desc
     files = {str(k): tuple(v) for k, v in (file_groups or {}).items()}
     return RankGroups(rank, npus, recorded, groups, frozenset(world), descs, files)
 

@@ -71,25 +71,20 @@ def parse_pg_metadata(values: str, where: str) -> tuple[tuple[str, tuple[int, ..
     return tuple((name, ranks) for name, ranks, _ in _pg_entries(values, where))
 
 
-def metadata_groups(node: Any, where: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """Process groups of a METADATA node; other metadata (no group info) gives ()."""
+def metadata_group_entries(node: Any, where: str) -> list[tuple[str, tuple[int, ...], str | None]]:
+    """(pg_name, ranks, pg_desc or None) of a METADATA node's process groups (ranks ``()``: all
+    ranks; pg_desc is PyTorch's ``group_desc``, e.g. ``default_pg``, or ``mesh_tp`` for a
+    DeviceMesh dimension); other metadata (no group info) gives []."""
     values = node.inputs.values
     if "process_group:init" in node.name:
-        return parse_pg_metadata(values, where)
+        return _pg_entries(values, where)
     # ASTRA-sim reads any METADATA node as process-group info; accept it when it parses
     try:
-        return parse_pg_metadata(values, where)
+        return _pg_entries(values, where)
     except LibraError:
-        return ()
+        return []
 
 
-def metadata_group_descs(node: Any, where: str) -> dict[str, str]:
-    """``{pg_name: pg_desc}`` of a METADATA node's process groups that record a description
-    (PyTorch's ``group_desc``, e.g. ``default_pg``, or ``mesh_tp`` for a DeviceMesh dimension)."""
-    try:
-        entries = _pg_entries(node.inputs.values, where)
-    except LibraError:
-        if "process_group:init" in node.name:
-            raise
-        return {}
-    return {name: desc for name, _, desc in entries if desc is not None}
+def metadata_groups(node: Any, where: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Process groups of a METADATA node; other metadata (no group info) gives ()."""
+    return tuple((name, ranks) for name, ranks, _ in metadata_group_entries(node, where))
