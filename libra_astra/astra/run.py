@@ -114,9 +114,14 @@ class SimResult:
         }
 
 
+def _given_binary(binary: str | os.PathLike | None) -> str:
+    """The simulator as the user named it: ``binary`` if given, else $ASTRA_SIM_BIN ('' if neither)."""
+    return os.fspath(binary) if binary else os.environ.get(BINARY_ENV, "")
+
+
 def resolve_binary(binary: str | os.PathLike | None = None) -> str:
     """Absolute path of the simulator: ``binary`` if given, else $ASTRA_SIM_BIN (a path or a name on PATH)."""
-    b = os.fspath(binary) if binary else os.environ.get(BINARY_ENV, "")
+    b = _given_binary(binary)
     if not b:
         raise LibraError(f"no ASTRA-sim binary given: set {BINARY_ENV} to the path of {DEFAULT_BINARY} "
                          f"or pass --astra-sim BIN")
@@ -202,7 +207,7 @@ def simulate(run_dir: str | os.PathLike, binary: str | os.PathLike | None = None
     if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
         raise LibraError(f"timeout must be a finite number of seconds > 0, got {timeout_s!r}")
     npus = manifest.npus_count
-    _check_backend(run, (os.fspath(binary) if binary else os.environ.get(BINARY_ENV, ), exe), manifest.network)
+    _check_backend(run, (_given_binary(binary), exe), manifest.network)
     sim = run / SIM_DIR
     if os.path.lexists(sim) and not overwrite:
         raise LibraError(f"{sim}: already exists (an earlier run); pass --force to replace it")
