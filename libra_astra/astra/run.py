@@ -28,7 +28,7 @@ from typing import Any, Mapping
 from .. import limits, publish
 from ..errors import LibraError
 from .manifest import BINARY_ENV, DEFAULT_BINARY, load_manifest
-from .parse import OutputParser, RankStats
+from .parse import OutputParser, RankStats, line_chunks
 from .zero_time import zero_time_failure
 
 SIM_DIR = "sim"
@@ -310,15 +310,10 @@ def _run(argv: list[str], cwd: Path, tmp: Path, timeout_s: float):
         timer.daemon = True
         timer.start()
         try:
-            partial = False   # inside a line longer than max_line: skip to its end
             assert proc.stdout is not None
-            while True:
-                chunk = proc.stdout.readline(max_line)
-                if not chunk:
-                    break
+            for chunk, starts in line_chunks(proc.stdout, max_line):
                 out.write(chunk)
-                complete = chunk.endswith(b"\n")
-                if not partial:
+                if starts:
                     line = chunk.decode(errors="replace")
                     tail.append(_PREFIX.sub("", line).strip()[:300])
                     if parse_error is None:
@@ -326,7 +321,6 @@ def _run(argv: list[str], cwd: Path, tmp: Path, timeout_s: float):
                             parser.feed(line)
                         except LibraError as e:
                             parse_error = e
-                partial = not complete
             code = proc.wait()
         except BaseException:
             _kill(proc)
