@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import IO, Any, Iterable, Iterator
 
 from ..errors import LibraError
 
@@ -120,3 +120,13 @@ def parse_output(text: str | Iterable[str]) -> ParsedOutput:
     for line in (text.splitlines() if isinstance(text, str) else text):
         p.feed(line)
     return p.result()
+
+
+def line_chunks(stream: IO[bytes], max_line: int) -> Iterator[tuple[bytes, bool]]:
+    """The output as chunks of at most ``max_line`` bytes, each with whether it starts a line:
+    the rest of a longer line follows in chunks that do not (readers skip them, so memory stays
+    bounded by one chunk however long a line is)."""
+    starts = True
+    while chunk := stream.readline(max_line):
+        yield chunk, starts
+        starts = chunk.endswith(b"\n")

@@ -18,7 +18,7 @@ from typing import Any
 from .. import limits
 from ..errors import LibraError
 from .manifest import Manifest, load_manifest
-from .parse import OutputParser, RankStats
+from .parse import OutputParser, RankStats, line_chunks
 from .rundir import MANIFEST
 from .run import SIM_DIR
 
@@ -134,16 +134,11 @@ def _read_output(path: Path) -> tuple[tuple[RankStats, ...], str]:
     the parser's complaint if the output is not a working simulator's."""
     parser = OutputParser()
     max_line = limits.value(limits.MAX_SIM_LINE_BYTES)
-    partial = False      # inside a line longer than max_line: skip to its end, as simulate does
     try:
         with path.open("rb") as f:
-            while True:
-                chunk = f.readline(max_line)
-                if not chunk:
-                    break
-                if not partial:
+            for chunk, starts in line_chunks(f, max_line):
+                if starts:
                     parser.feed(chunk.decode(errors="replace"))
-                partial = not chunk.endswith(b"\n")
     except LibraError as e:
         return parser.result().ranks, str(e)
     except OSError as e:

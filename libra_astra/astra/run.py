@@ -28,7 +28,7 @@ from typing import Any, Mapping
 from .. import limits, publish
 from ..errors import LibraError
 from .manifest import BINARY_ENV, DEFAULT_BINARY, load_manifest
-from .parse import OutputParser, RankStats
+from .parse import OutputParser, RankStats, line_chunks
 from .zero_time import zero_time_failure
 
 SIM_DIR = "sim"
@@ -114,9 +114,14 @@ class SimResult:
         }
 
 
+def _given_binary(binary: str | os.PathLike | None) -> str:
+    """The simulator as the user named it: ``binary`` if given, else $ASTRA_SIM_BIN ('' if neither)."""
+    return os.fspath(binary) if binary else os.environ.get(BINARY_ENV, "")
+
+
 def resolve_binary(binary: str | os.PathLike | None = None) -> str:
     """Absolute path of the simulator: ``binary`` if given, else $ASTRA_SIM_BIN (a path or a name on PATH)."""
-    b = os.fspath(binary) if binary else os.environ.get(BINARY_ENV, "")
+    b = _given_binary(binary)
     if not b:
         raise LibraError(f"no ASTRA-sim binary given: set {BINARY_ENV} to the path of {DEFAULT_BINARY} "
                          f"or pass --astra-sim BIN")
@@ -202,7 +207,7 @@ def simulate(run_dir: str | os.PathLike, binary: str | os.PathLike | None = None
     if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
         raise LibraError(f"timeout must be a finite number of seconds > 0, got {timeout_s!r}")
     npus = manifest.npus_count
-    _check_backend(run, (os.fspath(binary) if binary else os.environ.get(BINARY_ENV, ), exe), manifest.network)
+    _check_backend(run, (_given_binary(binary), exe), manifest.network)
     sim = run / SIM_DIR
     if os.path.lexists(sim) and not overwrite:
         raise LibraError(f"{sim}: already exists (an earlier run); pass --force to replace it")
@@ -305,15 +310,10 @@ def _run(argv: list[str], cwd: Path, tmp: Path, timeout_s: float):
         timer.daemon = True
         timer.start()
         try:
-            partial = False   # inside a line longer than max_line: skip to its end
             assert proc.stdout is not None
-            while True:
-                chunk = proc.stdout.readline(max_line)
-                if not chunk:
-                    break
+            for chunk, starts in line_chunks(proc.stdout, max_line):
                 out.write(chunk)
-                complete = chunk.endswith(b"\n")
-                if not partial:
+                if starts:
                     line = chunk.decode(errors="replace")
                     tail.append(_PREFIX.sub("", line).strip()[:300])
                     if parse_error is None:
@@ -321,7 +321,6 @@ def _run(argv: list[str], cwd: Path, tmp: Path, timeout_s: float):
                             parser.feed(line)
                         except LibraError as e:
                             parse_error = e
-                partial = not complete
             code = proc.wait()
         except BaseException:
             _kill(proc)

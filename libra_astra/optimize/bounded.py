@@ -168,12 +168,12 @@ def caps(b: ScaledProblem, free: Sequence[int], power: int, floor_gbps: float = 
                  for j in free)
 
 
-def solve_capped(build: Callable, paths, free: Sequence[int], first_power: int,
+def solve_capped(build: Callable, b: ScaledProblem, paths, free: Sequence[int], first_power: int,
                  guesses: Callable[[ScaledProblem], list], rel_gap: float, floor_gbps: float = 0.0):
-    """The problem with growing caps on the free coordinates, from b0 x 10^first_power on, until
-    one is not felt. Returns (problem, result, power, settled): settled results carry the dual
-    bound of the uncapped problem; unsettled ones are the last capped solve (no minimizer found)."""
-    b = build(paths)
+    """The problem ``b`` (built without caps) with growing caps on the free coordinates, from
+    b0 x 10^first_power on, until one is not felt. Returns (problem, result, power, settled):
+    settled results carry the dual bound of the uncapped problem; unsettled ones are the last
+    capped solve (no minimizer found)."""
     bound: SolverResult | None = None
     last = None
     for power in range(first_power, MAX_CAP_POWER + 1):

@@ -217,27 +217,24 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
         return [start_for(b)] if start_for else b.guesses
 
     def run(paths):
+        b = build(paths)
         if "free" not in state:
-            b = build(paths)
             if objective == "perf-per-cost" and bounded.cost_can_vanish(b):
                 raise bounded.vanishing_cost()
             state["free"], state["power"] = bounded.free_coordinates(b), 1
-            if not state["free"]:
-                res = solve(b.problem, guesses(b), rel_gap=rel_gap)
-                return b, res, unscale(b, res, objective)
             # Paths are a part of the graph's: only the classes themselves prove it.
-            if paths is None and objective != "min-cost" and bounded.falls_everywhere(b.problem, state["free"]):
+            if (state["free"] and paths is None and objective != "min-cost"
+                    and bounded.falls_everywhere(b.problem, state["free"])):
                 if not seed:
                     raise bounded.no_minimizer(net, objective, state["free"])
                 # a start for the dependency paths: any cap will do
                 b = build(paths, bounded.caps(b, state["free"], 2, floor))
                 res = solve(b.problem, guesses(b), rel_gap=rel_gap)
                 return b, res, unscale(b, res, objective)
-        elif not state["free"]:
-            b = build(paths)
+        if not state["free"]:
             res = solve(b.problem, guesses(b), rel_gap=rel_gap)
             return b, res, unscale(b, res, objective)
-        b, res, power, settled = bounded.solve_capped(build, paths, state["free"], state["power"], guesses, rel_gap,
+        b, res, power, settled = bounded.solve_capped(build, b, paths, state["free"], state["power"], guesses, rel_gap,
                                                       floor)
         # The next round of paths starts from the cap that settled; after none did, from the
         # smallest again (the paths found at the largest cap may let a small one settle).
