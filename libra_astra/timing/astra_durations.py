@@ -32,7 +32,7 @@ from ..demand.types import Collective, Demand, RankClass
 from ..errors import LibraError
 from ..model import collectives as coll
 from ..model.network import Network
-from .astra_collective import Coll, Link, checked_links, collective_plan, rank_times
+from .astra_collective import Coll, Link, checked_links, collective_plan, message_ns, rank_times
 from .astra_settings import IMPLEMENTATION_KEYS, SystemSettings, parse_implementation
 
 _ALL = "all"      # demand's label of an all-ranks collective (demand.groups.group_label)
@@ -111,7 +111,7 @@ class _Timing:
         if not dims:
             return 0
         link = self.system.links[dims[0]]
-        return int(c.hops[dims[0]] * link.latency_ns + int(c.size_bytes) / link.bw_gbps)
+        return message_ns(link, c.hops[dims[0]], int(c.size_bytes))
 
     def class_times(self, rc: RankClass, order: Sequence[int]) -> list[tuple[Spec | None, tuple[int, ...]]]:
         """(spec, each rank's time: rank order, or one value) of the class's collectives ``order``
