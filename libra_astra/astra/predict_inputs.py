@@ -8,7 +8,7 @@ with one line naming the file and the key.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -88,9 +88,7 @@ def inputs_from_run_dir(run_dir: str | Path) -> SimInputs:
                              "re-emit the directory")
         args[key] = value
     base = Path(run_dir) / m.simulator.run_from
-    got = inputs_from_args(args, base, str(Path(run_dir) / "manifest.json"))
-    return SimInputs(got.workload, got.network, got.system, got.comm_groups, got.queues_per_dim, None,
-                     str(run_dir), got.flags)
+    return replace(inputs_from_args(args, base, str(Path(run_dir) / "manifest.json")), run_dir=str(run_dir))
 
 
 def read_network(path: str, bandwidth_gbps: tuple[float, ...] | None) -> tuple[Network, tuple[Link, ...]]:

@@ -68,7 +68,8 @@ def _hops(link: Link, dist: int) -> int:
     return 2 if link.topology == "Switch" else 1
 
 
-def _delay(link: Link, hops: int, msg: int) -> int:
+def message_ns(link: Link, hops: int, msg: int) -> int:
+    """One message's network time, truncated as ASTRA-sim's analytical backend does."""
     return int(hops * link.latency_ns + msg / link.bw_gbps)
 
 
@@ -141,7 +142,7 @@ def _phase_ns(alg: str, ptype: str, dim: _Dim, m: int, window: int, ed: int, mem
             st["left"] -= 1
             st["free"] -= 1
             link, hops = dim.route(seq[i][0])
-            heapq.heappush(heap, (t + _delay(link, hops, seq[i][1]), next(order), i))
+            heapq.heappush(heap, (t + message_ns(link, hops, seq[i][1]), next(order), i))
 
     for _ in range(par):
         insert(0)
@@ -408,7 +409,7 @@ class _Replay:
             return x[:i] + (pos,) + x[i + 1:]
 
         def send(t2: int, pos: int) -> None:
-            self.at(t2 + _delay(link, _hops(link, pos - me), m), self.deliver, (*st[1:], x, peer(pos)))
+            self.at(t2 + message_ns(link, _hops(link, pos - me), m), self.deliver, (*st[1:], x, peer(pos)))
 
         def down(t2: int) -> None:
             for kid in kids[me]:

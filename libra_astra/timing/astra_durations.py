@@ -27,11 +27,12 @@ from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from ..demand.groups import p2p_dims
 from ..demand.types import Collective, Demand, RankClass
 from ..errors import LibraError
 from ..model import collectives as coll
 from ..model.network import Network
-from .astra_collective import Coll, Link, checked_links, collective_plan, rank_times
+from .astra_collective import Coll, Link, checked_links, collective_plan, message_ns, rank_times
 from .astra_settings import IMPLEMENTATION_KEYS, SystemSettings, parse_implementation
 
 _ALL = "all"      # demand's label of an all-ranks collective (demand.groups.group_label)
@@ -110,7 +111,7 @@ class _Timing:
         if not dims:
             return 0
         link = self.system.links[dims[0]]
-        return int(c.hops[dims[0]] * link.latency_ns + int(c.size_bytes) / link.bw_gbps)
+        return message_ns(link, c.hops[dims[0]], int(c.size_bytes))
 
     def class_times(self, rc: RankClass, order: Sequence[int]) -> list[tuple[Spec | None, tuple[int, ...]]]:
         """(spec, each rank's time: rank order, or one value) of the class's collectives ``order``
@@ -197,19 +198,21 @@ class _Timing:
                              "members: ASTRA-sim needs a power of two there (it hangs); use ring or direct")
         offsets = [1] if alg == "ring" else ([1 << i for i in range(int(math.log2(n)))] if alg == "halvingDoubling"
                                             else range(1, n))
-        coords = self.net.coords_array(np.asarray(members, dtype=np.int64))
+        ids = np.asarray(members, dtype=np.int64)
         per_offset = []
         for o in offsets:
-            routes = {self.route(coords[i], coords[(i + o) % n]) for i in range(n)}
-            if len(routes) != 1:
-                a = next(i for i in range(n) if self.route(coords[i], coords[(i + o) % n]) != self.route(coords[0], coords[o % n]))
-                (d0, h0), (d1, h1) = self.route(coords[0], coords[o % n]), self.route(coords[a], coords[(a + o) % n])
+            # (dimension, hops) ASTRA-sim charges each member's message to the member o places along
+            dim, hops = p2p_dims(self.net, ids, np.roll(ids, -o))
+            routes = list(zip(dim.tolist(), hops.tolist()))
+            if len(set(routes)) != 1:
+                a = next(i for i, r in enumerate(routes) if r != routes[0])
+                (d0, h0), (d1, h1) = routes[0], routes[a]
                 raise LibraError(
                     f"{self.system.groups_source}: group {label}: ASTRA-sim's {alg} over its members {list(members)[:8]} "
                     f"sends {members[0]} -> {members[o % n]} {h0} hop(s) on dimension {d0} but {members[a]} -> "
                     f"{members[(a + o) % n]} {h1} on dimension {d1}; such a ring's time is not modeled (predict the "
                     "directory 'emit' writes, where the group is a whole dimension)")
-            per_offset.append((o, routes.pop()))
+            per_offset.append((o, routes[0]))
         dims = {d for _, (d, _) in per_offset}
         if len(dims) == 1:
             d = dims.pop()
@@ -222,13 +225,6 @@ class _Timing:
         raise LibraError(f"{self.system.groups_source}: group {label}: ASTRA-sim's {alg} over its members "
                          f"{list(members)[:8]} sends to members at different distances over different links or "
                          "hops; its time is not modeled (predict the directory 'emit' writes, or use ring)")
-
-    def route(self, a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
-        """(dimension, hops) ASTRA-sim charges a message from coordinates a to b on."""
-        for d, dim in enumerate(self.net.dims):
-            if a[d] != b[d]:
-                return d, dim.hops(int(a[d]), int(b[d]))
-        return -1, 0
 
 
 def node_durations(d: Demand, plan, system: AstraSystem) -> Durations:

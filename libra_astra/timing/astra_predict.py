@@ -18,7 +18,7 @@ from typing import NamedTuple
 from ..demand.types import Demand
 from ..errors import LibraError
 from .astra_durations import AstraSystem, arrival_skew, check_cycles, gpu_compute_ns, node_durations
-from .astra_trees import refine_trees, tree_plan
+from .astra_trees import refine_trees
 from .plan import plan_of
 from .predict import replay_ends
 
@@ -96,9 +96,7 @@ def predict_astra(d: Demand, system: AstraSystem) -> AstraPrediction:
 
 def _trees(d: Demand, system: AstraSystem, offsets, durs) -> AstraPrediction:
     """Double binary trees: each rank at its place in the trees (astra_trees.py)."""
-    # the dimensions where some collective runs a tree: ranks that agree in them run alike
-    dims = sorted({p.tree[0] for spec, _ in durs.trees.values() for ch in tree_plan(spec) for p in ch if p.tree})
-    finish, skew = refine_trees(d, offsets, durs, dims, system.system_source)
+    finish, skew = refine_trees(d, offsets, durs, system.system_source)
     ranks: dict[int, RankTime] = {}
     class_finish, class_compute, uneven = [], [], []
     for ci, rc in enumerate(d.rank_classes):

@@ -108,7 +108,7 @@ def _instances(d: Demand, offsets: Sequence[int], trees: set[int]) -> list[list[
     return list(groups.values())
 
 
-def refine_trees(d: Demand, offsets: Sequence[int], durs: Durations, tree_dims: Sequence[int],
+def refine_trees(d: Demand, offsets: Sequence[int], durs: Durations,
                  source: str) -> tuple[dict[int, float], tuple[int, int]]:
     """({rank: finish ns}, the arrival skew at shared collectives: astra_predict.arrival_skew)
     with every tree collective timed from each place's own issue time (module docstring).
@@ -121,6 +121,9 @@ def refine_trees(d: Demand, offsets: Sequence[int], durs: Durations, tree_dims: 
         would issue it in different states (ASTRA-sim's counters), which the timing assumes alike.
     """
     trees = set(durs.trees)
+    plans = {spec: tree_plan(spec) for spec, _ in durs.trees.values()}
+    # the dimensions where some collective runs a tree: ranks that agree in them run alike
+    tree_dims = sorted({p.tree[0] for plan in plans.values() for ch in plan for p in ch if p.tree})
     split, parts = split_by_place(d, offsets, trees, tree_dims, source)
     new = plan_of(split).offsets
     dur = np.concatenate([durs.dur[offsets[ci]:offsets[ci + 1]] for ci, _ in parts])
@@ -147,7 +150,7 @@ def refine_trees(d: Demand, offsets: Sequence[int], durs: Durations, tree_dims: 
                              "graphs; ASTRA-sim would not finish it")
         times = durs.trees[inst[0]][1]
         dur[node] = [times[ranks[0]] for _, ranks in parts]
-        jobs.append((spec, node, tree_plan(spec)))
+        jobs.append((spec, node, plans[spec]))
     memo: dict = {}
     for _ in range(len(jobs) + 1):
         r = replay_ends(split, dur)
