@@ -65,11 +65,9 @@ def loop_command(shared: SharedOptions, objective, budget, time_target, binary, 
     user = None
     if system_path is not None:
         from ..model.network import load_network
-        from .optimize import system_notes
         from .options import read_system_option
 
         user = read_system_option(system_path, load_network(shared.network_path).num_dims, splits, local_mem_bw)
-        system_notes(user)
         splits, local_mem_bw = user.splits, user.local_mem_bw_gbps
     splits = DEFAULT_SPLITS if splits is None else splits
     local_mem_bw = DEFAULT_LOCAL_MEM_BW_GBPS if local_mem_bw is None else local_mem_bw

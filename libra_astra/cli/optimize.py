@@ -111,7 +111,6 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, as_j
         check_writable(output, force)
     check_plot(plot_out, force)
     tm = shared.time_model()
-    system_notes(shared.user_system)
     if objective != "min-cost" and time_target is not None:
         raise LibraError("--time-target only applies to --objective min-cost")
     net, cost, workloads, cons = shared.load(budget, time_target, objective=objective)
@@ -137,12 +136,6 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, as_j
         if not as_json:
             click.echo(f"wrote {output}")
     draw("result", data, plot_out, force, echo=not as_json)
-
-
-def system_notes(user) -> None:
-    """The keys of a --system file that ASTRA-sim ignores, on stderr (kept out of --json output)."""
-    for note in () if user is None else user.notes:
-        click.echo(f"note: {note}", err=True)
 
 
 @click.command("pareto", cls=Command)
@@ -173,7 +166,6 @@ def pareto_command(shared: SharedOptions, min_budget, max_budget, points, output
         check_writable(output, force)
     check_plot(plot_out, force)
     tm = shared.time_model()
-    system_notes(shared.user_system)
     net, cost, workloads, cons = shared.load(prices_for="pareto")
     budgets = [min_budget * (max_budget / min_budget) ** (i / (points - 1)) for i in range(points)]
     with Progress("pareto") as p:

@@ -116,7 +116,8 @@ class SharedOptions:
 
 def read_system_option(path: str, num_dims: int, splits: int | None, local_mem_bw: float | None) -> UserSystem:
     """The --system file for a network of ``num_dims`` dimensions; a --splits or --local-mem-bw
-    that differs from the file's value is refused."""
+    that differs from the file's value is refused. The keys ASTRA-sim ignores are noted on stderr
+    (kept out of --json output)."""
     from ..doctor.system_model import read_user_system
 
     user = read_user_system(path, num_dims)
@@ -125,6 +126,8 @@ def read_system_option(path: str, num_dims: int, splits: int | None, local_mem_b
         if given is not None and given != value:
             raise LibraError(f"{option} {given:g} conflicts with {path}'s {key} {value:g}; drop {option} "
                              f"(the file sets it) or change the file")
+    for note in user.notes:
+        click.echo(f"note: {note}", err=True)
     return user
 
 

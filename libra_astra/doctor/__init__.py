@@ -96,12 +96,15 @@ def diagnose(prefix: str | Path, *, network: str | Path | None = None, groups: s
     the system file's, else 1); ``system`` an ASTRA-sim system.json, read unmodified, whose traps are
     checked against the set; ``on_progress(files read, files)``."""
     sysfile = load_system(system) if system is not None else None
-    k = _splits(splits, sysfile)
+    return _diagnosis(prefix, network, groups, _splits(splits, sysfile), sysfile, on_progress)
+
+
+def _diagnosis(prefix, network, groups, splits: int, sysfile: SystemFile | None, on_progress=None) -> Diagnosis:
     ranks, target, gfile = _inputs(prefix, network, groups, on_progress)
-    findings = check_set(ranks, target=target, groups=gfile, splits=k, system=sysfile)
+    findings = check_set(ranks, target=target, groups=gfile, splits=splits, system=sysfile)
     return Diagnosis(str(prefix), len(ranks), sum(len(rf.nodes or ()) for rf in ranks),
-                     str(network) if network else None, gfile.path if gfile else None, k, tuple(findings),
-                     str(system) if system is not None else None)
+                     str(network) if network else None, gfile.path if gfile else None, splits, tuple(findings),
+                     sysfile.path if sysfile is not None else None)
 
 
 def fix(prefix: str | Path, out_prefix: str | Path, *, network: str | Path | None = None,
@@ -116,7 +119,7 @@ def fix(prefix: str | Path, out_prefix: str | Path, *, network: str | Path | Non
     files, gout, actions = fix_set(prefix, ranks, out_prefix, target=target, groups=gfile, splits=k,
                                    overwrite=overwrite)
     # the copy is checked against the groups written with it (PREFIX.groups.json is the default)
-    after = diagnose(out_prefix, network=network, groups=gout, splits=k, system=system)
+    after = _diagnosis(out_prefix, network, gout, k, sysfile)
     return FixResult(str(out_prefix), tuple(map(str, files)), str(gout) if gout else None, tuple(actions), after)
 
 

@@ -131,18 +131,21 @@ def _collective_checks(col: Collect, rf: RankFile, n, a: dict[str, Any], target:
     inv = a.get("involved_dim")
     if gid is not None:
         members = view.members.get(gid)
-        if members is None:
+        in_file = members is not None
+        if not in_file:
             arg = f"{r} ET node {n.id}, communicator group {gid}"
             members = view.from_metadata.get(gid)
             col.add("unknown-group" if members is None else "group-in-metadata-only", r, n.id,
                     f"node {n.id} group {gid}", arg)
-            return None
+            if members is None:
+                return None
         if r not in members:
             col.add("not-member", r, n.id, f"node {n.id} group {gid} {list(members)}")
             return None
         if len(members) == 1:
             col.add("group-of-one", r, n.id, f"node {n.id} group {gid}")
-        return v, size, gid, tuple(members), None
+        # a group only the METADATA defines exits ASTRA-sim at start: nothing to plan under a system file
+        return (v, size, gid, tuple(members), None) if in_file else None
     # all ranks: involved_dim decides
     if inv is not None and attr_kind(inv) != "bool_list":
         col.add("involved-dim-type", r, n.id, f"node {n.id} {attr_kind(inv)}")

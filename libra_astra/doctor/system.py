@@ -175,8 +175,8 @@ def load_system(path: str | Path) -> SystemFile:
     custom = tuple((kind, data[CUSTOM_KEYS[kind]][0]) for kind in KINDS if CUSTOM_KEYS[kind] in data)
     typos, not_read, ignored = _keys(data)
     peak = data.get("peak-perf", 0)
-    return SystemFile(path, frozenset(data), settings, stored.get("preferred-dataset-splits", settings.splits),
-                      stored.get("endpoint-delay", settings.endpoint_delay_ns),
-                      stored.get("active-chunks-per-dimension", settings.active_chunks),
+    # settings_from_json refused any of the three that is not a number: each is in stored
+    return SystemFile(path, frozenset(data), settings, stored["preferred-dataset-splits"], stored["endpoint-delay"],
+                      stored["active-chunks-per-dimension"],
                       float(peak), flags_on, misread, missing, tuple(wrapped), custom, data.get(PER_NODE_CUSTOM),
                       typos, not_read, ignored, data)
