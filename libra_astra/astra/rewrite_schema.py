@@ -19,6 +19,7 @@ from .logical import LogicalNetwork
 from .rewrite_rules import relink, rewrite_collective
 from .stats import WorkloadStats
 
+
 def _issue_order(nodes: Sequence[pb.Node], where: str) -> list[int]:
     """Topological order of node positions, following file order where dependencies allow."""
     pos = {n.id: i for i, n in enumerate(nodes)}

@@ -92,19 +92,23 @@ def _duration_array(d: Demand, plan: Plan, bw_gbps: Sequence[float], net: Networ
     return dur
 
 
+def _design_key(bw_gbps: Sequence[float], net: Network, model: TimeModel) -> tuple:
+    """What the plan's last answers are kept under."""
+    return tuple(float(b) for b in bw_gbps), net, model
+
+
 def _replay(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel,
             dur: np.ndarray | None = None) -> Replay:
     """The event-driven replay at a design; ``dur``: its durations, if the caller has them."""
     plan = plan_of(d)
-    key = (tuple(float(b) for b in bw_gbps), net, model)
+    key = _design_key(bw_gbps, net, model)
     # The optimizer takes the critical paths at a design and then evaluates that same design.
     last = plan.last
     if last is not None and last[0] == key:
         return last[1]
     if dur is None:
         dur = _duration_array(d, plan, bw_gbps, net, model)
-    with no_cycle_collection():
-        r = simulate(plan, dur.tolist(), d)
+    r = _simulate(d, plan, dur)
     plan.last = (key, r)
     return r
 
@@ -125,26 +129,28 @@ def _times(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel) 
     """The replay's ends (and busy compute), from the fixed order when the plan has one and the
     durations allow it, else from the event-driven replay: the same numbers either way."""
     plan = plan_of(d)
-    key = (tuple(float(b) for b in bw_gbps), net, model)
+    key = _design_key(bw_gbps, net, model)
     for cached in (plan.last_times, plan.last):
         if cached is not None and cached[0] == key:
             return cached[1]
-    dur = _duration_array(d, plan, bw_gbps, net, model)
-    t = _fixed_times(d, plan, dur)
-    if t is not None:
-        plan.last_times = (key, t)
-        return t
-    return _replay(d, bw_gbps, net, model, dur)
+    r = replay_ends(d, _duration_array(d, plan, bw_gbps, net, model))
+    if isinstance(r, Times):
+        plan.last_times = (key, r)
+    else:
+        plan.last = (key, r)
+    return r
 
 
 def replay_ends(d: Demand, dur: np.ndarray) -> Replay | Times:
     """The replay's ends and busy compute for durations the caller made, one per node of the
     joint graph (``plan_of(d)``; timing/astra_predict.py times them as ASTRA-sim would): from the
-    fixed order when it holds, else from the event-driven replay, as ``_times`` does."""
+    fixed order when it holds, else from the event-driven replay."""
     plan = plan_of(d)
     t = _fixed_times(d, plan, dur)
-    if t is not None:
-        return t
+    return _simulate(d, plan, dur) if t is None else t
+
+
+def _simulate(d: Demand, plan: Plan, dur: np.ndarray) -> Replay:
     with no_cycle_collection():
         return simulate(plan, dur.tolist(), d)
 
