@@ -145,7 +145,7 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
         return row
 
     eff = [1.0] * net.num_dims
-    model = simulator_model(splits, local_mem_bw_gbps, overlap=overlap)
+    model = simulator_model(splits, local_mem_bw_gbps, overlap=overlap, system=system)
     on_event(header(objective, model_settings(model)))
     on_progress("optimizing")
     r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model)
@@ -161,13 +161,13 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
             bw[d] *= probe
             probe_row = run_design(it, f"probe-{dim.name}", bw, model)
             ds = best.simulated_ns - probe_row.simulated_ns
-            cur = simulator_model(splits, local_mem_bw_gbps, efficiency=eff)
+            cur = simulator_model(splits, local_mem_bw_gbps, efficiency=eff, system=system)
             dp = (sum(w.weight * predict(w.demand, best.bw_gbps, net, cur).time_ns for w in workloads)
                   - sum(w.weight * predict(w.demand, bw, net, cur).time_ns for w in workloads))
             if ds > 1e-6 * best.simulated_ns and dp > 1e-6 * best.simulated_ns:
                 eff[d] *= dp / ds
         efficiencies.append(tuple(eff))
-        model = simulator_model(splits, local_mem_bw_gbps, efficiency=eff, overlap=overlap)
+        model = simulator_model(splits, local_mem_bw_gbps, efficiency=eff, overlap=overlap, system=system)
         on_progress(f"iter {it}: optimizing with the fitted efficiencies")
         r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model, baselines=False)
         row = run_design(it, "optimized", r.bw_gbps, model)
@@ -183,7 +183,8 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
              "node, one CPU op and one collective or send at a time per rank, as ASTRA-sim runs them; a receive "
              "waits for its send, a shared collective for every rank in it)",)
     return LoopResult(tuple(rows), tuple(efficiencies), best, stop, splits, bin_path, notes,
-                      model_settings(simulator_model(splits, local_mem_bw_gbps, overlap=overlap)), objective)
+                      model_settings(simulator_model(splits, local_mem_bw_gbps, overlap=overlap, system=system)),
+                      objective)
 
 
 def _safe(name: str) -> str:

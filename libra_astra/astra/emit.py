@@ -373,6 +373,7 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None
     if flat_groups:
         args.append("--comm-group-configuration=comm_groups.json")
     logging_folder = "log"
+    user_record = system
     if system is not None:
         system, system_notes = user_system_config(system["settings"], lnet, splits, system["path"])
     else:
@@ -400,7 +401,7 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None
         (tmp / "system.json").write_text(json.dumps(system, indent=1) + "\n")
         (tmp / "memory.json").write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}) + "\n")
         notes = settings_notes + system_notes + _workload_notes(source, lnet, stats, splits)
-        prediction = (_prediction(demand, design, splits, float(local_mem_bw_gbps)) if demand is not None
+        prediction = (_prediction(demand, design, splits, float(local_mem_bw_gbps), user_record) if demand is not None
                       else {"time_ns": None, "unavailable": prediction_unavailable})
         result = EmitResult(out, wl.name, source, lnet, splits, tuple(args), logging_folder, tuple(notes),
                             stats.to_dict(), prediction, float(local_mem_bw_gbps))
@@ -422,9 +423,11 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None
     return result
 
 
-def _prediction(demand: Demand, design: Design, splits: int, local_mem_bw_gbps: float) -> dict[str, Any]:
-    """What libra_astra predicts the simulator will report for these settings."""
-    model = simulator_model(splits, local_mem_bw_gbps)
+def _prediction(demand: Demand, design: Design, splits: int, local_mem_bw_gbps: float,
+                system: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What libra_astra predicts the simulator will report for these settings (``system``: the
+    user's system.json as the design records it)."""
+    model = simulator_model(splits, local_mem_bw_gbps, system=system)
     p = predict(demand, design.bandwidth_gbps, design.network, model)
     if not p.overlap_aware:
         model = replace(model, overlap=False)   # no dependency graph: the replay sums

@@ -56,7 +56,7 @@ def emit_command(design: str, out_dir: str, workload: str | None, splits: int | 
         from .options import read_system_option
 
         design = load_design(design)
-        user = read_system_option(system_path, design.network.num_dims, splits, local_mem_bw_gbps)
+        user = read_system_option(system_path, design.network.dims, splits, local_mem_bw_gbps)
         splits, local_mem_bw_gbps, system = user.splits, user.local_mem_bw_gbps, user.to_dict()
     with Progress(f"emit {out_dir}") as p:
         res = emit(design, out_dir, splits=splits, workload=workload, overwrite=force, system=system,

@@ -67,7 +67,7 @@ def loop_command(shared: SharedOptions, objective, budget, time_target, binary, 
         from ..model.network import load_network
         from .options import read_system_option
 
-        user = read_system_option(system_path, load_network(shared.network_path).num_dims, splits, local_mem_bw)
+        user = read_system_option(system_path, load_network(shared.network_path).dims, splits, local_mem_bw)
         splits, local_mem_bw = user.splits, user.local_mem_bw_gbps
     splits = DEFAULT_SPLITS if splits is None else splits
     local_mem_bw = DEFAULT_LOCAL_MEM_BW_GBPS if local_mem_bw is None else local_mem_bw

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -72,6 +73,48 @@ def _print_result(r: OptimizeResult, net: Network, cost: CostModel | None, n_wor
 
 
 
+def _auto_base(tm, net: Network, record: dict | None):
+    """(model, system record) that --algorithms auto chooses within: the user's system.json, or
+    the one emit writes (ring everywhere)."""
+    from ..astra.emit import system_config
+    from ..timing.system_phases import timing_of
+
+    if tm.kind != "pipelined":
+        raise LibraError("--algorithms auto applies to --model pipelined only (the LIBRA model has no algorithms); "
+                         "drop --model libra")
+    if record is None:
+        settings = system_config(net.num_dims, splits=tm.splits, endpoint_delay_ns=1,
+                                 local_mem_bw_gbps=float(tm.local_mem_bw_gbps), peak_perf_tflops=1000.0,
+                                 scheduling_policy="LIFO")
+        record = {"path": "system.json written by emit", "settings": settings}
+    return replace(tm, system=timing_of(record)), record
+
+
+def _chosen_record(record: dict, timing) -> dict:
+    from ..timing.astra_settings import IMPLEMENTATION_KEYS, KINDS
+
+    settings = dict(record["settings"])
+    for kind, names in zip(KINDS, timing.implementations):
+        settings[IMPLEMENTATION_KEYS[kind]] = list(names)
+    return {"path": f"{record['path']}, implementations chosen by --algorithms auto", "settings": settings}
+
+
+def _print_choice(choice, net: Network) -> None:
+    from ..timing.astra_settings import IMPLEMENTATION_KEYS
+
+    click.echo(f"algorithms {choice.combinations} combination{'s' if choice.combinations != 1 else ''} solved, "
+               f"{len(choice.pruned)} choice{'s' if len(choice.pruned) != 1 else ''} pruned (never faster)")
+    for kind, d in choice.free:
+        click.echo(f"  {IMPLEMENTATION_KEYS[kind]:<30} {net.dims[d].name:<10} {choice.timing.implementation(kind, d)}")
+    gain = ratio(choice.ring.fun, choice.result.fun)
+    click.echo(f"  vs ring everywhere: {r_value(choice.ring)} -> {r_value(choice.result)}"
+               + (f" (x{gain:.4f})" if gain is not None else ""))
+
+
+def r_value(r) -> str:
+    return fmt_time(r.best.time_ns) if r.objective != "min-cost" else fmt_usd(r.best.cost_usd)
+
+
 def _x(v: float | None, why: str = "time 0") -> str:
     return f"n/a ({why})" if v is None else f"x{v:.4f}"
 
@@ -82,12 +125,17 @@ def _x(v: float | None, why: str = "time 0") -> str:
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="perf", show_default=True, help=OBJECTIVE_HELP)
 @click.option("--budget", type=FiniteFloat(), help="Upper bound on network cost, USD.")
 @click.option("--time-target", type=FiniteFloat(), help="Time target in ns for --objective min-cost.")
+@click.option("--algorithms", type=click.Choice(["system", "auto"]), default="system", show_default=True,
+              help="Collective implementation per dimension and kind: as the system settings give them (--system, "
+                   "else ring, as emit writes), or auto: chosen with the bandwidths among ring, direct and "
+                   "halvingDoubling, every combination solved (the design keeps the choice for emit).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the design JSON here (for 'emit').")
 @plot_option("bandwidth per dimension and the time breakdown, optimum vs baselines")
 @click.option("--force", is_flag=True, help="Overwrite an existing --output or --plot file.")
 @click.pass_obj
-def optimize_command(shared: SharedOptions, objective, budget, time_target, as_json, output, plot_out, force):
+def optimize_command(shared: SharedOptions, objective, budget, time_target, algorithms, as_json, output, plot_out,
+                     force):
     """Find the bandwidth per dimension that minimizes training time (or time x cost, or cost).
 
     Workloads are Chakra ET trace prefixes (PREFIX.0.et ...) and/or --demand files.
@@ -102,6 +150,8 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, as_j
           --cost network_configs/cost.yml --objective perf-per-cost --total-bw 400 --model libra
       libra-astra optimize --demand gpt3.demand.json --network network_configs/sample_8x8.yml \\
           --cost network_configs/cost.yml --objective min-cost --time-target 1.3e8 --total-bw-max 1000
+      libra-astra optimize traces/dlrm_16/dlrm --network network_configs/sample_4x4.yml --total-bw 200 \\
+          --algorithms auto
     """
     from ..files import check_writable, write_json_atomic
     from ..optimize.design import Design, WorkloadRef, design_to_dict, result_to_dict
@@ -114,10 +164,24 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, as_j
     if objective != "min-cost" and time_target is not None:
         raise LibraError("--time-target only applies to --objective min-cost")
     net, cost, workloads, cons = shared.load(budget, time_target, objective=objective)
+    system_record = None if shared.user_system is None else shared.user_system.to_dict()
+    choice = None
     with Progress("optimize") as p:
-        p.note(f"solving ({objective}, {tm.kind} model)")
-        r = optimize(workloads, net, cost, objective=objective, constraints=cons, model=tm)
+        if algorithms == "auto":
+            from ..optimize.algorithms import choose_algorithms
+
+            tm, system_record = _auto_base(tm, net, system_record)
+            p.note(f"choosing algorithms ({objective})")
+            choice = choose_algorithms(workloads, net, cost, objective=objective, constraints=cons, model=tm,
+                                       on_progress=lambda i, n: p(i, n, "combinations"))
+            r, tm = choice.result, replace(tm, system=choice.timing)
+            system_record = _chosen_record(system_record, choice.timing)
+        else:
+            p.note(f"solving ({objective}, {tm.kind} model)")
+            r = optimize(workloads, net, cost, objective=objective, constraints=cons, model=tm)
     data = result_to_dict(r, net, tm, workloads)
+    if choice is not None:
+        data["algorithms"] = choice.to_dict()
     from ..demand.workload import demand_warnings
     warnings = demand_warnings(workloads)
     if as_json:
@@ -128,10 +192,11 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, as_j
         for line in warnings:
             click.echo(f"warning: {line}")
         _print_result(r, net, cost if shared.cost_path else None, len(workloads), data)
+        if choice is not None:
+            _print_choice(choice, net)
     if output:
         design = Design(Path(output).stem, net, r.bw_gbps, objective, tm.kind, r.best.time_ns, r.best.cost_usd,
-                        tuple(WorkloadRef.of(w) for w in workloads), data, model_settings(tm),
-                        None if shared.user_system is None else shared.user_system.to_dict())
+                        tuple(WorkloadRef.of(w) for w in workloads), data, model_settings(tm), system_record)
         write_json_atomic(output, design_to_dict(design), overwrite=force)
         if not as_json:
             click.echo(f"wrote {output}")

@@ -108,23 +108,25 @@ class SharedOptions:
                 raise LibraError("--system applies to --model pipelined only (the LIBRA model has no chunks, "
                                  "latency or local reduction cost); drop --system or use --model pipelined")
             from ..model.network import load_network
-            dims = load_network(self.network_path).num_dims
+            dims = load_network(self.network_path).dims
             self.user_system = read_system_option(self.system_path, dims, splits, mem)
             splits, mem = self.user_system.splits, self.user_system.local_mem_bw_gbps
+            return resolve_model(self.model, splits, mem, self.overlap, self.user_system.timing)
         return resolve_model(self.model, splits, mem, self.overlap)
 
 
-def read_system_option(path: str, num_dims: int, splits: int | None, local_mem_bw: float | None) -> UserSystem:
-    """The --system file for a network of ``num_dims`` dimensions; a --splits or --local-mem-bw
+def read_system_option(path: str, dims: tuple, splits: int | None, local_mem_bw: float | None) -> UserSystem:
+    """The --system file for a network with dimensions ``dims``; a --splits or --local-mem-bw
     that differs from the file's value is refused. The keys ASTRA-sim ignores are noted on stderr
     (kept out of --json output)."""
     from ..doctor.system_model import read_user_system
 
-    user = read_user_system(path, num_dims)
+    user = read_user_system(path, dims)
     for option, given, key, value in (("--splits", splits, "preferred-dataset-splits", user.splits),
                                       ("--local-mem-bw", local_mem_bw, "local-mem-bw", user.local_mem_bw_gbps)):
         if given is not None and given != value:
-            raise LibraError(f"{option} {given:g} conflicts with {path}'s {key} {value:g}; drop {option} "
+            written = "absent (free reductions)" if value is None else f"{value:g}"
+            raise LibraError(f"{option} {given:g} conflicts with {path}'s {key} {written}; drop {option} "
                              f"(the file sets it) or change the file")
     for note in user.notes:
         click.echo(f"note: {note}", err=True)
@@ -191,9 +193,9 @@ time_model_options = _apply([
             help="For --model pipelined: local memory GB/s that each reduction step reads and writes "
                  f"(ASTRA-sim's local-mem-bw) [default: {DEFAULT_LOCAL_MEM_BW_GBPS:g}, as emit writes]."),
     _shared("--system", "system_path", type=click.Path(exists=True, dir_okay=False), default=None,
-            help="Your ASTRA-sim system.json, read unmodified: the model takes its preferred-dataset-splits and "
-                 "local-mem-bw; a setting the model does not time exactly is refused; the design keeps the "
-                 "file for emit."),
+            help="Your ASTRA-sim system.json, read unmodified: the model follows its implementations (ring, "
+                 "direct, halvingDoubling), splits, active chunks, endpoint-delay, local-mem-bw and collective "
+                 "optimization; a setting it does not follow is refused; the design keeps the file for emit."),
     _shared("--overlap/--no-overlap", default=None,
             help="Time a rank by its longest dependency path (compute/communication overlap, as the "
                  "simulator runs it) or by the sum [default: overlap for pipelined, sum for libra]."),

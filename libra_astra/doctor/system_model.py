@@ -1,12 +1,14 @@
 """A user's ASTRA-sim system.json as the optimizer's time model: the settings it takes from the
-file (``preferred-dataset-splits``, ``local-mem-bw``), and a one-line refusal for any setting
-under which that model would not be ASTRA-sim's time.
+file (``preferred-dataset-splits``, ``local-mem-bw``, and as a ``SystemTiming`` the
+implementations, ``active-chunks-per-dimension``, ``endpoint-delay``, ``collective-optimization``),
+and a one-line refusal for any setting the model does not follow.
 
-The ``pipelined`` model (timing/model.py) is exact for ring collectives in every dimension, one
-active chunk, ``localBWAware``, ``endpoint-delay`` 1 (the value emit writes: the model has no
-term for it) and no roofline compute model; docs/astra-sim-settings.md says what each other value
-changes. ``libra-astra predict`` times any of them exactly, so the refusal points there. The file
-is read by :func:`.system.load_system`, as ASTRA-sim reads it.
+The model (timing/system_phases.py, system_flow.py) follows ring, direct and halvingDoubling in
+any dimension, any splits and active chunks, both collective optimizations, any endpoint delay
+and local-mem-bw; docs/astra-sim-settings.md says what each value changes. Double binary trees,
+the flattened one* variants, direct windows, custom collectives, the roofline compute model and
+the shared memory bus are refused with a pointer to ``libra-astra predict``, which times them.
+The file is read by :func:`.system.load_system`, as ASTRA-sim reads it.
 """
 
 from __future__ import annotations
@@ -16,24 +18,26 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import LibraError
-from ..timing.astra_settings import IMPLEMENTATION_KEYS, KINDS
+from ..model.network import Dimension
+from ..timing.system_phases import SystemTiming, check_timing
 from .system import CUSTOM_KEYS, PER_NODE_CUSTOM, SystemFile, load_system
 
 # flags that change what ASTRA-sim times (roofline: compute from FLOPs and peak-perf)
 _TIMING_FLAGS = ("roofline-enabled",)
-_MODELED = {"active-chunks-per-dimension": 1, "collective-optimization": "localBWAware", "endpoint-delay": 1}
 
 
 @dataclass(frozen=True)
 class UserSystem:
-    """A system.json the optimizer models exactly: its path, the keys as written, the two
-    settings the time model takes from it and a note per key ASTRA-sim ignores."""
+    """A system.json the optimizer models: its path, the keys as written, the settings the time
+    model takes from it and a note per key ASTRA-sim ignores (or reads in a way worth knowing).
+    ``local_mem_bw_gbps`` None: absent or 0, which ASTRA-sim turns into free reductions."""
 
     path: str
     data: Mapping[str, Any]
     splits: int
-    local_mem_bw_gbps: float
+    local_mem_bw_gbps: float | None
     notes: tuple[str, ...]
+    timing: SystemTiming | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The design file's record (``system``)."""
@@ -45,7 +49,7 @@ def _not_modeled(path: str, key: str, value: Any, why: str = "") -> LibraError:
                       f"'libra-astra predict' times it exactly")
 
 
-def _refusal(sf: SystemFile, num_dims: int) -> LibraError | None:
+def _refusal(sf: SystemFile, dims: tuple[Dimension, ...]) -> LibraError | None:
     path, data = sf.path, sf.data
     for key in sf.missing:
         return LibraError(f"{path}: {key} is missing, which leaves ASTRA-sim undefined; set it")
@@ -55,30 +59,25 @@ def _refusal(sf: SystemFile, num_dims: int) -> LibraError | None:
     if sf.splits < 1:
         return LibraError(f"{path}: preferred-dataset-splits {data.get('preferred-dataset-splits')!r} makes "
                           "ASTRA-sim divide by zero; set it to 1 or more")
-    for kind in KINDS:
-        key = IMPLEMENTATION_KEYS[kind]
-        names = sf.settings.implementations(kind)
-        if names != ("ring",) * num_dims:
-            return _not_modeled(path, key, data.get(key, []),
-                                f" (it models ring in each of the network's {num_dims} dimensions)")
-    stored = {"active-chunks-per-dimension": sf.active_chunks, "endpoint-delay": sf.endpoint_delay_ns,
-              "collective-optimization": sf.settings.collective_optimization}
-    for key, want in _MODELED.items():
-        if stored[key] != want:
-            return _not_modeled(path, key, data.get(key, stored[key]), f" (it models {want})")
-    if not sf.settings.local_mem_bw_gbps > 0:
-        return LibraError(f"{path}: local-mem-bw {data.get('local-mem-bw', 'absent')!r}: the optimizer does not "
-                          "yet model it (ASTRA-sim then reduces in 0 ns through a division by zero); set local-mem-bw "
-                          "in GB/s")
-    for key in _TIMING_FLAGS:
-        if key in sf.flags_on:
-            return _not_modeled(path, key, data[key])
+    if sf.active_chunks < 1:
+        return LibraError(f"{path}: active-chunks-per-dimension {data.get('active-chunks-per-dimension')!r} runs no "
+                          "chunk (ASTRA-sim never ends); set it to 1 or more")
+    if sf.endpoint_delay_ns < 1:
+        return LibraError(f"{path}: endpoint-delay {data.get('endpoint-delay')!r}: ASTRA-sim aborts on a collective "
+                          "that starts at time 0 with it; set it to 1 or more")
     for kind, _prefix in sf.custom:
         return _not_modeled(path, CUSTOM_KEYS[kind], data[CUSTOM_KEYS[kind]])
     if sf.per_node_custom is not None:
         return _not_modeled(path, PER_NODE_CUSTOM, sf.per_node_custom)
+    for key in _TIMING_FLAGS:
+        if key in sf.flags_on:
+            return _not_modeled(path, key, data[key], " (compute from each node's FLOPs and peak-perf)")
     if data.get("model-shared-bus", 0) != 0:
         return _not_modeled(path, "model-shared-bus", data["model-shared-bus"])
+    try:
+        check_timing(SystemTiming.from_settings(sf.settings), dims, path)
+    except LibraError as e:
+        return e
     return None
 
 
@@ -91,11 +90,16 @@ def _ignored_notes(sf: SystemFile) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def read_user_system(path: str | Path, num_dims: int) -> UserSystem:
-    """The system.json at ``path`` for a network of ``num_dims`` dimensions; LibraError (one line
-    naming the file, the key and its value) for a setting the optimizer does not model exactly."""
+def read_user_system(path: str | Path, dims: tuple[Dimension, ...]) -> UserSystem:
+    """The system.json at ``path`` for a network with dimensions ``dims``; LibraError (one line
+    naming the file, the key and its value) for a setting the optimizer does not model."""
     sf = load_system(path)
-    refusal = _refusal(sf, num_dims)
+    refusal = _refusal(sf, tuple(dims))
     if refusal is not None:
         raise refusal
-    return UserSystem(sf.path, dict(sf.data), sf.splits, float(sf.settings.local_mem_bw_gbps), _ignored_notes(sf))
+    notes = _ignored_notes(sf)
+    mem = float(sf.settings.local_mem_bw_gbps) or None
+    if mem is None:
+        notes += (f"{sf.path}: local-mem-bw {sf.data.get('local-mem-bw', 'absent')!r}: ASTRA-sim reduces in 0 ns "
+                  "(a division by zero); modeled so",)
+    return UserSystem(sf.path, dict(sf.data), sf.splits, mem, notes, SystemTiming.from_settings(sf.settings))

@@ -31,7 +31,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -39,6 +39,10 @@ from ..demand.types import Collective, Demand, RankClass
 from ..errors import LibraError
 from ..model.network import Network
 from .rows import Rows, collective_rows_of
+from .system_rows import exact_times_ns, system_rows_of
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .system_phases import SystemTiming
 
 MODELS = ("libra", "pipelined")
 
@@ -60,6 +64,9 @@ class TimeModel:
     efficiency: tuple[float, ...] | None = None
     # Follow each rank's dependency graph (compute/communication overlap) instead of summing.
     overlap: bool = False
+    # A user's system.json beyond splits and local-mem-bw (system_phases.SystemTiming): the
+    # implementations, active chunks, endpoint delay and collective optimization it sets.
+    system: "SystemTiming | None" = None
 
     def __post_init__(self) -> None:
         if self.kind not in MODELS:
@@ -71,23 +78,29 @@ class TimeModel:
                              f"second), got {self.local_mem_bw_gbps:g}")
         if self.efficiency is not None and not all(e > 0 for e in self.efficiency):
             raise LibraError(f"dimension efficiencies must be > 0, got {list(self.efficiency)}")
+        if self.system is not None and self.kind != "pipelined":
+            raise LibraError("system settings apply to the pipelined model only")
 
     @property
     def stages_add_up(self) -> bool:
         """One chunk per collective: a hierarchical collective's dimension stages run one after the
         other, so the row of its last stage bounds each of its other rows."""
-        return self.kind == "pipelined" and self.splits == 1
+        return self.kind == "pipelined" and self.splits == 1 and self.system is None
 
 
 LIBRA = TimeModel()
 
 
-def simulator_model(splits: int, local_mem_bw_gbps: float, *, efficiency: Sequence[float] | None = None,
-                    overlap: bool = True) -> TimeModel:
+def simulator_model(splits: int, local_mem_bw_gbps: float | None, *, efficiency: Sequence[float] | None = None,
+                    overlap: bool = True, system: dict | None = None) -> TimeModel:
     """The model of what ASTRA-sim computes with the settings libra_astra emits (ring algorithm,
-    one active chunk, ``splits`` chunks, per-hop latency, this local memory bandwidth)."""
+    one active chunk, ``splits`` chunks, per-hop latency, this local memory bandwidth), or with
+    the user's ``system`` (a design's record of their system.json: ``{"path", "settings"}``)."""
+    from .system_phases import timing_of
+
     return TimeModel("pipelined", splits=splits, latency=True, local_mem_bw_gbps=local_mem_bw_gbps,
-                     efficiency=tuple(efficiency) if efficiency is not None else None, overlap=overlap)
+                     efficiency=tuple(efficiency) if efficiency is not None else None, overlap=overlap,
+                     system=timing_of(system))
 
 
 def collective_rows(c: Collective, net: Network, model: TimeModel = LIBRA) -> tuple[np.ndarray, np.ndarray]:
@@ -102,7 +115,12 @@ def collective_rows(c: Collective, net: Network, model: TimeModel = LIBRA) -> tu
 @lru_cache(maxsize=1 << 12)
 def _memo_rows(c: Collective, net: Network, model: TimeModel) -> Rows:
     # Cached: the loop and the checks of single collectives time the same few at many bandwidths.
-    return _frozen(collective_rows_of((c,), net, rows_key(model)))
+    return _frozen(_rows_of((c,), net, rows_key(model)))
+
+
+def _rows_of(colls, net: Network, model: TimeModel) -> Rows:
+    # a user's system settings have rows of their own (system_rows.py)
+    return collective_rows_of(colls, net, model) if model.system is None else system_rows_of(colls, net, model)
 
 
 def rows_key(model: TimeModel) -> TimeModel:
@@ -121,7 +139,10 @@ def collective_time_ns(c: Collective, bw_gbps: Sequence[float], net: Network, mo
     A, const = collective_rows(c, net, model)
     with np.errstate(divide="ignore"):
         inv = 1.0 / np.asarray(bw_gbps, dtype=float)
-    return float(np.max(_apply(A, inv) + const))
+    t = float(np.max(_apply(A, inv) + const))
+    if model.system is None:
+        return t
+    return float(exact_times_ns((c,), np.array([t]), bw_gbps, net, model)[0])
 
 
 # Rows of a class (and of a demand's classes stacked), kept while the class (demand) lives, by
@@ -154,7 +175,7 @@ def _memoized(owner: RankClass | Demand, net: Network, model: TimeModel, build) 
 def class_rows(rc: RankClass, net: Network, model: TimeModel = LIBRA) -> Rows:
     """Every collective's rows of one rank class stacked (``rows.Rows``: A, const, first row of
     each collective), built for all of them at once and kept while the class lives. Read-only."""
-    return _memoized(rc, net, model, lambda m: collective_rows_of(rc.collectives, net, m))
+    return _memoized(rc, net, model, lambda m: _rows_of(rc.collectives, net, m))
 
 
 def demand_rows(d: Demand, net: Network, model: TimeModel = LIBRA) -> Rows:
@@ -175,7 +196,19 @@ def demand_rows(d: Demand, net: Network, model: TimeModel = LIBRA) -> Rows:
 
 def collective_times_ns(rc: RankClass, bw_gbps: Sequence[float], net: Network, model: TimeModel = LIBRA) -> np.ndarray:
     """Time of each collective of a rank class (one run each), vectorized over the class."""
-    return rows_times_ns(class_rows(rc, net, model), bw_gbps)
+    times = rows_times_ns(class_rows(rc, net, model), bw_gbps)
+    if model.system is None:
+        return times
+    return exact_times_ns(rc.collectives, times, bw_gbps, net, model)
+
+
+def demand_times_ns(d: Demand, bw_gbps: Sequence[float], net: Network, model: TimeModel = LIBRA) -> np.ndarray:
+    """Time of each collective of a demand, in ``demand_rows`` order (one run each)."""
+    times = rows_times_ns(demand_rows(d, net, model), bw_gbps)
+    if model.system is None:
+        return times
+    colls = [c for rc in d.rank_classes for c in rc.collectives]
+    return exact_times_ns(colls, times, bw_gbps, net, model)
 
 
 def rows_times_ns(rows: tuple[np.ndarray, np.ndarray, np.ndarray], bw_gbps: Sequence[float]) -> np.ndarray:

@@ -31,7 +31,7 @@ from ..model.network import Network
 from .causes import path_nodes as fixed_path_nodes
 from .events import Replay, simulate
 from .fixed_order import FixedOrder, finish_times, fixed_order
-from .model import TimeModel, class_time_ns, demand_rows, rows_times_ns
+from .model import TimeModel, class_time_ns, demand_times_ns
 from .plan import JobNode, Plan, no_cycle_collection, plan_of
 
 
@@ -85,7 +85,7 @@ def _duration_array(d: Demand, plan: Plan, bw_gbps: Sequence[float], net: Networ
     # (the optimizer's start) has built already, stacked once per demand, network and model.
     dur = plan.base_ns.copy()
     if plan.coll_pos.size:
-        dur[plan.coll_pos] = rows_times_ns(demand_rows(d, net, model), bw_gbps)[plan.coll_idx]
+        dur[plan.coll_pos] = demand_times_ns(d, bw_gbps, net, model)[plan.coll_idx]
     for ci in plan.no_dag:
         comp, comm = class_time_ns(d.rank_classes[ci], bw_gbps, net, model)
         dur[plan.offsets[ci]] = comp + comm

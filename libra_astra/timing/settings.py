@@ -35,7 +35,7 @@ def default_overlap(kind: str) -> bool:
 
 
 def resolve_model(kind: str | None = None, splits: int | None = None, local_mem_bw_gbps: float | None = None,
-                  overlap: bool | None = None) -> "TimeModel":
+                  overlap: bool | None = None, system: Any = None) -> "TimeModel":
     """The time model for the options a user gave (None: not given), refusing options the model ignores."""
     from .model import TimeModel
 
@@ -52,7 +52,7 @@ def resolve_model(kind: str | None = None, splits: int | None = None, local_mem_
         return TimeModel("libra", overlap=default_overlap(kind) if overlap is None else overlap)
     return TimeModel("pipelined", splits=DEFAULT_SPLITS if splits is None else splits, latency=True,
                      local_mem_bw_gbps=DEFAULT_LOCAL_MEM_BW_GBPS if local_mem_bw_gbps is None else local_mem_bw_gbps,
-                     overlap=default_overlap(kind) if overlap is None else overlap)
+                     overlap=default_overlap(kind) if overlap is None else overlap, system=system)
 
 
 def model_settings(model: "TimeModel") -> dict[str, Any]:
@@ -62,6 +62,8 @@ def model_settings(model: "TimeModel") -> dict[str, Any]:
         out.update(splits=model.splits, latency=model.latency, local_mem_bw_gbps=model.local_mem_bw_gbps)
     if model.efficiency is not None:
         out["efficiency"] = list(model.efficiency)
+    if model.system is not None:
+        out["system"] = model.system.to_dict()
     return out
 
 
@@ -73,6 +75,11 @@ def model_from_settings(settings: Mapping[str, Any], source: str) -> "TimeModel"
     kind = settings.get("kind")
     if kind not in MODELS:
         raise LibraError(f"{source}: time_model_settings.kind must be one of {list(MODELS)}, got {kind!r}")
+    system = None
+    if settings.get("system") is not None:
+        from .system_phases import SystemTiming
+
+        system = SystemTiming.from_dict(settings["system"], source)
     try:
         if kind == "libra":
             return TimeModel("libra", overlap=bool(settings.get("overlap", False)))
@@ -82,7 +89,7 @@ def model_from_settings(settings: Mapping[str, Any], source: str) -> "TimeModel"
                          latency=bool(settings.get("latency", True)),
                          local_mem_bw_gbps=None if mem is None else float(mem),
                          efficiency=None if eff is None else tuple(float(e) for e in eff),
-                         overlap=bool(settings.get("overlap", False)))
+                         overlap=bool(settings.get("overlap", False)), system=system)
     except (TypeError, ValueError, LibraError) as e:   # the model's own checks name no file
         raise LibraError(f"{source}: bad time_model_settings {dict(settings)!r}: {e}") from None
 
@@ -99,7 +106,19 @@ def describe_settings(s: Mapping[str, Any]) -> str:
              "local-mem-bw unlimited" if mem is None else f"local-mem-bw {_num(mem)} GB/s"]
     if s.get("efficiency") is not None:
         parts.append("dimension efficiency " + ", ".join(f"{e:.4g}" for e in s["efficiency"]))
+    if s.get("system") is not None:
+        parts[0] = "model pipelined (ASTRA-sim, your system.json)"
+        parts.append(describe_system(s["system"]))
     return " | ".join(parts)
+
+
+def describe_system(sy: Mapping[str, Any]) -> str:
+    """``all-reduce ring,direct; ...; 2 active chunks; endpoint-delay 10 ns; localBWAware``."""
+    impls = sy.get("implementations", {})
+    names = "; ".join(f"{k.lower().replace('_', '-')} {','.join(v)}" for k, v in impls.items())
+    k = sy.get("active_chunks", 1)
+    return (f"{names} | {k} active chunk{'s' if k != 1 else ''} per dimension | endpoint-delay "
+            f"{_num(sy.get('endpoint_delay_ns', 0))} ns | {sy.get('collective_optimization')}")
 
 
 def _num(x: float) -> str:

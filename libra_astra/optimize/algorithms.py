@@ -1,0 +1,159 @@
+"""The collective algorithm as a design variable (``optimize --algorithms auto``): per dimension
+and collective kind, the implementation ASTRA-sim runs, chosen jointly with the bandwidths.
+
+For fixed implementations the problem is the convex one the optimizer solves exactly; the
+choices are discrete, so they are enumerated. Before that, an implementation is dropped on a
+dimension when another one takes no longer in every phase it would run there: each of those
+phases has a byte term (the coefficient of 1 / B) and a constant no larger, so every row of
+every collective is no larger at every bandwidth, and the dropped choice cannot give a better
+optimum. Every remaining combination is solved; the best objective wins (ties: the earlier
+combination, ring first). What each choice gains is reported against ring everywhere.
+
+Candidates per dimension (what ASTRA-sim runs there, system_phases.check_timing): ring; direct
+(not for all-reduce on a Ring of more than 3 NPUs, whose timing the model does not follow);
+halvingDoubling on a power-of-two dimension, not for all-to-all.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from ..errors import LibraError
+from ..model.collectives import ALL_REDUCE, ALL_TO_ALL
+from ..model.cost import CostModel
+from ..model.network import Dimension, Network
+from ..timing.astra_settings import KINDS
+from ..timing.model import TimeModel
+from ..timing.system_phases import SystemTiming, chunk_count, chunk_phases
+from .optimizer import Constraints, OptimizeResult, Workload, optimize
+
+MAX_COMBINATIONS = 4096
+
+
+@dataclass(frozen=True)
+class Pruned:
+    kind: str
+    dim: int
+    implementation: str
+    by: str                  # the implementation that is never slower there
+
+
+@dataclass(frozen=True)
+class AlgorithmChoice:
+    result: OptimizeResult
+    timing: SystemTiming                    # the chosen implementations
+    ring: OptimizeResult                    # the same problem with ring everywhere
+    combinations: int                       # solved
+    pruned: tuple[Pruned, ...]
+    free: tuple[tuple[str, int], ...]       # the (kind, dimension) pairs chosen (kinds in the demand)
+
+    def to_dict(self) -> dict:
+        return {"implementations": {k: list(v) for k, v in zip(KINDS, self.timing.implementations)},
+                "combinations_solved": self.combinations,
+                "pruned": [{"kind": p.kind, "dimension": p.dim, "implementation": p.implementation,
+                            "never_faster_than": p.by} for p in self.pruned],
+                "ring_everywhere": {"objective_value": self.ring.fun, "time_ns": self.ring.best.time_ns,
+                                    "bandwidth_gbps": list(self.ring.bw_gbps)},
+                "gain_over_ring": (self.ring.fun / self.result.fun) if self.result.fun > 0 else None}
+
+
+def candidates(kind: str, dim: Dimension) -> list[str]:
+    out = ["ring"]
+    if not (kind == ALL_REDUCE and dim.topology == "Ring" and dim.npus > 3):
+        out.append("direct")
+    if kind != ALL_TO_ALL and dim.npus & (dim.npus - 1) == 0:
+        out.append("halvingDoubling")
+    return out
+
+
+def _phases_on(workloads: Sequence[Workload], net: Network, model: TimeModel, kind: str, d: int, impl: str) -> list:
+    """Every phase on dimension ``d`` of the hierarchical collectives of ``kind``, with ``impl`` there."""
+    base = model.system
+    names = list(base.implementations[KINDS.index(kind)])
+    names[d] = impl
+    t = replace(base, implementations=tuple(tuple(names) if k == kind else v
+                                            for k, v in zip(KINDS, base.implementations)))
+    total = math.prod(x.npus for x in net.dims)
+    seen, out = set(), []
+    for w in workloads:
+        for rc in w.demand.rank_classes:
+            for c in rc.collectives:
+                key = (c.type, c.size_bytes, c.participants)
+                if c.type != kind or c.algorithm != "hierarchical" or key in seen:
+                    continue
+                seen.add(key)
+                _, chunk = chunk_count(c.type, c.size_bytes, model.splits, total)
+                out += [p for _, p in chunk_phases(c.type, chunk, c.participants, net.dims, t, model.local_mem_bw_gbps)
+                        if p.dim == d]
+    return out
+
+
+def _never_slower(x: list, y: list) -> bool:
+    return all(px.a_bytes <= py.a_bytes * (1 + 1e-12) and px.c_ns <= py.c_ns + 1e-9 for px, py in zip(x, y))
+
+
+def _kinds_used(workloads: Sequence[Workload], net: Network) -> list[tuple[str, int]]:
+    used = set()
+    for w in workloads:
+        for rc in w.demand.rank_classes:
+            for c in rc.collectives:
+                if c.algorithm == "hierarchical" and c.type in KINDS:
+                    used.update((c.type, d) for d, p in enumerate(c.participants) if p > 1)
+    return sorted(used, key=lambda kd: (KINDS.index(kd[0]), kd[1]))
+
+
+def choose_algorithms(workloads: Sequence[Workload], net: Network, cost: CostModel, *, objective: str = "perf",
+                      constraints: Constraints = Constraints(), model: TimeModel, rel_gap: float = 1e-9,
+                      prune: bool = True, on_progress=None) -> AlgorithmChoice:
+    """The best implementations and bandwidths together (``model.system``: the settings the
+    implementations replace; LibraError if the model has none or there are too many choices).
+    ``prune`` False solves every combination (the brute force the pruning is checked against)."""
+    if model.system is None:
+        raise LibraError("--algorithms auto needs the system settings it chooses within (the pipelined model)")
+    free = _kinds_used(workloads, net)
+    options: list[list[str]] = []
+    pruned: list[Pruned] = []
+    for kind, d in free:
+        cands = candidates(kind, net.dims[d])
+        phases = {impl: _phases_on(workloads, net, model, kind, d, impl) for impl in cands}
+        keep = []
+        for impl in cands:
+            by = next((o for o in cands if o != impl and _never_slower(phases[o], phases[impl])
+                       and not (_never_slower(phases[impl], phases[o]) and cands.index(impl) < cands.index(o))), None)
+            if by is None or not prune:
+                keep.append(impl)
+            else:
+                pruned.append(Pruned(kind, d, impl, by))
+        options.append(keep)
+    total = math.prod(len(o) for o in options)
+    if total > MAX_COMBINATIONS:
+        raise LibraError(f"--algorithms auto: {total:,} combinations of implementations remain after pruning (at most "
+                         f"{MAX_COMBINATIONS:,}); fix some in --system and choose fewer")
+    base = model.system
+
+    def with_choice(choice: Sequence[str]) -> TimeModel:
+        lists = [list(v) for v in base.implementations]
+        for (kind, d), impl in zip(free, choice):
+            lists[KINDS.index(kind)][d] = impl
+        return replace(model, system=replace(base, implementations=tuple(tuple(v) for v in lists)))
+
+    best = best_model = None
+    for i, choice in enumerate(itertools.product(*options)):
+        if on_progress:
+            on_progress(i, total)
+        m = with_choice(choice)
+        r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=m, rel_gap=rel_gap,
+                     baselines=False)
+        if best is None or r.fun < best.fun * (1 - 1e-12):
+            best, best_model = r, m
+    assert best_model is not None
+    result = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=best_model,
+                      rel_gap=rel_gap)
+    ring_model = with_choice(["ring"] * len(free))
+    ring = result if ring_model == best_model else optimize(workloads, net, cost, objective=objective,
+                                                            constraints=constraints, model=ring_model,
+                                                            rel_gap=rel_gap, baselines=False)
+    return AlgorithmChoice(result, best_model.system, ring, total, tuple(pruned), tuple(free))

@@ -1,0 +1,95 @@
+"""Rows of many collectives under a user's system settings (``TimeModel.system``), and their
+times where the rows only bound them (system_flow.py).
+
+Hierarchical collectives take their rows from their phases and chunk flow; communicator-group
+rings and point-to-point transfers keep the pipelined model's rows (rows.py), as ASTRA-sim runs
+them the same whatever the implementation lists say. Collectives with equal fields share one
+build (a trace repeats a few hundred kinds of collectives many times).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from functools import lru_cache
+from typing import Sequence
+
+import numpy as np
+
+from ..demand.types import Collective
+from ..errors import LibraError
+from ..model.network import Network
+from .rows import Rows, collective_rows_of
+from .system_flow import Flow, flow_rows, replay_ns
+from .system_phases import chunk_count, chunk_phases
+
+
+def _flow(c: Collective, net: Network, model) -> Flow:
+    total = math.prod(d.npus for d in net.dims)
+    chunks, chunk = chunk_count(c.type, c.size_bytes, model.splits, total)
+    if chunks == 0:
+        raise LibraError(f"collective {c.name or c.type} of {c.size_bytes:g} bytes: ASTRA-sim makes 0-byte chunks of an "
+                         f"all-gather smaller than its {model.splits} splits and never ends; use fewer splits")
+    phases = chunk_phases(c.type, chunk, c.participants, net.dims, model.system, model.local_mem_bw_gbps)
+    return Flow(tuple(phases), chunks, model.system.active_chunks)
+
+
+@lru_cache(maxsize=1 << 14)
+def _built(key: tuple, net: Network, model) -> tuple[np.ndarray, np.ndarray, Flow | None]:
+    c = Collective(*key)
+    if c.algorithm != "hierarchical":
+        A, const, _ = collective_rows_of((c,), net, replace(model, system=None, efficiency=None))
+        return A, const, None
+    f = _flow(c, net, model)
+    A, const = flow_rows(f, net.num_dims)
+    return A, const, (None if f.exact else f)
+
+
+def _key(c: Collective) -> tuple:
+    # every field but count, name, phase and group (the rows do not depend on them)
+    return (c.type, c.size_bytes, c.participants, c.traffic_bytes, c.hops, 1.0, "", "", "", c.algorithm)
+
+
+def system_rows_of(colls: Sequence[Collective], net: Network, model):
+    """``rows.Rows`` of ``colls`` under ``model.system``."""
+    D = net.num_dims
+    if not colls:
+        return Rows(np.zeros((0, D)), np.zeros(0), np.zeros(0, dtype=np.int64))
+    built = [_built(_key(c), net, model) for c in colls]
+    A = np.vstack([b[0] for b in built])
+    const = np.concatenate([b[1] for b in built])
+    starts = np.zeros(len(built), dtype=np.int64)
+    np.cumsum([b[0].shape[0] for b in built[:-1]], out=starts[1:])
+    if model.efficiency is not None:
+        A = A / np.asarray(model.efficiency, dtype=float)
+    return Rows(np.ascontiguousarray(A), const, starts)
+
+
+def bounded_flows(colls: Sequence[Collective], net: Network, model) -> list[tuple[int, Flow]]:
+    """(index, flow) of the collectives whose rows only bound their time."""
+    out = []
+    for i, c in enumerate(colls):
+        f = _built(_key(c), net, model)[2]
+        if f is not None:
+            out.append((i, f))
+    return out
+
+
+def exact_times_ns(colls: Sequence[Collective], times_ns: np.ndarray, bw_gbps: Sequence[float], net: Network,
+                   model) -> np.ndarray:
+    """``times_ns`` (from the rows) with the queue replay's time for every bounded collective."""
+    flows = bounded_flows(colls, net, model)
+    if not flows:
+        return times_ns
+    eff = np.ones(net.num_dims) if model.efficiency is None else np.asarray(model.efficiency, dtype=float)
+    with np.errstate(divide="ignore"):
+        inv = tuple((1.0 / (np.asarray(bw_gbps, dtype=float) * eff)).tolist())
+    out = np.array(times_ns, dtype=float)
+    for i, f in flows:
+        out[i] = _replayed(f, inv)
+    return out
+
+
+@lru_cache(maxsize=1 << 14)
+def _replayed(f: Flow, inv: tuple[float, ...]) -> float:
+    return replay_ns(f, inv)
