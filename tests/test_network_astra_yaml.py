@@ -12,7 +12,8 @@ from libra_astra.astra.emit import network_yaml
 from libra_astra.astra.logical import plan_for_groups
 from libra_astra.cli import main
 from libra_astra.errors import LibraError
-from libra_astra.model.network import load_network
+from cli_run import run
+from libra_astra.model.network import default_cost_classes, load_network, with_cost_classes
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "network_configs"
@@ -39,7 +40,38 @@ def test_astra_sim_network_file_reads_as_its_dimensions(tmp_path):
     assert [d.topology for d in net.dims] == ["Ring", "FullyConnected", "Switch"]
     assert net.npus_per_dim == (16, 8, 32)
     assert [d.latency_ns for d in net.dims] == [500.0, 400.0, 700.0]
-    assert all(d.bw_max_gbps is None and d.bw_min_gbps == 0 and d.cost_class == "" for d in net.dims)
+    assert all(d.bw_max_gbps is None and d.bw_min_gbps == 0 for d in net.dims)
+    # the file names no cost class: pod outermost, then node and package
+    assert [d.cost_class for d in net.dims] == ["InterPackage", "InterNode", "InterPod"]
+
+
+def test_default_cost_classes_by_level_and_the_option_that_sets_others(tmp_path):
+    assert default_cost_classes(1) == ("InterNode",)
+    assert default_cost_classes(2) == ("InterNode", "InterPod")
+    assert default_cost_classes(4) == ("InterChiplet", "InterPackage", "InterNode", "InterPod")
+    assert default_cost_classes(5) == ("InterChiplet",) * 2 + ("InterPackage", "InterNode", "InterPod")
+    net = load_network(write(tmp_path, THREE_D, "paper.yml"))
+    assert [d.cost_class for d in with_cost_classes(net, ["A", "B", "C"]).dims] == ["A", "B", "C"]
+    with pytest.raises(LibraError) as e:
+        with_cost_classes(net, ["A", "B"])
+    assert str(e.value) == ("--cost-classes: give one cost class per dimension of network 'paper' (3), innermost "
+                            "first, e.g. InterPackage,InterNode,InterPod; got ['A', 'B']")
+    path = write(tmp_path, THREE_D, "paper.yml")
+    cost = CONFIGS / "cost.yml"
+    r = run("optimize", "--demand", _demand(tmp_path, net), "-n", path, "--cost", cost, "--total-bw", 300, "--json")
+    default = json.loads(r.output)["optimum"]["cost_usd"]
+    r = run("optimize", "--demand", _demand(tmp_path, net), "-n", path, "--cost", cost, "--total-bw", 300, "--json",
+            "--cost-classes", "InterPod,InterPod,InterPod")
+    assert json.loads(r.output)["optimum"]["cost_usd"] > default > 0
+
+
+def _demand(tmp_path, net):
+    from libra_astra.demand.types import demand_to_dict, make_collective, single_class
+
+    d = single_class("ar", net.npus_per_dim, 1e5, [make_collective("ALL_REDUCE", 2**28, net.npus_per_dim, net=net)])
+    p = tmp_path / "ar.json"
+    p.write_text(json.dumps(demand_to_dict(d)))
+    return p
 
 
 def test_emitted_network_file_reads_back_as_the_logical_network(tmp_path):

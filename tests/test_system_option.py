@@ -204,7 +204,7 @@ def test_astra_sims_example_system_files(tmp_path):
     hgx = read["HGX-H100-validated.json"]
     assert (hgx.splits, hgx.local_mem_bw_gbps, hgx.timing.active_chunks, hgx.timing.endpoint_delay_ns) == \
         (4, 3350.0, 2, 10.0)
-    with pytest.raises(LibraError, match="custom_collective.json: all-reduce-implementation-custom"):
+    with pytest.raises(LibraError, match="custom_collective.json: collective-optimization is missing"):
         read_user_system(Path(EXAMPLES) / "examples/system/custom_collectives/custom_collective.json", net.dims)
 
 
@@ -219,3 +219,34 @@ def test_loop_with_a_ring_system_file_is_predicted_within_0_1_percent(tmp_path):
         assert abs(row["simulated_ns"] / row["predicted_ns"] - 1) < 1e-3, row
         for d in row["run_dirs"]:
             assert json.loads((Path(d) / "system.json").read_text()) == json.loads(USER.read_text())
+
+
+@pytest.mark.astra
+@pytest.mark.skipif(not (EXAMPLES and BIN and os.access(BIN, os.X_OK)),
+                    reason="set ASTRA_SIM_EXAMPLES and ASTRA_SIM_BIN to run ASTRA-sim on its own example files")
+@pytest.mark.parametrize("network, system", [("HGX-H100-validated.yml", "HGX-H100-validated.json"),
+                                             ("Ring_8npus.yml", "Ring_4chunks.json")])
+def test_loop_on_astra_sims_own_example_files_is_confirmed_by_the_simulator(tmp_path, network, system):
+    ex = Path(EXAMPLES) / "examples"
+    r = run("loop", ROOT / "tests/fixtures/real/param_dlrm8/param_dlrm8", "-n", ex / "network/analytical" / network,
+            "--system", ex / "system/native_collectives" / system, "--total-bw", 400, "--out", tmp_path / "loop",
+            "--json")
+    data = json.loads(r.output[r.output.index("{"):])
+    for row in data["rows"]:
+        assert abs(row["simulated_ns"] / row["predicted_ns"] - 1) < 1e-3, row
+
+
+@pytest.mark.astra
+@pytest.mark.skipif(not (BIN and os.access(BIN, os.X_OK)),
+                    reason="set ASTRA_SIM_BIN to an AstraSim_Analytical_Congestion_Unaware binary to run this")
+def test_optimize_and_loop_on_a_users_own_astra_files_are_confirmed_by_the_simulator(tmp_path):
+    # ASTRA-sim's format for both files; the HGX example's knobs (2 active chunks, 4 splits,
+    # endpoint-delay 10, local-mem-bw 3350) with direct and halving-doubling lists
+    net, system = FIX / "astra_4x4.yml", FIX / "hgx_knobs_4x4.json"
+    r = run("loop", DLRM, "-n", net, "--system", system, "--total-bw", 200, "--out", tmp_path / "loop", "--json")
+    data = json.loads(r.output[r.output.index("{"):])
+    assert data["time_model"]["system"]["active_chunks"] == 2
+    for row in data["rows"]:
+        assert abs(row["simulated_ns"] / row["predicted_ns"] - 1) < 2e-3, row
+    best = min(data["rows"], key=lambda row: row["simulated_ns"])
+    assert best["name"] == "optimized"

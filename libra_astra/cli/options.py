@@ -41,6 +41,7 @@ class Inputs(NamedTuple):
 class SharedOptions:
     traces: tuple[str, ...] = ()
     network_path: str = ""
+    cost_classes: str | None = None
     cost_path: str = ""
     demands: tuple[str, ...] = ()
     weights: tuple[float, ...] = ()
@@ -82,6 +83,9 @@ class SharedOptions:
         from .progress import Progress
 
         net = load_network(self.network_path)
+        if self.cost_classes is not None:
+            from ..model.network import with_cost_classes
+            net = with_cost_classes(net, [c.strip() for c in self.cost_classes.split(",")])
         if objective != "perf":
             prices_for = f"--objective {objective}"
         if self.cost_path:
@@ -155,6 +159,10 @@ workload_options = _apply([
     click.argument("traces", nargs=-1, metavar="[PREFIX]...", expose_value=False, callback=_store),
     _shared("--network", "-n", "network_path", required=True, type=click.Path(exists=True, dir_okay=False),
             help="Network YAML (network_configs/*.yml)."),
+    _shared("--cost-classes", metavar="A,B,...",
+            help="The cost class of each dimension, innermost first (e.g. InterNode,InterPod), replacing the network "
+                 "file's [default for an ASTRA-sim network file, which names none: InterChiplet, InterPackage, "
+                 "InterNode, InterPod for the outermost four levels, InterNode for one dimension]."),
     _shared("--cost", "cost_path", type=click.Path(exists=True, dir_okay=False),
             help="Cost model YAML with unit prices per cost class (network_configs/cost.yml) [default: none, "
                  "for --objective perf: no prices, so no cost is reported]."),

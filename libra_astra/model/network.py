@@ -13,17 +13,18 @@ Network file (our own format, YAML)::
         bw_max_gbps: 400
 
 ASTRA-sim's own analytical network YAML (``topology``, ``npus_count``, ``latency``, ``bandwidth``
-lists, one entry per dimension) is read too: dimensions ``dim0``, ``dim1``, ..., no cost class and no
-bounds; its ``bandwidth`` is what is being optimized, so it is ignored.
+lists, one entry per dimension) is read too: dimensions ``dim0``, ``dim1``, ..., no bounds, and the
+cost classes of ``DEFAULT_COST_CLASSES`` by level (``with_cost_classes`` sets others); its
+``bandwidth`` is what is being optimized, so it is ignored.
 
 NPU ids and coordinates: see grid.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import yaml
@@ -132,6 +133,27 @@ class Network(Grid):
 
 
 _ASTRA_KEYS = ("topology", "npus_count", "latency", "bandwidth")
+# The cost class of each dimension of an ASTRA-sim network file, which names none: the
+# outermost dimension is a pod's, the one inside it a node's, then package and chiplet (the
+# levels of network_configs/cost.yml and of the LIBRA paper's networks).
+DEFAULT_COST_CLASSES = ("InterChiplet", "InterPackage", "InterNode", "InterPod")
+
+
+def default_cost_classes(num_dims: int) -> tuple[str, ...]:
+    """Innermost first: 1 dimension: InterNode; 2: InterNode, InterPod; 3: InterPackage, ...;
+    beyond 4 the innermost ones repeat InterChiplet."""
+    if num_dims == 1:
+        return ("InterNode",)
+    levels = DEFAULT_COST_CLASSES[-num_dims:] if num_dims <= 4 else DEFAULT_COST_CLASSES
+    return ("InterChiplet",) * (num_dims - len(levels)) + tuple(levels)
+
+
+def with_cost_classes(net: "Network", classes: Sequence[str], source: str = "--cost-classes") -> "Network":
+    """``net`` with one cost class per dimension, innermost first."""
+    if len(classes) != net.num_dims or not all(isinstance(c, str) and c for c in classes):
+        raise LibraError(f"{source}: give one cost class per dimension of network {net.name!r} ({net.num_dims}), "
+                         f"innermost first, e.g. {','.join(default_cost_classes(net.num_dims))}; got {list(classes)}")
+    return Network(net.name, tuple(replace(d, cost_class=c) for d, c in zip(net.dims, classes)))
 
 
 def _from_astra_sim(data: Mapping, source: str) -> Network:
@@ -151,8 +173,9 @@ def _from_astra_sim(data: Mapping, source: str) -> Network:
         if v and len(v) != n:
             raise LibraError(f"{where}: '{key}' has {len(v)} entries but 'npus_count' has {n}; give one per dimension")
     return network_from_dict({"name": Path(source).stem, "dimensions": [
-        {"name": name, "topology": t, "npus": c, "latency_ns": lat} for name, t, c, lat in
-        zip(placeholder_dim_names(n), lists["topology"], lists["npus_count"], lists["latency"])]}, where)
+        {"name": name, "topology": t, "npus": c, "latency_ns": lat, "cost_class": cls} for name, t, c, lat, cls in
+        zip(placeholder_dim_names(n), lists["topology"], lists["npus_count"], lists["latency"],
+            default_cost_classes(n))]}, where)
 
 
 def network_from_dict(data: Any, source: str = "<network>") -> Network:
