@@ -54,12 +54,11 @@ def test_fixture_files_the_model_follows_are_read_with_their_settings():
     assert (ring.timing.endpoint_delay_ns, ring.timing.active_chunks, ring.timing.baseline) == (10.0, 1, False)
     hd = read_user_system(FIX / "halving_doubling_4x4.json", dims)
     assert hd.timing.implementation("ALL_REDUCE", 1) == "halvingDoubling"
+    direct = read_user_system(FIX / "direct_4x4.json", dims)
+    assert (direct.timing.implementation("ALL_REDUCE", 0), direct.timing.active_chunks) == ("direct", 2)
 
 
 @pytest.mark.parametrize("name, message", [
-    ("direct_4x4.json", "all-reduce-implementation[0] direct all-reduce on a Ring dimension of 4 NPUs is not modeled "
-                        "(its halves overlap by a number of hops that depends on the bandwidth); use ring or "
-                        "halvingDoubling there, or 'libra-astra predict'"),
     ("one_ring.json", "all-reduce-implementation has 1 entries for a network of 2 dimensions; give one per dimension"),
 ])
 def test_fixture_files_are_refused_naming_file_key_and_value(name, message):

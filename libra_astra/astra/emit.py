@@ -186,9 +186,13 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _workload_notes(source: str, lnet: LogicalNetwork, stats: WorkloadStats, splits: int) -> list[str]:
+def _workload_notes(source: str, lnet: LogicalNetwork, stats: WorkloadStats, splits: int,
+                    user_system: bool = False) -> list[str]:
     notes = []
-    if splits == 1:
+    if user_system:
+        notes.append(f"preferred-dataset-splits {splits}: chunks go through your system.json's implementations and "
+                     "queues (docs/astra-sim-settings.md)")
+    elif splits == 1:
         notes.append("preferred-dataset-splits 1: a multi-dimensional collective takes the sum of its per-dimension times")
     else:
         notes.append(f"preferred-dataset-splits {splits}: chunks pipeline across dimensions (all-reduce: "
@@ -400,7 +404,7 @@ def emit(design: Design | str | Path, out_dir: str | Path, *, splits: int | None
         (tmp / "network.yml").write_text(network_yaml(lnet, design.name))
         (tmp / "system.json").write_text(json.dumps(system, indent=1) + "\n")
         (tmp / "memory.json").write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}) + "\n")
-        notes = settings_notes + system_notes + _workload_notes(source, lnet, stats, splits)
+        notes = settings_notes + system_notes + _workload_notes(source, lnet, stats, splits, user_record is not None)
         prediction = (_prediction(demand, design, splits, float(local_mem_bw_gbps), user_record) if demand is not None
                       else {"time_ns": None, "unavailable": prediction_unavailable})
         result = EmitResult(out, wl.name, source, lnet, splits, tuple(args), logging_folder, tuple(notes),

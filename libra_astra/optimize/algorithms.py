@@ -9,8 +9,7 @@ every collective is no larger at every bandwidth, and the dropped choice cannot 
 optimum. Every remaining combination is solved; the best objective wins (ties: the earlier
 combination, ring first). What each choice gains is reported against ring everywhere.
 
-Candidates per dimension (what ASTRA-sim runs there, system_phases.check_timing): ring; direct
-(not for all-reduce on a Ring of more than 3 NPUs, whose timing the model does not follow);
+Candidates per dimension (what ASTRA-sim runs there, system_phases.check_timing): ring; direct;
 halvingDoubling on a power-of-two dimension, not for all-to-all.
 """
 
@@ -22,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from ..errors import LibraError
-from ..model.collectives import ALL_REDUCE, ALL_TO_ALL
+from ..model.collectives import ALL_TO_ALL
 from ..model.cost import CostModel
 from ..model.network import Dimension, Network
 from ..timing.astra_settings import KINDS
@@ -61,9 +60,7 @@ class AlgorithmChoice:
 
 
 def candidates(kind: str, dim: Dimension) -> list[str]:
-    out = ["ring"]
-    if not (kind == ALL_REDUCE and dim.topology == "Ring" and dim.npus > 3):
-        out.append("direct")
+    out = ["ring", "direct"]
     if kind != ALL_TO_ALL and dim.npus & (dim.npus - 1) == 0:
         out.append("halvingDoubling")
     return out

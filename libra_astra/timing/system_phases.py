@@ -25,10 +25,13 @@ from typing import NamedTuple
 from ..errors import LibraError
 from ..model.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
 from ..model.network import Dimension
+from . import astra_collective
 from .astra_settings import IMPLEMENTATION_KEYS, KINDS, SystemSettings, parse_implementation
 
 # Implementations the optimizer times (the rest: libra-astra predict).
 MODELED = ("ring", "direct", "halvingDoubling")
+# a bandwidth at which a message's bytes take no time (ASTRA-sim's truncation keeps whole ns)
+_FREE_BW_GBPS = 1e30
 
 
 @dataclass(frozen=True)
@@ -104,10 +107,6 @@ def check_timing(t: SystemTiming, dims: tuple[Dimension, ...], source: str) -> N
                 raise LibraError(f"{source}: {key}[{d}] {name!r}: a direct window below the dimension's "
                                  f"{dim.npus - 1} peers is not modeled (its packets pace each other); use direct "
                                  "or ring, or 'libra-astra predict'")
-            if alg == "direct" and kind == ALL_REDUCE and dim.topology == "Ring" and dim.npus > 3:
-                raise LibraError(f"{source}: {key}[{d}] direct all-reduce on a Ring dimension of {dim.npus} NPUs is "
-                                 "not modeled (its halves overlap by a number of hops that depends on the bandwidth); "
-                                 "use ring or halvingDoubling there, or 'libra-astra predict'")
             # (halvingDoubling all-to-all exits only when an all-to-all runs: chunk_phases refuses it)
             if alg == "halvingDoubling" and dim.npus & (dim.npus - 1):
                 raise LibraError(f"{source}: {key}[{d}] halvingDoubling needs a power of two NPUs, not {dim.npus} "
@@ -140,12 +139,21 @@ def phase(alg: str, ptype: str, n: int, m: float, dim: Dimension, ed: float, mem
         reduces = n - 1 if ptype in (ALL_REDUCE, REDUCE_SCATTER) else 0
         return Phase(d, sends * msg, ed + sends * (hops(1) * lat + ed) + reduces * _reduce_ns(msg, mem))
     if alg == "direct":
+        # The n - 1 messages of a step leave together, so the packet machine's events move by
+        # msg / B per step: the time is steps x msg / B plus a constant, taken from the machine
+        # itself with messages long against every hop, delay and reduction. (On a Ring the
+        # reductions of the near peers' messages overlap the wait for the farthest one; with short
+        # messages they overlap up to one hop latency more, so the constant is then that much long.)
         msg = m if ptype == ALL_GATHER else m / n
-        far = max(hops(j) for j in range(1, n)) * lat
-        if ptype == ALL_REDUCE:
-            return Phase(d, 2 * msg, 3 * ed + 2 * far + _reduce_ns(msg, mem))
-        reduce = _reduce_ns(msg, mem) if ptype == REDUCE_SCATTER else 0.0
-        return Phase(d, msg, 2 * ed + far + reduce)
+        steps = 2 if ptype == ALL_REDUCE else 1
+        mem_free = _FREE_BW_GBPS if mem is None else mem
+        long_ns = 1e3 * (n * (lat * max(1, n // 2) + ed) + 3 * m / mem_free) + 1e6
+        bw = max(msg, 1.0) / long_ns
+        link = astra_collective.Link(dim.topology, n, bw, lat)
+        t = astra_collective._phase_ns("direct", ptype, astra_collective._Dim(n, (link,), False), int(round(m)), -1,
+                                       ed, mem_free)
+        return Phase(d, steps * msg, float(t) - steps * (int(round(m)) // n if ptype != ALL_GATHER else
+                                                         int(round(m))) / bw)
     # halvingDoubling: steps of partners 1, 2, ..., n/2 places along with m/2, m/4, ..., m/n
     steps = int(math.log2(n))
     up = [(2 ** s, m / 2 ** (s + 1)) for s in range(steps)]
