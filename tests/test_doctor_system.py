@@ -319,6 +319,7 @@ SHIPPED = {
     ("gpt_tp2_pp2_dp4/gpt", "halving_doubling_4x4.json"): ["sub-group-ring"],
     ("gpt_tp2_pp2_dp4/gpt", "one_ring.json"): ["local-mem-bw-zero"],
     ("dlrm_16/dlrm", "ring_user_4x4.json"): ["key-ignored"],     # site-comment (test_system_option.py)
+    ("dlrm_16/dlrm", "hgx_knobs_4x4.json"): ["active-chunks", "direct-unaware", "key-ignored"],   # boost-mode
 }
 
 

@@ -5,6 +5,7 @@ timing/astra_collective.py replays them to the nanosecond."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -175,3 +176,27 @@ def test_bounded_collectives_are_timed_by_the_replay_not_the_bound():
         exact = ac.collective_time_ns("ALL_REDUCE", 2**30, (True, True), links, s)
         assert exact <= t * (1 + 1e-9) and t <= exact * 1.001
     assert max(gaps) > 1e-6      # the bound is not the time everywhere: the replay is needed
+
+
+def test_where_rows_only_bound_the_time_the_result_says_how_far_it_is_proven():
+    from libra_astra.demand.types import single_class
+    from libra_astra.model.cost import unpriced
+    from libra_astra.optimize.optimizer import Constraints, Workload, evaluate, optimize
+
+    net = load_network(ROOT / "network_configs/paper_3d.yml")
+    d = single_class("ar", net.npus_per_dim, 1e5, [make_collective("ALL_REDUCE", 2**30, net.npus_per_dim, net=net)])
+    wl = [Workload(d)]
+    cons = Constraints(total_bw_gbps=300.0)
+    model = TimeModel("pipelined", splits=8, local_mem_bw_gbps=1600.0,
+                      system=SystemTiming.uniform(3, "ring", active_chunks=3, endpoint_delay_ns=10.0))
+    r = optimize(wl, net, unpriced(net), constraints=cons, model=model)
+    assert not r.success and r.status == 3
+    assert r.message.startswith(f"not certified: proven within {r.rel_gap:.3%} of the optimum")
+    assert 0 < r.rel_gap < 0.05 and r.dual_bound < r.fun
+    # the reported time is the queue replay's at the reported design, which meets the constraints
+    again = evaluate(wl, net, unpriced(net), r.bw_gbps, cons, model)
+    assert again.feasible and again.time_ns == r.best.time_ns == r.fun
+    # one active chunk per queue: the rows are the time, and the optimum is certified as usual
+    exact = optimize(wl, net, unpriced(net), constraints=cons,
+                     model=replace(model, splits=4, system=replace(model.system, active_chunks=2)))
+    assert exact.success and exact.rel_gap < 1e-8

@@ -106,6 +106,9 @@ def _print_choice(choice, net: Network) -> None:
                f"{len(choice.pruned)} choice{'s' if len(choice.pruned) != 1 else ''} pruned (never faster)")
     for kind, d in choice.free:
         click.echo(f"  {IMPLEMENTATION_KEYS[kind]:<30} {net.dims[d].name:<10} {choice.timing.implementation(kind, d)}")
+    if choice.open_combinations:
+        click.echo(f"  {choice.open_combinations} other combination{'s' if choice.open_combinations != 1 else ''} "
+                   "could be better: their optimum is only bounded (see the solver line)")
     gain = ratio(choice.ring.fun, choice.result.fun)
     click.echo(f"  vs ring everywhere: {r_value(choice.ring)} -> {r_value(choice.result)}"
                + (f" (x{gain:.4f})" if gain is not None else ""))

@@ -48,6 +48,9 @@ class AlgorithmChoice:
     combinations: int                       # solved
     pruned: tuple[Pruned, ...]
     free: tuple[tuple[str, int], ...]       # the (kind, dimension) pairs chosen (kinds in the demand)
+    # combinations whose proven lower bound is below the chosen objective (their own optimum is
+    # only bounded: system_flow.py), so that one of them may be better
+    open_combinations: int = 0
 
     def to_dict(self) -> dict:
         return {"implementations": {k: list(v) for k, v in zip(KINDS, self.timing.implementations)},
@@ -56,7 +59,8 @@ class AlgorithmChoice:
                             "never_faster_than": p.by} for p in self.pruned],
                 "ring_everywhere": {"objective_value": self.ring.fun, "time_ns": self.ring.best.time_ns,
                                     "bandwidth_gbps": list(self.ring.bw_gbps)},
-                "gain_over_ring": (self.ring.fun / self.result.fun) if self.result.fun > 0 else None}
+                "gain_over_ring": (self.ring.fun / self.result.fun) if self.result.fun > 0 else None,
+                "combinations_possibly_better": self.open_combinations}
 
 
 def candidates(kind: str, dim: Dimension) -> list[str]:
@@ -138,12 +142,14 @@ def choose_algorithms(workloads: Sequence[Workload], net: Network, cost: CostMod
         return replace(model, system=replace(base, implementations=tuple(tuple(v) for v in lists)))
 
     best = best_model = None
+    bounds = []
     for i, choice in enumerate(itertools.product(*options)):
         if on_progress:
             on_progress(i, total)
         m = with_choice(choice)
         r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=m, rel_gap=rel_gap,
                      baselines=False)
+        bounds.append(r.dual_bound)
         if best is None or r.fun < best.fun * (1 - 1e-12):
             best, best_model = r, m
     assert best_model is not None
@@ -153,4 +159,5 @@ def choose_algorithms(workloads: Sequence[Workload], net: Network, cost: CostMod
     ring = result if ring_model == best_model else optimize(workloads, net, cost, objective=objective,
                                                             constraints=constraints, model=ring_model,
                                                             rel_gap=rel_gap, baselines=False)
-    return AlgorithmChoice(result, best_model.system, ring, total, tuple(pruned), tuple(free))
+    open_ = sum(1 for lb in bounds if lb < best.fun * (1 - 10 * rel_gap)) - (0 if best.success else 1)
+    return AlgorithmChoice(result, best_model.system, ring, total, tuple(pruned), tuple(free), max(open_, 0))
