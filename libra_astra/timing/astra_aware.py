@@ -38,6 +38,9 @@ def check_aware_links(links: Sequence[Link], source: str = "network") -> tuple[L
     if len(links) != 1:
         raise LibraError(f"{source}: {len(links)} dimensions, but ASTRA-sim's congestion-aware backend supports one "
                          "dimension only (it exits: 'only support 1-dim topology'); use --backend unaware or a 1-D network")
+    if links[0].topology == "Ring" and links[0].npus == 2:
+        raise LibraError(f"{source}: a Ring of 2 NPUs: ASTRA-sim's congestion-aware backend connects 0 -> 1 twice and "
+                         "aborts (Device::connect assertion); use FullyConnected 2, which has the same two links")
     return links
 
 
@@ -107,7 +110,7 @@ class _Machine:
     the shared links and its receives matched to the peers' sends."""
 
     def __init__(self, rp: "_AwareReplay", st: list, work: tuple):
-        alg, ptype, dim, m, window, ed, mem, local = work
+        alg, ptype, dim, m, window, ed, mem, local, self.sign = work
         self.rp, self.st, self.alg, self.ptype = rp, st, alg, ptype
         self.n, self.ed, self.mem, self.me = dim.n, ed, mem, st[0][0]
         self.par, self.nonzero, sends, self.seq = _packets(alg, ptype, dim.n, m, window, local)
@@ -120,15 +123,18 @@ class _Machine:
             self.insert(t)
 
     def peers(self, i: int) -> tuple[int, int]:
-        """(destination, source) of the i-th packet: ring and direct send ``o`` places along and
+        """(destination, source) of the i-th packet: ring and direct send ``o`` places along the
+        phase's direction (anticlockwise in the upper half of a dimension's queues, and for the
+        all-gather half of a multi-dimensional localBWAware all-reduce: ``QueueLevelHandler``) and
         receive from ``o`` places back; halving-doubling exchanges with one partner, clockwise
-        when ``(index // o)`` is even (``HalvingDoubling::specify_direction``)."""
+        when ``(index // o)`` is even whatever the queue (``HalvingDoubling::specify_direction``)."""
         n, me, off = self.n, self.me, self.seq[i][0]
         if self.alg == "halvingDoubling":
             p = (me + off) % n if (me // off) % 2 == 0 else (me - off) % n
             return p, p
         if self.alg == "direct":
             off = i % (n - 1) + 1
+        off *= self.sign
         return (me + off) % n, (me - off) % n
 
     def insert(self, t: int) -> None:

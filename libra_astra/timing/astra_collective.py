@@ -247,8 +247,7 @@ def collective_plan(c: Coll, links: Sequence[Link], s: SystemSettings, state: di
         m, phases = chunk, []
         for t, ptype, pick in steps:
             dim, (alg, _, window) = dims[t]
-            half = max(q // 2, 1)
-            lo, span = {"first": (0, half), "last": (q // 2, q - q // 2), "any": (0, q)}[pick]
+            lo, span = {"first": (0, max(q // 2, 1)), "last": (q // 2, q - q // 2), "any": (0, q)}[pick]
             slot = state.setdefault((t, pick), 0)
             state[(t, pick)] = (slot + 1) % span
             queue = t * q + lo + slot
@@ -257,8 +256,9 @@ def collective_plan(c: Coll, links: Sequence[Link], s: SystemSettings, state: di
                 _reduce_ns(m, s.local_mem_bw_gbps)      # refused now, not mid-replay
                 phases.append(_Phase(queue, -1, (t, dim.links[0], m, turn % 2 == 0)))
                 continue
-            work = (alg, ptype, dim, m, window, 10 if c.group else s.endpoint_delay_ns, s.local_mem_bw_gbps, c.group)
-            phases.append(_Phase(queue, _phase_ns(*work), None, work))
+            work = (alg, ptype, dim, m, window, 10 if c.group else s.endpoint_delay_ns, s.local_mem_bw_gbps, c.group,
+                    -1 if pick == "last" or (pick == "any" and q > 1 and slot >= q // 2) else 1)   # ring direction
+            phases.append(_Phase(queue, _phase_ns(*work[:8]), None, work))
             m = {ALL_GATHER: m * dim.n, REDUCE_SCATTER: m // dim.n}.get(ptype, m)
         plans.append(phases)
     return plans
