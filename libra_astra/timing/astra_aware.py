@@ -26,7 +26,7 @@ from typing import Sequence
 
 from ..errors import LibraError
 from ..model.collectives import ALL_REDUCE, REDUCE_SCATTER
-from .astra_collective import Coll, Link, _packets, _reduce_ns, _Replay, checked_links, collective_plan
+from .astra_collective import Coll, Link, _packets, _reduce_ns, _Replay, _tree, checked_links, collective_plan
 from .astra_settings import SystemSettings
 
 BACKENDS = ("unaware", "aware")
@@ -143,7 +143,7 @@ class _Machine:
         rnd, pos = divmod(i, self.par + self.nonzero)
         done = pos >= self.par and (self.ptype == REDUCE_SCATTER or (self.ptype == ALL_REDUCE and rnd % 2 == 0))
         self.unsent.append(i)
-        self.rp.at(t + self.ed + (_reduce_ns(self.seq[i][1], self.mem) if done else 0), self.general)
+        self.rp.bundle(self.me, t, self.ed, _reduce_ns(self.seq[i][1], self.mem) if done else -1, self.general)
 
     def general(self, t: int) -> None:
         self.free += 1
@@ -181,6 +181,33 @@ class _AwareReplay(_Replay):
         self.net = _Net(link, self.at)
         self.sent: dict = {}
         self.posted: dict = {}
+        self.batches: dict = {}
+
+    def sys_at(self, rank: int, t: int, fn) -> None:
+        """A Sys event (``Sys::try_register_event``): a rank's events for one tick are one batch,
+        queued where the first of them was registered, run in registration order."""
+        batch = self.batches.get((rank, t))
+        if batch is None:
+            self.batches[(rank, t)] = [fn]
+            self.at(t, self.run_batch, rank)
+        else:
+            batch.append(fn)
+
+    def run_batch(self, t: int, rank: int) -> None:
+        batch = self.batches[(rank, t)]
+        i = 0
+        while i < len(batch):       # events added for this tick meanwhile run in this batch
+            batch[i](t)
+            i += 1
+        del self.batches[(rank, t)]
+
+    def bundle(self, rank: int, t: int, ed: int, reduce_ns: int, fn) -> None:
+        """A PacketBundle: the memory bus's ``ed``, then, if it is processed (``reduce_ns`` >= 0),
+        the reduction, each a Sys event; then ``fn``."""
+        if reduce_ns < 0:
+            self.sys_at(rank, t + ed, fn)
+        else:
+            self.sys_at(rank, t + ed, lambda t2: self.sys_at(rank, t2 + reduce_ns, fn))
 
     def fill(self, t: int, q: list) -> None:
         while q[1] and q[0] < self.limit:
@@ -191,6 +218,45 @@ class _AwareReplay(_Replay):
                 self.tree(t, st, *ph.tree)
             else:
                 _Machine(self, st, ph.work).start(t)
+
+    def tree(self, t: int, st: list, d: int, link: Link, m: int, root_max: bool) -> None:
+        """A double binary tree phase at one rank, as ``DoubleBinaryTreeAllReduce::run`` steps: a
+        leaf sends its chunk up after the memory bus and ends after the memory bus once the total
+        is back; an intermediate rank reduces each child's chunk (a bundle each), sends up after
+        the second, and sends the reduced total down to both children; the root waits for its
+        one child, reduces and sends down. Every message is the whole chunk."""
+        me = st[0][0]
+        parent, kids = _tree(link.npus, root_max)
+        ed, red = self.s.endpoint_delay_ns, _reduce_ns(m, self.s.local_mem_bw_gbps)
+        up, below = parent[me], kids[me]
+
+        def key(a: int, b: int) -> tuple:
+            return (*st[1:], (a,), (b,))
+
+        def down(t2: int) -> None:
+            for kid in below:
+                self.transmit(t2, link, me, kid, m, key(me, kid))
+            self.done(t2, st)
+
+        def to_parent(t2: int, then) -> None:
+            self.transmit(t2, link, me, up, m, key(me, up))
+            self.post(t2, key(up, me), then)
+
+        if not below:
+            self.bundle(me, t, ed, -1, lambda t2: to_parent(t2, lambda t3: self.bundle(
+                me, t3, ed, -1, lambda t4: self.done(t4, st))))
+            return
+        if up < 0:
+            self.post(t, key(below[0], me), lambda t2: self.bundle(me, t2, ed, red, down))
+            return
+        reduced = []
+
+        def child_reduced(t2: int) -> None:
+            reduced.append(t2)
+            if len(reduced) == len(below):
+                to_parent(t2, lambda t3: self.bundle(me, t3, ed, red, down))
+        for kid in below:
+            self.post(t, key(kid, me), lambda t2: self.bundle(me, t2, ed, red, child_reduced))
 
     def transmit(self, t: int, link: Link, src: int, dst: int, size: int, key: tuple) -> None:
         self.net.send(t, src, dst, size, lambda t2: self.deliver(t2, key))
