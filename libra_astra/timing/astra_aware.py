@@ -26,7 +26,8 @@ from typing import Sequence
 
 from ..errors import LibraError
 from ..model.collectives import ALL_REDUCE, REDUCE_SCATTER
-from .astra_collective import Coll, Link, _packets, _reduce_ns, _Replay, _tree, checked_links, collective_plan
+from .astra_collective import (Coll, Link, _packets, _reduce_ns, _Replay, _tree, checked_links, collective_plan,
+                               rank_times)
 from .astra_settings import SystemSettings
 
 BACKENDS = ("unaware", "aware")
@@ -296,7 +297,6 @@ def aware_rank_finish_ns(colls: Sequence[Coll], links: Sequence[Link], settings:
 
 def rank_times_for(backend: str):
     """``rank_times`` of the chosen backend: astra_collective's or :func:`aware_rank_times`."""
-    from .astra_collective import rank_times
     if backend not in BACKENDS:
         raise LibraError(f"backend {backend!r}: use one of {list(BACKENDS)}")
     return aware_rank_times if backend == "aware" else rank_times
