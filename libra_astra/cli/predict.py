@@ -59,8 +59,6 @@ def predict_command(source: str | None, workload: str | None, network: str | Non
     Examples (runs/gpt3 from the emit command's example):
       libra-astra predict runs/gpt3
       libra-astra predict runs/gpt3 --astra-format
-      libra-astra predict ring8/w --network-configuration Ring_8npus.yml \\
-          --system-configuration Ring_4chunks.json --backend aware
       libra-astra predict runs/gpt3/workload/gpt3 --network-configuration runs/gpt3/network.yml \\
           --system-configuration runs/gpt3/system.json --json
     """
