@@ -169,6 +169,9 @@ def test_simulate_on_the_aware_binary_compares_with_its_exact_model(tmp_path):
     res = simulate(tmp_path / "run", BIN, timeout_s=120)
     assert (res.backend, res.prediction_by) == ("aware", "predict --backend aware")
     assert res.predicted_time_ns == res.simulated_time_ns
+    shown = run("show", tmp_path / "run").output
+    assert "congestion-aware backend; its exact model (predict --backend aware) predicted" in shown
+    assert "error: +0.000% (predicted against simulated)" in shown
     if _UNAWARE:
         unaware = simulate(tmp_path / "run", _UNAWARE, timeout_s=120, overwrite=True)
         assert unaware.backend == "unaware" and unaware.prediction_by == "emit"
