@@ -184,7 +184,10 @@ def main() -> int:
                 return {**case, "refused": str(e), "astra": "completed"}
             except (RuntimeError, subprocess.TimeoutExpired) as fail:
                 return {**case, "refused": str(e), "astra": f"failed too ({str(fail)[:60]})"}
-        finished, lines = simulate(case, args.binary)
+        try:
+            finished, lines = simulate(case, args.binary)
+        except (RuntimeError, subprocess.TimeoutExpired) as fail:     # a run the model times, the binary not
+            return {**case, "refused": "(predicted)", "astra": f"crashed ({str(fail)[:80]!r} ...)"}
         err = max(abs(p / f - 1) for p, f in zip(predicted, finished))
         return {**case, "predicted_ns": max(predicted), "simulated_ns": max(finished), "error": err,
                 "exact": list(predicted) == finished, "finished_ns": finished, "stdout_finished": lines}
@@ -194,7 +197,9 @@ def main() -> int:
     exact = 0
     for r in results:
         if "refused" in r:
-            print(f"refused: {r['refused']} -- ASTRA-sim {r['astra']}")
+            print(f"refused: {r['refused']} -- ASTRA-sim {r['astra']}" if r["refused"] != "(predicted)" else
+                  f"predicted but ASTRA-sim {r['astra']}: {json.dumps(r['factors'])} {json.dumps(r['network'])} "
+                  f"{json.dumps(r['collectives'])}")
             continue
         err = r["error"]
         exact += r["exact"]
