@@ -20,6 +20,7 @@ from ..errors import LibraError
 from ..files import load_yaml, read_json
 from ..model.network import Network, network_from_dict
 from ..model.numbers import check_number
+from ..model.collectives import P2P
 from ..timing.astra_aware import check_aware_links
 from ..timing.astra_collective import Link, astra_bw_gbps
 from ..traces.files import find_rank_files
@@ -188,6 +189,10 @@ def predict_inputs(inputs: SimInputs, on_progress: Callable[[int, int], None] | 
     if gz:
         notes.append(f"{gz} rank file(s) of {prefix} are gzipped, which ASTRA-sim cannot read (it opens "
                      "PREFIX.RANK.et): these are its times for them unpacked ('libra-astra doctor --fix' writes them so)")
+    if inputs.backend == "aware" and any(c.algorithm == "p2p" or c.type == P2P
+                                         for rc in demand.rank_classes for c in rc.collectives):
+        notes.append("sends are timed alone on their links: on the congestion-aware backend a send that overlaps "
+                     "other traffic on a link can take longer than predicted")
     return Predicted(inputs, net, system, demand, summary, predict_astra(demand, system), tuple(notes))
 
 
