@@ -176,3 +176,41 @@ def test_simulate_on_the_aware_binary_compares_with_its_exact_model(tmp_path):
         unaware = simulate(tmp_path / "run", _UNAWARE, timeout_s=120, overwrite=True)
         assert unaware.backend == "unaware" and unaware.prediction_by == "emit"
         assert unaware.simulated_time_ns < res.simulated_time_ns       # no contention on the unaware backend
+
+
+def test_loop_refuses_a_multi_dimensional_network_on_the_aware_binary_before_optimizing(tmp_path):
+    from libra_astra.demand.workload import load_workloads
+    from libra_astra.loop import run_loop
+    from libra_astra.model.cost import load_cost
+    from libra_astra.model.network import load_network
+
+    exe = tmp_path / "AstraSim_Analytical_Congestion_Aware"       # told by its name; never started
+    exe.write_text("#!/bin/sh\nexit 3\n")
+    exe.chmod(0o755)
+    net = load_network(ROOT / "tests/fixtures/real/ring2x4.yml")
+    workloads = load_workloads((str(ROOT / "tests/fixtures/real/param_dlrm8/param_dlrm8"),), (), (), net, None)
+    with pytest.raises(LibraError, match="one-dimensional networks only and .* has 2; use AstraSim_Analytical_"
+                                         "Congestion_Unaware"):
+        run_loop(workloads, net, load_cost(ROOT / "network_configs/cost.yml"), out_dir=tmp_path / "loop",
+                 binary=str(exe))
+    assert not (tmp_path / "loop").exists()
+
+
+@pytest.mark.astra
+@pytest.mark.skipif(not HAVE_BIN, reason=NO_BIN)
+def test_loop_on_the_aware_binary_compares_real_traces_with_the_aware_model(tmp_path):
+    from libra_astra.demand.workload import load_workloads
+    from libra_astra.loop import run_loop
+    from libra_astra.model.cost import load_cost
+    from libra_astra.model.network import load_network
+    from libra_astra.optimize.optimizer import Constraints
+
+    net = load_network(ROOT / "tests/fixtures/real/ring8.yml")
+    workloads = load_workloads((str(ROOT / "tests/fixtures/real/param_dlrm8/param_dlrm8"),), (), (), net, None)
+    events: list[str] = []
+    res = run_loop(workloads, net, load_cost(ROOT / "network_configs/cost.yml"), out_dir=tmp_path / "loop",
+                   constraints=Constraints(total_bw_gbps=100), binary=BIN, on_event=events.append)
+    assert any("does not follow the congestion-aware backend" in e for e in events)
+    assert "predict --backend aware" in res.notes[0]
+    for row in res.rows:            # the real DLRM traces, every run: the aware model to the ns
+        assert row.predicted_ns == row.simulated_ns, row
