@@ -151,22 +151,24 @@ class _Machine:
         if self.gated and self.left <= self.n - 1:
             if self.recv < self.n - 1:
                 return
-            for _ in range(self.par):
-                self.ready(t)
+            for _ in range(self.par):       # a ready() that sends nothing leaves nothing to the next
+                if not self.ready(t):
+                    break
         else:
             self.ready(t)
         if self.left == 0 and self.free == self.par:
             self.rp.done(t, self.st)
 
-    def ready(self, t: int) -> None:
+    def ready(self, t: int) -> bool:
         if not (self.unsent and self.left and self.free):
-            return
+            return False
         i = self.unsent.popleft()
         self.left -= 1
         self.free -= 1
         dst, src = self.peers(i)
         self.rp.message(t, self.st, self.me, dst, self.seq[i][1])
         self.rp.receive(t, self.st, src, self.me, self.received)
+        return True
 
     def received(self, t: int) -> None:
         self.recv += 1
