@@ -214,3 +214,52 @@ def test_loop_on_the_aware_binary_compares_real_traces_with_the_aware_model(tmp_
     assert "predict --backend aware" in res.notes[0]
     for row in res.rows:            # the real DLRM traces, every run: the aware model to the ns
         assert row.predicted_ns == row.simulated_ns, row
+
+
+def _group_inputs(tmp_path, topology: str) -> "SimInputs":
+    from libra_astra.astra.predict_inputs import SimInputs
+
+    case = tool_module("astra_aware_groups").sample_case(random.Random(4))
+    case["network"]["topology"] = [topology]
+    tool_module("astra_aware_groups").write_inputs(case, tmp_path)
+    return SimInputs(f"{tmp_path}/w", f"{tmp_path}/network.yml", f"{tmp_path}/system.json",
+                     f"{tmp_path}/groups.json", case["queues_per_dim"], backend="aware")
+
+
+def test_a_group_on_a_ring_is_refused_on_the_aware_backend(tmp_path):
+    from libra_astra.astra.predict_inputs import predict_inputs
+
+    with pytest.raises(LibraError, match="on a Ring network with the congestion-aware backend.*Switch or "
+                                         "FullyConnected"):
+        predict_inputs(_group_inputs(tmp_path, "Ring"))
+
+
+GROUPS = json.loads((ROOT / "tests" / "fixtures" / "astra_recorded_aware_groups.json").read_text())
+
+
+@pytest.mark.parametrize("case", GROUPS["cases"], ids=lambda c: "-".join(map(str, c["factors"])))
+def test_group_collectives_finish_at_the_recorded_ns(tmp_path, case):
+    # recorded from the aware binary by tools/astra_aware_groups.py (the command is in the file)
+    from libra_astra.astra.predict_inputs import SimInputs, predict_inputs
+
+    assert GROUPS["recorded_with"] == "astra-sim 518bd51 congestion-aware"
+    case = {**case, "groups": {int(k): v for k, v in case["groups"].items()}}
+    tool_module("astra_aware_groups").write_inputs(case, tmp_path)
+    pred = predict_inputs(SimInputs(f"{tmp_path}/w", f"{tmp_path}/network.yml", f"{tmp_path}/system.json",
+                                    f"{tmp_path}/groups.json", case["queues_per_dim"], backend="aware")).prediction
+    assert [r.finished_ns for r in pred.ranks] == [r.finished_ns for r in parse_output(case["stdout_finished"]).ranks]
+
+
+@pytest.mark.astra
+@pytest.mark.skipif(not HAVE_BIN, reason=NO_BIN)
+def test_communicator_groups_on_the_aware_binary_match_to_the_ns():
+    tool = tool_module("astra_aware_groups")
+    rng = random.Random(31)
+    compared = 0
+    for case in (tool.sample_case(rng) for _ in range(16)):
+        sim, pred = tool.compare(case, BIN)
+        if isinstance(sim, str):        # the binary's own abort (docs/astra-sim-settings.md)
+            continue
+        assert sim == pred, case
+        compared += 1
+    assert compared >= 12

@@ -16,7 +16,9 @@ which docs/astra-sim-settings.md ("The congestion-aware backend") derives from
 
 Messages of different ranks and chunks now share links, so phases no longer take a time of
 their own: every rank is replayed, message by message, in ASTRA-sim's event order (events at one
-time run in the order they were scheduled).
+time run in the order they were scheduled). A communicator group on a Switch or FullyConnected
+network uses only its members' links, so it is replayed on a network of its own size
+(astra_durations.py; a group on a Ring is refused there).
 """
 
 from __future__ import annotations
@@ -282,9 +284,6 @@ def aware_rank_times(plans: list, links: Sequence[Link], settings: SystemSetting
     """Each rank's end (ns) of the planned collectives (``collective_plan``) issued one after the
     other on the congestion-aware backend, the first at ``starts[rank]`` (default 0)."""
     (link,) = check_aware_links(links)
-    if any(p.work and p.work[7] for plan in plans for ch in plan for p in ch):
-        raise LibraError("a communicator group's collective on the congestion-aware backend is not modeled (its "
-                         "messages share links with the other groups'); use --backend unaware")
     finish = _AwareReplay(plans, link, settings).run({(r,): v for r, v in enumerate(starts)} if starts else {})
     return tuple(finish[(r,)] for r in range(link.npus))
 

@@ -168,7 +168,8 @@ class _Timing:
         if alg == "doubleBinaryTree":
             raise LibraError(f"{where}: doubleBinaryTree on communicator group {c.group}: ASTRA-sim crashes (it takes "
                              "the group's ring for a tree); use ring or direct")
-        links = {self.ring_link(m, alg, key) for key, m in rings.items()}
+        links = {self.aware_link(m, key) if self.system.backend == "aware" else self.ring_link(m, alg, key)
+                 for key, m in rings.items()}
         if len(links) != 1:
             raise LibraError(f"{self.system.groups_source}: the groups behind {c.group!r} are rings of different "
                              f"shapes for one rank class; predict cannot time them as one")
@@ -199,6 +200,16 @@ class _Timing:
             raise LibraError(f"{self.system.groups_source}: group {key} has {len(m)} member(s); ASTRA-sim never "
                              f"finishes a collective on it; give the group two members or more")
         return m
+
+    def aware_link(self, members: tuple[int, ...], label: str) -> Link:
+        """On the congestion-aware backend a group on a Switch or FullyConnected network uses its
+        members' links only (no other group's), so it runs as on a network of its own size."""
+        link = self.system.links[0]
+        if link.topology == "Ring":
+            raise LibraError(f"{self.system.groups_source}: group {label} on a Ring network with the congestion-aware "
+                             "backend: its messages pass other NPUs' links, which other groups share; not modeled "
+                             "(use --backend unaware, or a Switch or FullyConnected network)")
+        return Link(link.topology, len(members), link.bw_gbps, link.latency_ns)
 
     def ring_link(self, members: tuple[int, ...], alg: str, label: str) -> Link:
         """A link of ``len(members)`` NPUs on which every offset's message costs what ASTRA-sim
