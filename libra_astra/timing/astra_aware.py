@@ -59,7 +59,6 @@ class _Net:
         self.link, self.at = link, at
         self.busy: dict[tuple[int, int], bool] = {}
         self.waiting: dict[tuple[int, int], deque] = {}
-        self.ser: dict[int, int] = {}
 
     def route(self, src: int, dst: int) -> list[int]:
         """The devices a message passes, as ``Ring/Switch/FullyConnected::route`` build them."""
