@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .model.numbers import ratio
 from .astra.emit import emit
-from .astra.run import resolve_binary, simulate
+from .astra.run import backend_of, resolve_binary, simulate
 from .model.cost import CostModel
 from .optimize.design import Design, WorkloadRef
 from .errors import LibraError
@@ -106,6 +106,10 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
         if ref.traces is None and ref.demand is None:
             raise LibraError(f"workload {ref.name!r} has neither traces nor a demand file to emit")
     bin_path = resolve_binary(binary)
+    aware = backend_of(os.fspath(binary or ""), bin_path) == "aware"
+    if aware and net.num_dims > 1:
+        raise LibraError(f"{Path(bin_path).name} (the congestion-aware backend) simulates one-dimensional networks "
+                         f"only and {net.name} has {net.num_dims}; use AstraSim_Analytical_Congestion_Unaware")
     out = Path(out_dir)
     if os.path.lexists(out) and not overwrite:   # a dangling link counts as existing
         raise LibraError(f"{out}: already exists; choose a new --out directory or pass --force to replace runs in it")
@@ -135,9 +139,11 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
             on_progress(f"{step}: simulating")
             res = simulate(run_dir, bin_path, timeout_s=timeout_s, overwrite=overwrite)
             sim_total += w.weight * res.simulated_time_ns
-            pred_total += w.weight * res.predicted_time_ns
+            # emit's time-model prediction, or on the aware binary its exact model's (nan if refused)
+            pred = res.predicted_time_ns if res.predicted_time_ns is not None else math.nan
+            pred_total += w.weight * pred
             dirs.append(str(run_dir))
-            per.append((ref.name, w.weight, res.predicted_time_ns, res.simulated_time_ns))
+            per.append((ref.name, w.weight, pred, res.simulated_time_ns))
         row = LoopRow(iteration, name, bw, design.cost_usd, pred_total, sim_total, tuple(dirs), tuple(per))
         on_event(f"iter {iteration} {name:<20} simulated {sim_total / 1e6:12.4f} ms  predicted "
                  f"{pred_total / 1e6:12.4f} ms  error {row.error:+.3%}")
@@ -147,6 +153,8 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
     eff = [1.0] * net.num_dims
     model = simulator_model(splits, local_mem_bw_gbps, overlap=overlap, system=system)
     on_event(header(objective, model_settings(model)))
+    if aware:
+        on_event(f"note: {_AWARE_NOTE}")
     on_progress("optimizing")
     r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model)
     best = run_design(0, "optimized", r.bw_gbps, model)
@@ -182,9 +190,16 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
     notes = ("prediction: pipelined time model replayed over each rank's dependency graph (one GPU compute "
              "node, one CPU op and one collective or send at a time per rank, as ASTRA-sim runs them; a receive "
              "waits for its send, a shared collective for every rank in it)",)
+    if aware:
+        notes = (f"prediction: libra-astra predict --backend aware, exact for this binary; {_AWARE_NOTE}",)
     return LoopResult(tuple(rows), tuple(efficiencies), best, stop, splits, bin_path, notes,
                       model_settings(simulator_model(splits, local_mem_bw_gbps, overlap=overlap, system=system)),
                       objective)
+
+
+_AWARE_NOTE = ("the optimizer's time model does not follow the congestion-aware backend (messages share links "
+               "there), so designs are optimized for the congestion-unaware one; predicted times here are the "
+               "aware backend's exact model's")
 
 
 def _safe(name: str) -> str:

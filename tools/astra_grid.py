@@ -13,9 +13,13 @@ ASTRA-sim refuses, is redrawn), and prints, for every value of every factor, the
 and the largest relative error over ranks of the prediction. Cases the model refuses are run too,
 to show that ASTRA-sim does not complete them either.
 
+With ``--backend aware`` the cases are one-dimensional (the congestion-aware backend's limit:
+Ring/FullyConnected/Switch of 2-16 NPUs) and the model is libra_astra.timing.astra_aware; give
+that backend's binary (``AstraSim_Analytical_Congestion_Aware``) with --binary or ASTRA_SIM_AWARE_BIN.
+
 Usage: ASTRA_SIM_BIN=/path/to/AstraSim_Analytical_Congestion_Unaware python tools/astra_grid.py
        [--samples 300] [--seed 1] [--jobs 2] [--record tests/fixtures/astra_recorded_settings.json]
-       [--record-count 40]
+       [--record-count 40] [--backend unaware|aware]
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from libra_astra.astra.parse import parse_output  # noqa: E402
 from libra_astra.errors import LibraError  # noqa: E402
+from libra_astra.timing.astra_aware import aware_rank_finish_ns  # noqa: E402
 from libra_astra.timing.astra_collective import Coll, Link, astra_bw_gbps, rank_finish_ns  # noqa: E402
 from libra_astra.timing.astra_settings import IMPLEMENTATION_KEYS, settings_from_json  # noqa: E402
 from libra_astra.traces import chakra_io as cio  # noqa: E402
@@ -44,18 +49,20 @@ IMPLS = ["ring", "direct", "direct2", "halvingDoubling", "doubleBinaryTree", "on
          "oneHalvingDoubling"]
 KINDS = ["ALL_REDUCE", "REDUCE_SCATTER", "ALL_GATHER", "ALL_TO_ALL"]
 TOPOLOGIES = ["Ring", "FullyConnected", "Switch"]
-BINARY_NAME = "astra-sim 518bd51 congestion-unaware"
+BINARY_NAMES = {"unaware": "astra-sim 518bd51 congestion-unaware", "aware": "astra-sim 518bd51 congestion-aware"}
+AWARE_ENV = "ASTRA_SIM_AWARE_BIN"
 
 
-def sample_case(rng: random.Random) -> dict:
+def sample_case(rng: random.Random, backend: str = "unaware") -> dict:
     """One grid point (factors drawn independently), with the inputs written as ASTRA-sim reads them."""
-    dims = rng.choice([1, 2, 3])
+    dims = 1 if backend == "aware" else rng.choice([1, 2, 3])
     impl = rng.choice(IMPLS)
     kind = rng.choice(KINDS)
     if impl.endswith("alvingDoubling") and kind == "ALL_TO_ALL":
         kind = rng.choice(KINDS[:3])          # ASTRA-sim exits: no halving-doubling all-to-all
     power2 = impl.endswith("alvingDoubling") or impl == "doubleBinaryTree"
-    npus = [rng.choice([2, 4, 8] if power2 or dims == 3 else [2, 3, 4, 6, 8]) for _ in range(dims)]
+    sizes = [2, 4, 8, 16] if backend == "aware" else [2, 4, 8]
+    npus = [rng.choice(sizes if power2 or dims == 3 else sizes + [3, 6]) for _ in range(dims)]
     while dims == 3 and npus[0] * npus[1] * npus[2] > 64:
         npus = [rng.choice([2, 4]) for _ in range(dims)]
     mixed = dims > 1 and rng.random() < 0.25 and not impl.startswith("one")
@@ -88,7 +95,7 @@ def sample_case(rng: random.Random) -> dict:
         if dims > 1 and rng.random() < 0.2:
             involved[rng.randrange(dims)] = False
         colls.append([k, size, involved])
-    return {"network": network, "system": system, "collectives": colls, "queues_per_dim": queues,
+    return {"network": network, "system": system, "collectives": colls, "queues_per_dim": queues, "backend": backend,
             "factors": {"implementation": impl, "kind": kind, "dims": dims, "mixed": mixed, "queues": queues,
                         "topologies": "/".join(sorted(set(network["topology"]))), "chain": count,
                         **{k: system[k] for k in ("preferred-dataset-splits", "active-chunks-per-dimension",
@@ -102,7 +109,8 @@ def predict(case: dict) -> tuple[int, ...]:
     links = [Link(t, n, astra_bw_gbps(b), lat) for t, n, b, lat in
              zip(net["topology"], net["npus_count"], net["bandwidth"], net["latency"])]
     colls = [Coll(k, s, tuple(inv)) for k, s, inv in case["collectives"]]
-    return rank_finish_ns(colls, links, settings_from_json(case["system"], queues_per_dim=case["queues_per_dim"]))
+    timer = aware_rank_finish_ns if case.get("backend") == "aware" else rank_finish_ns
+    return timer(colls, links, settings_from_json(case["system"], queues_per_dim=case["queues_per_dim"]))
 
 
 def simulate(case: dict, binary: str) -> tuple[list[int], list[str]]:
@@ -153,17 +161,19 @@ def pick_records(results: list[dict], count: int) -> list[dict]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--binary", default=os.environ.get("ASTRA_SIM_BIN"))
+    ap.add_argument("--binary", help="default: $ASTRA_SIM_BIN, with --backend aware $ASTRA_SIM_AWARE_BIN")
+    ap.add_argument("--backend", choices=sorted(BINARY_NAMES), default="unaware")
     ap.add_argument("--samples", type=int, default=300)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--record", type=Path, help="write the first --record-count cases and outputs here")
     ap.add_argument("--record-count", type=int, default=40)
     args = ap.parse_args()
+    args.binary = args.binary or os.environ.get(AWARE_ENV if args.backend == "aware" else "ASTRA_SIM_BIN")
     if not args.binary:
-        ap.error("give --binary or set ASTRA_SIM_BIN")
+        ap.error(f"give --binary or set {AWARE_ENV if args.backend == 'aware' else 'ASTRA_SIM_BIN'}")
     rng = random.Random(args.seed)
-    cases = [sample_case(rng) for _ in range(args.samples)]
+    cases = [sample_case(rng, args.backend) for _ in range(args.samples)]
 
     def one(case: dict) -> dict:
         try:
@@ -174,7 +184,10 @@ def main() -> int:
                 return {**case, "refused": str(e), "astra": "completed"}
             except (RuntimeError, subprocess.TimeoutExpired) as fail:
                 return {**case, "refused": str(e), "astra": f"failed too ({str(fail)[:60]})"}
-        finished, lines = simulate(case, args.binary)
+        try:
+            finished, lines = simulate(case, args.binary)
+        except (RuntimeError, subprocess.TimeoutExpired) as fail:     # a run the model times, the binary not
+            return {**case, "refused": "(predicted)", "astra": f"crashed ({str(fail)[:80]!r} ...)"}
         err = max(abs(p / f - 1) for p, f in zip(predicted, finished))
         return {**case, "predicted_ns": max(predicted), "simulated_ns": max(finished), "error": err,
                 "exact": list(predicted) == finished, "finished_ns": finished, "stdout_finished": lines}
@@ -184,7 +197,9 @@ def main() -> int:
     exact = 0
     for r in results:
         if "refused" in r:
-            print(f"refused: {r['refused']} -- ASTRA-sim {r['astra']}")
+            print(f"refused: {r['refused']} -- ASTRA-sim {r['astra']}" if r["refused"] != "(predicted)" else
+                  f"predicted but ASTRA-sim {r['astra']}: {json.dumps(r['factors'])} {json.dumps(r['network'])} "
+                  f"{json.dumps(r['collectives'])}")
             continue
         err = r["error"]
         exact += r["exact"]
@@ -206,8 +221,9 @@ def main() -> int:
         keep = [{k: r[k] for k in ("network", "system", "collectives", "queues_per_dim", "stdout_finished")}
                 for r in pick_records(ran, args.record_count)]
         args.record.write_text(json.dumps({
-            "recorded_with": BINARY_NAME, "command": f"tools/astra_grid.py --samples {args.samples} --seed "
-            f"{args.seed} --record-count {args.record_count}", "cases": keep}, indent=1) + "\n")
+            "recorded_with": BINARY_NAMES[args.backend], "command": f"tools/astra_grid.py --backend {args.backend} "
+            f"--samples {args.samples} --seed {args.seed} --record-count {args.record_count}", "cases": keep},
+            indent=1) + "\n")
         print(f"recorded {len(keep)} cases in {args.record}")
     return 0 if exact == len(ran) else 1
 

@@ -20,6 +20,8 @@ from ..errors import LibraError
 from ..files import load_yaml, read_json
 from ..model.network import Network, network_from_dict
 from ..model.numbers import check_number
+from ..model.collectives import P2P
+from ..timing.astra_aware import check_aware_links
 from ..timing.astra_collective import Link, astra_bw_gbps
 from ..traces.files import find_rank_files
 from ..timing.astra_durations import AstraSystem
@@ -46,6 +48,7 @@ class SimInputs:
     bandwidth_gbps: tuple[float, ...] | None = None  # for a libra_astra network file (it has none)
     run_dir: str | None = None                      # the emitted directory they came from
     flags: Mapping[str, str] = field(default_factory=dict)   # other simulator flags, checked
+    backend: str = "unaware"                        # the analytical binary: congestion-unaware | -aware
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,8 @@ def predict_inputs(inputs: SimInputs, on_progress: Callable[[int, int], None] | 
         ASTRA-sim never finishes or exits on (each as one line naming the file and the key).
     """
     net, links = read_network(inputs.network, inputs.bandwidth_gbps)
+    if inputs.backend == "aware":
+        check_aware_links(links, inputs.network)
     settings, roofline = read_system(inputs.system, inputs.queues_per_dim, inputs.flags)
     ordered = read_groups(inputs.comm_groups)
     peak, mem = roofline if roofline else (None, None)
@@ -178,12 +183,16 @@ def predict_inputs(inputs: SimInputs, on_progress: Callable[[int, int], None] | 
     # METADATA groups (sorted, as PyTorch lists them) and the file's, in its order
     groups = {**summary.metadata_groups, **ordered}
     system = AstraSystem(net, links, settings, groups, inputs.system,
-                         inputs.comm_groups or "the traces' METADATA process groups")
+                         inputs.comm_groups or "the traces' METADATA process groups", inputs.backend)
     notes = []
     gz = sum(p.name.endswith(".gz") for p in find_rank_files(prefix).values())
     if gz:
         notes.append(f"{gz} rank file(s) of {prefix} are gzipped, which ASTRA-sim cannot read (it opens "
                      "PREFIX.RANK.et): these are its times for them unpacked ('libra-astra doctor --fix' writes them so)")
+    if inputs.backend == "aware" and any(c.algorithm == "p2p" or c.type == P2P
+                                         for rc in demand.rank_classes for c in rc.collectives):
+        notes.append("sends are timed alone on their links: on the congestion-aware backend a send that overlaps "
+                     "other traffic on a link can take longer than predicted")
     return Predicted(inputs, net, system, demand, summary, predict_astra(demand, system), tuple(notes))
 
 
@@ -204,7 +213,8 @@ def prediction_to_dict(p: Predicted) -> dict[str, Any]:
         "inputs": {"workload": p.inputs.workload, "network": p.inputs.network, "system": p.inputs.system,
                    "comm_groups": p.inputs.comm_groups, "num_queues_per_dim": p.inputs.queues_per_dim,
                    "run_dir": p.inputs.run_dir},
-        "simulator": "astra-sim 518bd51, analytical congestion-unaware",
+        "simulator": f"astra-sim 518bd51, analytical congestion-{p.inputs.backend}",
+        "backend": p.inputs.backend,
         "et_nodes": p.summary.nodes_total,
         "time_ns": pr.time_ns, "slowest_rank": slow.rank, "mean_ns": pr.mean_ns,
         "exposed_comm_ns": slow.exposed_comm_ns,

@@ -39,6 +39,9 @@ class SimRecord:
     output_error: str = ""                # no output, or one holding what no working simulator prints
     exit_code: int | None = None          # from result.json
     wall_seconds: float | None = None     # host time of the run, from result.json
+    backend: str = "unaware"              # from result.json: the analytical backend the binary ran
+    # from result.json, on the aware backend: predict --backend aware's time (emit's model has no contention)
+    backend_predicted_ns: float | None = None
 
     @property
     def missing(self) -> tuple[int, ...]:
@@ -60,8 +63,8 @@ class SimRecord:
         return {"sim_dir": self.sim_dir, "accepted": self.accepted, "complete": self.complete,
                 "simulated_time_ns": self.simulated_time_ns, "ranks_finished": len(self.ranks),
                 "npus_count": self.npus_count, "missing_ranks": list(self.missing), "output_error": self.output_error,
-                "exit_code": self.exit_code, "wall_seconds": self.wall_seconds,
-                "ranks": [r.to_dict() for r in self.ranks]}
+                "exit_code": self.exit_code, "wall_seconds": self.wall_seconds, "backend": self.backend,
+                "backend_predicted_ns": self.backend_predicted_ns, "ranks": [r.to_dict() for r in self.ranks]}
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,8 @@ class RunRecord:
     @property
     def prediction_error(self) -> float | None:
         """(predicted - simulated) / simulated, as simulate reports it; None without both times."""
-        pred = self.manifest.predicted_time_ns
+        aware = self.sim is not None and self.sim.backend == "aware"
+        pred = self.sim.backend_predicted_ns if aware else self.manifest.predicted_time_ns
         sim = self.sim.simulated_time_ns if self.sim is not None else None
         if pred is None or not sim:
             return None
@@ -146,19 +150,26 @@ def _read_output(path: Path) -> tuple[tuple[RankStats, ...], str]:
     return parser.result().ranks, ""
 
 
-def _result_json(path: Path) -> tuple[bool, int | None, float | None]:
-    """(accepted, exit code, host seconds) from result.json; details of the wrong type are left out."""
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _result_json(path: Path) -> tuple[bool, int | None, float | None, str, float | None]:
+    """(accepted, exit code, host seconds, backend, the aware backend's predicted time) from
+    result.json; details of the wrong type are left out."""
     if not path.is_file():
-        return False, None, None
+        return False, None, None, "unaware", None
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         data = None
     if not isinstance(data, dict):
-        return True, None, None
-    code, wall = data.get("exit_code"), data.get("wall_seconds")
+        return True, None, None, "unaware", None
+    code = data.get("exit_code")
+    aware = data.get("backend") == "aware"
     return (True, code if isinstance(code, int) and not isinstance(code, bool) else None,
-            float(wall) if isinstance(wall, (int, float)) and not isinstance(wall, bool) else None)
+            _number(data.get("wall_seconds")), "aware" if aware else "unaware",
+            _number(data.get("predicted_time_ns")) if aware else None)
 
 
 def read_sim(run_dir: str | Path, npus_count: int) -> SimRecord | None:
@@ -171,8 +182,8 @@ def read_sim(run_dir: str | Path, npus_count: int) -> SimRecord | None:
         ranks, error = (), f"{sim} has no stdout.txt, so it is not what 'libra-astra simulate' leaves"
     else:
         ranks, error = _read_output(out)
-    accepted, code, wall = _result_json(sim / "result.json")
-    return SimRecord(str(sim), npus_count, ranks, accepted, error, code, wall)
+    accepted, code, wall, backend, predicted = _result_json(sim / "result.json")
+    return SimRecord(str(sim), npus_count, ranks, accepted, error, code, wall, backend, predicted)
 
 
 def read_run(run_dir: str | Path) -> RunRecord:

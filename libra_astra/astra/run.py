@@ -80,7 +80,9 @@ class SimResult:
     splits: int
     ranks: tuple[RankStats, ...]
     command: tuple[str, ...]
-    predicted_time_ns: float | None = None   # from the manifest, when emit recorded one
+    predicted_time_ns: float | None = None   # from the manifest, when emit recorded one (aware: see prediction_by)
+    backend: str = "unaware"                 # the analytical backend the binary runs (backend_of)
+    prediction_by: str = "emit"              # what predicted_time_ns is; on the aware backend predict's
 
     @property
     def prediction_error(self) -> float | None:
@@ -109,6 +111,7 @@ class SimResult:
             "npus_count": self.npus_count, "preferred_dataset_splits": self.splits,
             "simulated_time_ns": self.simulated_time_ns,
             "predicted_time_ns": self.predicted_time_ns, "prediction_error": self.prediction_error,
+            "backend": self.backend, "prediction_by": self.prediction_by,
             "command": list(self.command),
             "ranks": [r.to_dict() for r in self.ranks],
         }
@@ -160,11 +163,29 @@ def _exit_reason(code: int) -> str:
     return f"exited with code {code}"
 
 
+def backend_of(*names: str) -> str:
+    """The analytical backend a binary runs, told by its name as given or behind its links:
+    ``aware`` for AstraSim_Analytical_Congestion_Aware, else ``unaware``."""
+    return "aware" if any("congestion_aware" in Path(n).name.lower() for n in names if n) else "unaware"
+
+
+def _aware_prediction(run: Path) -> tuple[float | None, str]:
+    """(time, what it is) of the congestion-aware backend's exact model (``predict --backend
+    aware``): emit's prediction follows the optimizer's time model, which has no link contention."""
+    from dataclasses import replace
+
+    from .predict_inputs import inputs_from_run_dir, predict_inputs
+    try:
+        p = predict_inputs(replace(inputs_from_run_dir(run), backend="aware"))
+    except LibraError as e:
+        return None, f"none: predict --backend aware refused this run ({e})"
+    return float(p.prediction.time_ns), "predict --backend aware"
+
+
 def _check_backend(run: Path, names: tuple[str, str], network: Any) -> None:
     """The congestion-aware analytical backend of ASTRA-sim 518bd51 takes one-dimensional networks
-    only ("only support 1-dim topology"): refuse a run of more before starting it. The backend is
-    told by the binary's name, as given or behind its links."""
-    exe = next((n for n in names if "congestion_aware" in Path(n).name.lower()), None)
+    only ("only support 1-dim topology"): refuse a run of more before starting it."""
+    exe = next((n for n in names if backend_of(n) == "aware"), None)
     if exe is None:
         return
     dims = network.get("dimensions") if isinstance(network, Mapping) else None
@@ -251,9 +272,12 @@ def simulate(run_dir: str | os.PathLike, binary: str | os.PathLike | None = None
         # keep the failed run's output for inspection where the message points
         _publish_sim(tmp, sim, overwrite)
         raise LibraError(failure)
-    predicted = manifest.predicted_time_ns
+    predicted, by = manifest.predicted_time_ns, "emit"
+    backend = backend_of(_given_binary(binary), exe)
+    if backend == "aware":
+        predicted, by = _aware_prediction(run)
     result = SimResult(str(run), str(sim), exe, code, wall, npus, manifest.preferred_dataset_splits,
-                       parsed.ranks, tuple(shown), float(predicted) if predicted is not None else None)
+                       parsed.ranks, tuple(shown), float(predicted) if predicted is not None else None, backend, by)
     with publish.building(tmp, tmp / "result.json"):
         (tmp / "result.json").write_text(json.dumps(result.to_dict(), indent=1) + "\n")
     _publish_sim(tmp, sim, overwrite)

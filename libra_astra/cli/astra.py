@@ -90,7 +90,8 @@ def emit_command(design: str, out_dir: str, workload: str | None, splits: int | 
 @click.command("simulate", cls=Command)
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--astra-sim", "binary", default=None, metavar="BIN",
-              help="ASTRA-sim analytical binary (default: $ASTRA_SIM_BIN).")
+              help="ASTRA-sim analytical binary (default: $ASTRA_SIM_BIN): AstraSim_Analytical_Congestion_Unaware, "
+                   "or ..._Congestion_Aware (told by its name; one-dimensional networks only).")
 @click.option("--timeout", "timeout_s", default=3600.0, show_default=True, type=FiniteFloat(0, strict_min=True),
               help="Stop the simulator after this many seconds.")
 @click.option("--force", is_flag=True, help="Replace the results of an earlier run (RUN_DIR/sim).")
@@ -129,7 +130,13 @@ def simulate_command(run_dir: str, binary: str | None, timeout_s: float, force: 
     if any(r.wall_time_ns is None for r in res.ranks):
         click.echo("(ranks that ran a CPU op print only their finished line: ASTRA-sim's statistics report "
                    "supports GPU and communication nodes only)")
-    if res.predicted_time_ns is not None:
+    if res.backend == "aware":
+        # emit's prediction follows the optimizer's time model, which has no link contention
+        err = res.prediction_error
+        click.echo(f"predicted by libra-astra predict --backend aware: {fmt_ms(res.predicted_time_ns)} "
+                   f"(error {err:+.3%} against the simulator)" if err is not None else
+                   f"prediction: {res.prediction_by}")
+    elif res.predicted_time_ns is not None:
         from ..astra import load_manifest
 
         err = res.prediction_error

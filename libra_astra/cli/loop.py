@@ -23,7 +23,8 @@ from .show import format_loop
 @click.option("--budget", type=FiniteFloat(), help="Upper bound on network cost, USD.")
 @click.option("--time-target", type=FiniteFloat(), help="Time target in ns for --objective min-cost.")
 @click.option("--astra-sim", "binary", type=click.Path(dir_okay=False),
-              help="ASTRA-sim analytical congestion-unaware binary [default: $ASTRA_SIM_BIN].")
+              help="ASTRA-sim analytical binary [default: $ASTRA_SIM_BIN]: congestion-unaware, or congestion-aware "
+                   "(told by its name; 1-D networks, compared with its exact model).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="New directory that keeps every iteration's inputs and outputs.")
 @click.option("--splits", type=click.IntRange(min=1), default=None,

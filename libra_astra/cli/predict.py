@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -40,11 +41,15 @@ def _bandwidths(ctx: click.Context, param: click.Parameter, value: str | None) -
               help="Print only ASTRA-sim's line per rank: 'sys[R] finished, T cycles, exposed communication E "
                    "cycles.'")
 @click.option("--json", "as_json", is_flag=True, help="Print the prediction as JSON (every rank and class).")
+@click.option("--backend", type=click.Choice(["unaware", "aware"]), default="unaware", show_default=True,
+              help="The analytical binary to predict: AstraSim_Analytical_Congestion_Unaware, or "
+                   "..._Congestion_Aware (one-dimensional networks; messages share links).")
 def predict_command(source: str | None, workload: str | None, network: str | None, system: str | None,
                     comm_groups: str | None, queues: int, bandwidth: tuple[float, ...] | None, astra_format: bool,
-                    as_json: bool) -> None:
-    """Predict what ASTRA-sim (518bd51, analytical congestion-unaware) prints for these inputs,
-    without running it: every rank's finish time and exposed communication (1 cycle = 1 ns).
+                    as_json: bool, backend: str) -> None:
+    """Predict what ASTRA-sim (518bd51, analytical congestion-unaware, or congestion-aware with
+    --backend aware) prints for these inputs, without running it: every rank's finish time and
+    exposed communication (1 cycle = 1 ns).
 
     Give the simulator's own inputs (a trace PREFIX, network, system.json and groups), or a
     RUN_DIR made by `libra-astra emit`, whose manifest names them. Settings this model cannot
@@ -67,13 +72,13 @@ def predict_command(source: str | None, workload: str | None, network: str | Non
         if any(v is not None for v in (network, system, comm_groups, bandwidth)) or queues != 1:
             raise LibraError(f"{run_dir}: a run directory names its own inputs; give the files instead of the "
                              "directory to predict other ones")
-        inputs = inputs_from_run_dir(run_dir)
+        inputs = replace(inputs_from_run_dir(run_dir), backend=backend)
     else:
         prefix = workload or source
         if prefix is None or network is None or system is None:
             raise LibraError("give a RUN_DIR, or the workload PREFIX with --network-configuration and "
                              "--system-configuration")
-        inputs = SimInputs(prefix, network, system, comm_groups, queues, bandwidth)
+        inputs = SimInputs(prefix, network, system, comm_groups, queues, bandwidth, backend=backend)
     with Progress(f"predict {inputs.workload}") as p:
         res = predict_inputs(inputs, on_progress=p)
     pred = res.prediction
@@ -87,7 +92,7 @@ def predict_command(source: str | None, workload: str | None, network: str | Non
     slow = pred.slowest
     fast = min(pred.ranks, key=lambda r: (r.finished_ns, r.rank))
     shape = " x ".join(f"{link.topology}({link.npus})" for link in res.system.links)
-    click.echo(f"ASTRA-sim 518bd51 (analytical, congestion-unaware), predicted: {inputs.workload}, "
+    click.echo(f"ASTRA-sim 518bd51 (analytical, congestion-{backend}), predicted: {inputs.workload}, "
                f"{len(pred.ranks)} NPUs, network {shape}")
     click.echo(f"finish time: {pred.time_ns:,} cycles = {fmt_ms(pred.time_ns)} (rank {slow.rank}; mean "
                f"{fmt_ms(pred.mean_ns)}; fastest rank {fast.rank} {fmt_ms(fast.finished_ns)})")

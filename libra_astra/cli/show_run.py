@@ -108,6 +108,11 @@ def format_run(rec: RunRecord) -> str:
     else:
         lines.append(f"predicted: unavailable ({pred.get('unavailable') or 'no demand was read'})")
     lines += _simulated(rec, rec.sim)
+    if rec.sim is not None and rec.sim.backend == "aware":
+        # emit's model has no link contention: simulate compared with the aware backend's exact model
+        shown = rec.sim.backend_predicted_ns
+        lines.append("simulated on the congestion-aware backend; its exact model (predict --backend aware) "
+                     + (f"predicted {fmt_ms(shown)}" if shown is not None else "refused this run"))
     err = rec.prediction_error
     if err is not None:
         lines.append(f"error: {err:+.3%} (predicted against simulated)")

@@ -14,9 +14,8 @@ docs/astra-sim-settings.md derives each rule from ASTRA-sim's sources. In short:
   ``int(hops * latency + bytes / bandwidth)`` in the network and, where data is reduced,
   ``3 * int(bytes / local_mem_bw)``.
 
-Ring, direct and halving-doubling phases take the same time on every rank, so they are timed
-once; double binary tree phases differ per tree position, so ranks are simulated per position.
-Integer truncations are ASTRA-sim's, so times are exact to the nanosecond.
+Ring, direct and halving-doubling phases take the same time on every rank (timed once); double
+binary tree phases differ per position (ranks simulated per position). Times are exact to the ns.
 """
 
 from __future__ import annotations
@@ -45,9 +44,8 @@ class Link(NamedTuple):
 
 
 class Coll(NamedTuple):
-    """One collective node: kind, ``comm_size`` and ``involved_dim`` (one flag per dimension).
-    ``group``: on a communicator group's ring (ASTRA-sim's Local dimension: a fixed 10 ns memory
-    bus, and direct reduces (n - 1) times more packets per round)."""
+    """One collective node: kind, ``comm_size``, ``involved_dim``; ``group``: on a communicator group's
+    ring (a Local dimension: a fixed 10 ns memory bus, direct reduces (n - 1) x more packets)."""
 
     kind: str
     size_bytes: int
@@ -81,8 +79,7 @@ class _Dim(NamedTuple):
     flat: bool
 
     def route(self, offset: int) -> tuple[Link, int]:
-        """(link, hops) of a message to the member ``offset`` places along: a flattened ring
-        charges it on the lowest dimension where the two NPU ids differ."""
+        """(link, hops) to the member ``offset`` places along (flattened: the lowest dimension that differs)."""
         if not self.flat:
             return self.links[0], _hops(self.links[0], offset)
         for link in self.links:
@@ -194,6 +191,7 @@ class _Phase(NamedTuple):
     queue: int
     duration_ns: int            # -1: a double binary tree phase, timed per position
     tree: tuple | None = None   # (network dimension, link, bytes, root_max)
+    work: tuple = ()            # _phase_ns's arguments: astra_aware replays the phase's messages
 
 
 def collective_plan(c: Coll, links: Sequence[Link], s: SystemSettings, state: dict) -> list[list[_Phase]]:
@@ -249,19 +247,18 @@ def collective_plan(c: Coll, links: Sequence[Link], s: SystemSettings, state: di
         m, phases = chunk, []
         for t, ptype, pick in steps:
             dim, (alg, _, window) = dims[t]
-            half = max(q // 2, 1)
-            lo, span = {"first": (0, half), "last": (q // 2, q - q // 2), "any": (0, q)}[pick]
+            lo, span = {"first": (0, max(q // 2, 1)), "last": (q // 2, q - q // 2), "any": (0, q)}[pick]
             slot = state.setdefault((t, pick), 0)
             state[(t, pick)] = (slot + 1) % span
             queue = t * q + lo + slot
             if alg == "doubleBinaryTree":
-                turn = state.setdefault((c.kind, t), 0)
-                state[(c.kind, t)] = turn + 1
+                turn = state[(c.kind, t)] = state.get((c.kind, t), -1) + 1
                 _reduce_ns(m, s.local_mem_bw_gbps)      # refused now, not mid-replay
                 phases.append(_Phase(queue, -1, (t, dim.links[0], m, turn % 2 == 0)))
                 continue
-            phases.append(_Phase(queue, _phase_ns(alg, ptype, dim, m, window, 10 if c.group else s.endpoint_delay_ns,
-                                                  s.local_mem_bw_gbps, c.group)))
+            work = (alg, ptype, dim, m, window, 10 if c.group else s.endpoint_delay_ns, s.local_mem_bw_gbps, c.group,
+                    -1 if pick == "last" or (pick == "any" and q > 1 and slot >= q // 2) else 1)   # ring direction
+            phases.append(_Phase(queue, _phase_ns(*work[:8]), None, work))
             m = {ALL_GATHER: m * dim.n, REDUCE_SCATTER: m // dim.n}.get(ptype, m)
         plans.append(phases)
     return plans
@@ -409,7 +406,7 @@ class _Replay:
             return x[:i] + (pos,) + x[i + 1:]
 
         def send(t2: int, pos: int) -> None:
-            self.at(t2 + message_ns(link, _hops(link, pos - me), m), self.deliver, (*st[1:], x, peer(pos)))
+            self.transmit(t2, link, me, pos, m, (*st[1:], x, peer(pos)))
 
         def down(t2: int) -> None:
             for kid in kids[me]:
@@ -434,6 +431,9 @@ class _Replay:
                 self.at(t2 + ed + red, up if parent[me] >= 0 else down)
         for kid in kids[me]:
             self.post(t, (*st[1:], peer(kid), x), child)
+
+    def transmit(self, t: int, link: Link, src: int, dst: int, size: int, key: tuple) -> None:
+        self.at(t + message_ns(link, _hops(link, dst - src), size), self.deliver, key)
 
     def deliver(self, t: int, key: tuple) -> None:
         handler = self.waiting.pop(key, None)

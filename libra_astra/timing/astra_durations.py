@@ -1,6 +1,7 @@
 """The time ASTRA-sim gives each node of a demand's rank-class DAGs, for any system.json: the
 durations the dependency-aware replay (predict.py's plan) takes to answer what ASTRA-sim 518bd51
-(analytical, congestion-unaware backend) would print, without the pipelined time model.
+(analytical, congestion-unaware backend; or the congestion-aware one, ``AstraSystem.backend``,
+timed by astra_aware.py) would print, without the pipelined time model.
 
 - Collectives on all ranks (``involved_dim``) or on a group of every NPU: astra_collective.py,
   with the rank's earlier collectives carried (queue rotation, which double tree is next).
@@ -32,7 +33,8 @@ from ..demand.types import Collective, Demand, RankClass
 from ..errors import LibraError
 from ..model import collectives as coll
 from ..model.network import Network
-from .astra_collective import Coll, Link, checked_links, collective_plan, message_ns, rank_times
+from .astra_aware import aware_message_ns, check_aware_links, rank_times_for
+from .astra_collective import Coll, Link, checked_links, collective_plan, message_ns
 from .astra_settings import IMPLEMENTATION_KEYS, SystemSettings, parse_implementation
 
 _ALL = "all"      # demand's label of an all-ranks collective (demand.groups.group_label)
@@ -47,6 +49,7 @@ class AstraSystem(NamedTuple):
     groups: Mapping[str, tuple[int, ...]]     # communicator groups, members in ASTRA-sim's ring order
     system_source: str = "system.json"        # for messages
     groups_source: str = "communicator groups"
+    backend: str = "unaware"                  # ASTRA-sim's analytical backend: unaware | aware (astra_aware.py)
 
 
 class Spec(NamedTuple):
@@ -63,9 +66,11 @@ class IssueTimer:
     ASTRA-sim carries from one to the next (queue rotation, which double tree is next) is
     carried. ``memo`` may be shared by the timers of many ranks."""
 
-    def __init__(self, memo: dict):
+    def __init__(self, memo: dict, backend: str = "unaware"):
         self.state: tuple = ()
         self.memo = memo
+        self.rank_times = rank_times_for(backend)
+        self.aware = backend == "aware"
 
     def time_ns(self, c: Coll, links: tuple[Link, ...],
                 settings: SystemSettings) -> tuple[Spec | None, tuple[int, ...]]:
@@ -79,8 +84,10 @@ class IssueTimer:
             plan = collective_plan(c, links, settings, state)
             # only the parity of a tree's turn counts: keeps the states (and the memo) few
             after = tuple(sorted(((k, v % 2 if isinstance(k[0], str) else v) for k, v in state.items()), key=repr))
-            tree = any(p.tree for chunk in plan for p in chunk)
-            hit = self.memo[spec] = (rank_times([plan], links, settings), after, tree)
+            times = self.rank_times([plan], links, settings)
+            # ranks that differ (trees; on shared links, any uneven contention) are timed per rank
+            tree = any(p.tree for chunk in plan for p in chunk) or (self.aware and len(set(times)) > 1)
+            hit = self.memo[spec] = (times, after, tree)
         self.state = hit[1]
         return (spec if hit[2] else None), hit[0]
 
@@ -103,6 +110,8 @@ class _Timing:
         self.net = system.network
         self.npus = self.net.npus_count
         d.check_network(self.net)
+        if system.backend == "aware":
+            check_aware_links(system.links)
         self.memo: dict = {}
         self.groups: dict[tuple, tuple] = {}
 
@@ -111,12 +120,14 @@ class _Timing:
         if not dims:
             return 0
         link = self.system.links[dims[0]]
+        if self.system.backend == "aware":      # alone on its links (concurrent messages are not modeled)
+            return aware_message_ns(link, c.hops[dims[0]], int(c.size_bytes))
         return message_ns(link, c.hops[dims[0]], int(c.size_bytes))
 
     def class_times(self, rc: RankClass, order: Sequence[int]) -> list[tuple[Spec | None, tuple[int, ...]]]:
         """(spec, each rank's time: rank order, or one value) of the class's collectives ``order``
         (indexes, in issue order)."""
-        timer = IssueTimer(self.memo)
+        timer = IssueTimer(self.memo, self.system.backend)
         out = []
         for i in order:
             c = rc.collectives[i]
@@ -157,7 +168,8 @@ class _Timing:
         if alg == "doubleBinaryTree":
             raise LibraError(f"{where}: doubleBinaryTree on communicator group {c.group}: ASTRA-sim crashes (it takes "
                              "the group's ring for a tree); use ring or direct")
-        links = {self.ring_link(m, alg, key) for key, m in rings.items()}
+        links = {self.aware_link(m, key) if self.system.backend == "aware" else self.ring_link(m, alg, key)
+                 for key, m in rings.items()}
         if len(links) != 1:
             raise LibraError(f"{self.system.groups_source}: the groups behind {c.group!r} are rings of different "
                              f"shapes for one rank class; predict cannot time them as one")
@@ -188,6 +200,16 @@ class _Timing:
             raise LibraError(f"{self.system.groups_source}: group {key} has {len(m)} member(s); ASTRA-sim never "
                              f"finishes a collective on it; give the group two members or more")
         return m
+
+    def aware_link(self, members: tuple[int, ...], label: str) -> Link:
+        """On the congestion-aware backend a group on a Switch or FullyConnected network uses its
+        members' links only (no other group's), so it runs as on a network of its own size."""
+        link = self.system.links[0]
+        if link.topology == "Ring":
+            raise LibraError(f"{self.system.groups_source}: group {label} on a Ring network with the congestion-aware "
+                             "backend: its messages pass other NPUs' links, which other groups share; not modeled "
+                             "(use --backend unaware, or a Switch or FullyConnected network)")
+        return Link(link.topology, len(members), link.bw_gbps, link.latency_ns)
 
     def ring_link(self, members: tuple[int, ...], alg: str, label: str) -> Link:
         """A link of ``len(members)`` NPUs on which every offset's message costs what ASTRA-sim

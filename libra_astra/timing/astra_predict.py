@@ -1,5 +1,6 @@
-"""What ASTRA-sim 518bd51 (analytical, congestion-unaware) would print for a demand read from
-traces, without running it: each rank's finish time and exposed communication.
+"""What ASTRA-sim 518bd51 (analytical, congestion-unaware, or congestion-aware with
+``AstraSystem.backend``) would print for a demand read from traces, without running it: each
+rank's finish time and exposed communication.
 
 The demand's rank classes are replayed together as ASTRA-sim runs their DAGs (predict.py's
 replay: one GPU compute, one CPU op and one collective or send at a time per rank, receives
@@ -96,7 +97,7 @@ def predict_astra(d: Demand, system: AstraSystem) -> AstraPrediction:
 
 def _trees(d: Demand, system: AstraSystem, offsets, durs) -> AstraPrediction:
     """Double binary trees: each rank at its place in the trees (astra_trees.py)."""
-    finish, skew = refine_trees(d, offsets, durs, system.system_source)
+    finish, skew = refine_trees(d, offsets, durs, system.system_source, system.backend)
     ranks: dict[int, RankTime] = {}
     class_finish, class_compute, uneven = [], [], []
     for ci, rc in enumerate(d.rank_classes):

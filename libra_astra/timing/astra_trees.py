@@ -30,7 +30,8 @@ import numpy as np
 
 from ..demand.types import Dag, Demand, RankClass
 from ..errors import LibraError
-from .astra_collective import checked_links, collective_plan, rank_times
+from .astra_aware import rank_times_for
+from .astra_collective import checked_links, collective_plan
 from .astra_durations import Durations, Spec, arrival_skew, check_cycles
 from .plan import plan_of
 from .predict import replay_ends
@@ -108,8 +109,8 @@ def _instances(d: Demand, offsets: Sequence[int], trees: set[int]) -> list[list[
     return list(groups.values())
 
 
-def refine_trees(d: Demand, offsets: Sequence[int], durs: Durations,
-                 source: str) -> tuple[dict[int, float], tuple[int, int]]:
+def refine_trees(d: Demand, offsets: Sequence[int], durs: Durations, source: str,
+                 backend: str = "unaware") -> tuple[dict[int, float], tuple[int, int]]:
     """({rank: finish ns}, the arrival skew at shared collectives: astra_predict.arrival_skew)
     with every tree collective timed from each place's own issue time (module docstring).
     ``offsets``: the first global node of each class (the plan's).
@@ -124,6 +125,9 @@ def refine_trees(d: Demand, offsets: Sequence[int], durs: Durations,
     plans = {spec: tree_plan(spec) for spec, _ in durs.trees.values()}
     # the dimensions where some collective runs a tree: ranks that agree in them run alike
     tree_dims = sorted({p.tree[0] for plan in plans.values() for ch in plan for p in ch if p.tree})
+    if backend == "aware":      # one dimension, on which contention can set every rank apart
+        tree_dims = [0]
+    rank_times = rank_times_for(backend)
     split, parts = split_by_place(d, offsets, trees, tree_dims, source)
     new = plan_of(split).offsets
     dur = np.concatenate([durs.dur[offsets[ci]:offsets[ci + 1]] for ci, _ in parts])
