@@ -74,3 +74,95 @@ def test_endpoint_delay_zero_is_answered_when_nothing_starts_at_time_zero(tmp_pa
         (tmp_path / name).mkdir()
         inp = write_case(tmp_path / name, system(endpoint_delay=0), nodes_of, groups=groups)
         assert [r.finished_ns for r in predict_inputs(inp).prediction.ranks] == [finish] * 4, name
+
+
+# --- recorded grid cases ------------------------------------------------------------------------
+
+RECORDED = json.loads((ROOT / "tests" / "fixtures" / "predict_grid_recorded.json").read_text())
+
+
+def unpack(case: dict, d: Path) -> SimInputs:
+    """A recorded case's files, as the binary read them."""
+    for name, data in case["et"].items():
+        (d / name).write_bytes(bytes.fromhex(data))
+    (d / "network.yml").write_text(case["network"])
+    (d / "system.json").write_text(json.dumps(case["system"]))
+    return SimInputs(str(d / "w"), str(d / "network.yml"), str(d / "system.json"), None, case["queues"])
+
+
+@pytest.mark.parametrize("case", RECORDED["cases"], ids=lambda c: f"{c['workload']}-{c['variant']}")
+def test_predict_answers_as_the_recorded_binary_or_refuses_what_it_failed(tmp_path, case):
+    inp = unpack(case, tmp_path)
+    if case["astra_failed"]:
+        with pytest.raises(LibraError) as e:
+            predict_inputs(inp)
+        assert "\n" not in str(e.value) and str(tmp_path / "system.json") in str(e.value)
+        return
+    want = {r.rank: (r.finished_ns, r.exposed_comm_ns) for r in parse_output("\n".join(case["finished"])).ranks}
+    got = {r.rank: (r.finished_ns, r.exposed_comm_ns) for r in predict_inputs(inp).prediction.ranks}
+    assert got == want
+
+
+def test_the_recording_holds_every_kind_refusals_and_settings_that_change_the_time():
+    values = {(k, str(c["system"].get(k))) for c in RECORDED["cases"] for k in
+              ("endpoint-delay", "active-chunks-per-dimension", "roofline-enabled", "collective-optimization")}
+    assert {("endpoint-delay", "0"), ("active-chunks-per-dimension", "4"), ("roofline-enabled", "1"),
+            ("collective-optimization", "baseline")} <= values
+    assert {c["workload"].split()[0] for c in RECORDED["cases"]} == {"ALL_REDUCE", "REDUCE_SCATTER", "ALL_GATHER",
+                                                                     "ALL_TO_ALL", "SEND_RECV"}
+    assert any(c["astra_failed"] for c in RECORDED["cases"]) and any(c["queues"] == 2 for c in RECORDED["cases"])
+
+
+# --- the tool -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("strength", [2, 3])
+def test_the_covering_design_holds_every_tuple_of_values(strength):
+    grid = tool_module("predict_grid")
+    factors = {"a": [1, 2, 3], "b": ["x", "y"], "c": [0, 1, 2, 3], "d": [True, False]}
+    rows = grid.cover(factors, strength, random.Random(5))
+    for names in itertools.combinations(factors, strength):
+        seen = {tuple(r[n] for n in names) for r in rows}
+        assert seen == set(itertools.product(*(factors[n] for n in names))), names
+    assert len(rows) < 4 * 3 * 2 * 2       # a design, not the product
+
+
+def test_a_grid_case_is_chakra_et_that_predict_reads(tmp_path):
+    grid = tool_module("predict_grid")
+    row = {**{k: v[0] for k, v in grid.SETTINGS.items()}, "implementation": "direct2", "mix": "per-dimension",
+           "kind": "SEND_RECV", "dims": 2, "topology": "Switch", "size": "odd", "chain": 2, "lead": "compute",
+           "endpoint-delay": 10}
+    case = grid.grid_case(row, 0, 1, tmp_path)
+    sysd = json.loads(Path(case["system"]).read_text())
+    assert sysd["all-reduce-implementation"][0] == "direct2" and len(sysd["all-reduce-implementation"]) == 2
+    _, nodes = cio.read_et(case["prefix"] + ".0.et")
+    assert [n.type for n in nodes] == [cio.COMP, cio.COMM_SEND, cio.COMM_RECV, cio.COMM_COLL]
+    p = predict_inputs(SimInputs(case["prefix"], case["network"], case["system"], None, case["queues"]))
+    assert p.prediction.time_ns > 40_000        # 40 us of compute, a send and an all-reduce after it
+
+
+def test_the_summary_counts_exact_close_and_refused_cases():
+    grid = tool_module("predict_grid")
+    case = {"set": "grid", "workload": "w", "variant": "v", "factors": {}}
+    res = [{"case": case, "sim": {0: (100, 10)}, "pred": {0: (100, 10)}},
+           {"case": case, "sim": {0: (1000, 10)}, "pred": {0: (1005, 10)}},
+           {"case": case, "sim": "exit -6, 0 of 4 ranks finished", "pred": "/x/system.json: endpoint-delay 0"},
+           {"case": case, "sim": {0: (100, 10)}, "pred": "/x/system.json: no"}]
+    for r in res:
+        r["verdict"], r["error"] = grid.verdict(r)
+    rows = grid.summarize(res)
+    assert rows[1] == ["all", "4", "1", "1", "2", "0.5000%", "0.5000%", "1", "1"]
+    assert grid.refusals(res)[1] == ["1", "endpoint-delay 0", "exit -6, 0 of N ranks finished (abort)"]
+
+
+# --- the binary ---------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not (BIN and os.access(BIN, os.X_OK)),
+                    reason="set ASTRA_SIM_BIN to an AstraSim_Analytical_Congestion_Unaware binary to run this")
+def test_live_a_slice_of_the_grid_agrees_with_the_binary(tmp_path):
+    grid = tool_module("predict_grid")
+    results = grid.run_grid("smoke", 2, 2, BIN, None, tmp_path, {"grid"})
+    assert len(results) == 12
+    assert all(r["verdict"] in ("exact", "close", "refused") for r in results), grid.failures(results)
+    # ranks that leave a double binary tree at different times start the next collective apart:
+    # predict starts it when the last arrives, so its early ranks can differ; the run's time cannot
+    assert all(grid.run_time_error(r) in (None, 0.0) for r in results)

@@ -30,6 +30,7 @@ import itertools
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -245,33 +246,69 @@ def verdict(res: dict) -> tuple[str, float | None]:
     return ("exact" if err == 0 else "close"), err
 
 
+def run_time_error(res: dict) -> float | None:
+    """The relative error of the run's time (the slowest rank's finish), when both answered."""
+    sim, pred = res["sim"], res["pred"]
+    if isinstance(sim, str) or isinstance(pred, str):
+        return None
+    t = max(v[0] for v in sim.values())
+    return abs(max(v[0] for v in pred.values()) - t) / max(t, 1)
+
+
 def summarize(results: list[dict]) -> list[list[str]]:
     """One row per set: cases, exact, within 0.1%, within 1%, worst error, refused, failed."""
-    rows = [["inputs", "cases", "exact on every rank", "within 0.1%", "within 1%", "worst error",
-             "refused (ASTRA-sim fails too)", "wrong"]]
+    rows = [["inputs", "cases", "exact on every rank", "within 0.1%", "within 1%", "worst error (any rank)",
+             "worst error (run time)", "refused (ASTRA-sim fails too)", "wrong"]]
     by: dict[str, list[dict]] = {}
+    by["all"] = list(results)
     for r in results:
         by.setdefault(r["case"]["set"], []).append(r)
-        by.setdefault("all", []).append(r)
     for name, rs in by.items():
         errs = [r["error"] for r in rs if r["verdict"] in ("exact", "close")]
         rows.append([name, str(len(rs)), str(sum(r["verdict"] == "exact" for r in rs)),
                      str(sum(e <= 1e-3 for e in errs)), str(sum(e <= 1e-2 for e in errs)),
-                     f"{max(errs, default=0):.4%}", str(sum(r["verdict"] == "refused" for r in rs)),
+                     f"{max(errs, default=0):.4%}",
+                     f"{max((e for e in map(run_time_error, rs) if e is not None), default=0):.4%}",
+                     str(sum(r["verdict"] == "refused" for r in rs)),
                      str(sum(r["verdict"] not in ("exact", "close", "refused") or (r["error"] or 0) > 1e-2
                              for r in rs))])
     return rows
 
 
+def _short_sim(sim: str) -> str:
+    return sim.split(":", 1)[0] + (" (abort)" if sim.startswith("exit -6") else "")
+
+
+def _reason(line: str) -> str:
+    """A refusal without its paths and counts, to group equal ones."""
+    line = re.sub(r"[^\s']*/[^\s:']+", "FILE", line)
+    return re.sub(r"\b(rank|and) \d+", r"\1 N", line).removeprefix("FILE: ")
+
+
 def refusals(results: list[dict]) -> list[list[str]]:
-    """Distinct refusals (predict's line with the case's paths cut) with their counts."""
+    """Distinct refusals with their counts and how the binary failed on them."""
     seen: dict[str, list] = {}
     for r in results:
         if r["verdict"] == "refused":
-            reason = r["pred"].split(": ", 1)[-1] if r["pred"].startswith("/") else r["pred"]
-            seen.setdefault(reason, [0, r["sim"]])[0] += 1
-    return [["count", "predict's line (after the file name)", "ASTRA-sim"]] + [
-        [str(n), reason, sim] for reason, (n, sim) in sorted(seen.items(), key=lambda kv: -kv[1][0])]
+            entry = seen.setdefault(_reason(r["pred"]), [0, set()])
+            entry[0] += 1
+            entry[1].add(re.sub(r"\d+ of \d+", "0 of N", _short_sim(r["sim"])))
+    return [["cases", "predict's line", "ASTRA-sim"]] + [
+        [str(n), reason, "; ".join(sorted(sims))] for reason, (n, sims) in sorted(seen.items(), key=lambda kv: -kv[1][0])]
+
+
+def failures(results: list[dict]) -> list[list[str]]:
+    """Every case not within 1% or refused by one side only."""
+    rows = [["inputs", "workload", "system", "result"]]
+    for r in results:
+        v, c = r["verdict"], r["case"]
+        if v in ("exact", "refused") or v == "close" and r["error"] <= 1e-2:
+            continue
+        what = (f"{r['error']:+.3%}" if v == "close" else
+                f"predict refuses: {_reason(r['pred'])[:150]}" if v == "predict refuses" else
+                f"ASTRA-sim fails ({r['sim'][:70]}), predict answers" if v == "ASTRA-sim fails" else v)
+        rows.append([c["set"], c["workload"], c["variant"], what])
+    return rows
 
 
 def per_value(results: list[dict]) -> list[list[str]]:
@@ -316,11 +353,59 @@ def _npus(case: dict) -> int:
     return _prod(d["npus"] for d in data["dimensions"])
 
 
+def run_grid(size: str, seed: int, jobs: int, binary: str, examples: str | None, base: Path,
+             sets: set[str] | None = None, timeout: float = 120.0) -> list[dict]:
+    """Every case of the design of ``size``, run through predict and the binary: the case, both
+    answers, the verdict and the error."""
+    sets = set(sets or ("grid", "samples", "emitted", "real", "examples"))
+    grid_rows = cover({**SETTINGS, **SHAPES}, STRENGTH[size], random.Random(seed))
+    set_rows = cover(SETTINGS, 2, random.Random(seed + 1)) if size != "smoke" else []
+    if size == "smoke":
+        grid_rows = grid_rows[:12]
+    cases = [grid_case(r, i, seed, base / "grid") for i, r in enumerate(grid_rows)] if "grid" in sets else []
+    cases += input_cases(sets - {"grid"}, base / "inputs", examples, set_rows, seed)
+    with ThreadPoolExecutor(jobs) as pool:
+        outs = list(pool.map(lambda ic: run_case(ic[1], binary, base / "runs" / str(ic[0]), timeout),
+                             enumerate(cases)))
+    results = []
+    for case, o in zip(cases, outs):
+        v, err = verdict(o)
+        results.append({"case": case, **o, "verdict": v, "error": err})
+    return results
+
+
+def print_results(results: list[dict], echo=print) -> None:
+    """One line per case."""
+    echo(f"{'set':<8} {'workload':<40} {'system':<62} {'simulated ns':>13} {'predicted ns':>13}  result")
+    for r in results:
+        case, v, err = r["case"], r["verdict"], r["error"]
+        sim = f"{max(t for t, _ in r['sim'].values()):,}" if isinstance(r["sim"], dict) else "-"
+        pred = f"{max(t for t, _ in r['pred'].values()):,}" if isinstance(r["pred"], dict) else "-"
+        why = ("exact" if v == "exact" else f"{err:+.4%}" if v == "close" else
+               f"refused: {r['pred'][-90:]}" if v == "refused" else
+               f"WRONG ({v}): {r['sim'] if isinstance(r['sim'], str) else r['pred']}"[:200])
+        echo(f"{case['set']:<8} {case['workload'][:40]:<40} {case['variant'][:62]:<62} {sim:>13} {pred:>13}  {why}")
+
+
+def tables(results: list[dict]) -> list[tuple[str, list[list[str]]]]:
+    return [("Summary", summarize(results)), ("Refused by predict, and not finished by ASTRA-sim", refusals(results)),
+            ("Not within 1%, or refused by one side only", failures(results)),
+            ("Grid cases per value of each factor", per_value(results))]
+
+
+def print_tables(results: list[dict], echo=print) -> None:
+    for title, rows in tables(results):
+        echo(f"\n{title}")
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", choices=tuple(STRENGTH), default="pairs",
+    ap.add_argument("--size", choices=tuple(STRENGTH), default="triples",
                     help="smoke: 12 grid cases and the inputs with their own system.json; pairs: every pair of "
-                         "values; triples: every triple of grid values [pairs]")
+                         "values; triples: every triple of grid values [triples]")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", action="append", choices=("grid", "samples", "emitted", "real", "examples"))
@@ -336,65 +421,43 @@ def main() -> int:
     if not args.binary:
         ap.error("give --binary or set ASTRA_SIM_BIN")
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="libra_grid_"))
-    sets = set(args.only or ("grid", "samples", "emitted", "real", "examples"))
-    rng = random.Random(args.seed)
-    grid_rows = cover({**SETTINGS, **SHAPES}, STRENGTH[args.size], rng)
-    set_rows = cover(SETTINGS, 2, random.Random(args.seed + 1)) if args.size != "smoke" else []
-    if args.size == "smoke":
-        grid_rows = grid_rows[:12]
-    cases = [grid_case(r, i, args.seed, base / "grid") for i, r in enumerate(grid_rows)] if "grid" in sets else []
-    cases += input_cases(sets - {"grid"}, base / "inputs", args.examples, set_rows, args.seed)
-    with ThreadPoolExecutor(args.jobs) as pool:
-        outs = list(pool.map(lambda ic: run_case(ic[1], args.binary, base / "runs" / str(ic[0]), args.timeout),
-                             enumerate(cases)))
-    results = []
-    print(f"{'set':<8} {'workload':<40} {'system':<62} {'simulated ns':>13} {'predicted ns':>13}  result")
-    for case, o in zip(cases, outs):
-        v, err = verdict(o)
-        results.append({"case": case, **o, "verdict": v, "error": err})
-        sim = f"{max(t for t, _ in o['sim'].values()):,}" if isinstance(o["sim"], dict) else "-"
-        pred = f"{max(t for t, _ in o['pred'].values()):,}" if isinstance(o["pred"], dict) else "-"
-        why = ("exact" if v == "exact" else f"{err:+.4%}" if v == "close" else
-               f"refused: {o['pred'][-90:]}" if v == "refused" else
-               f"WRONG ({v}): {o['sim'] if isinstance(o['sim'], str) else o['pred']}"[:200])
-        print(f"{case['set']:<8} {case['workload'][:40]:<40} {case['variant'][:62]:<62} {sim:>13} {pred:>13}  {why}")
+    results = run_grid(args.size, args.seed, args.jobs, args.binary, args.examples, base, set(args.only or ()),
+                       args.timeout)
+    print_results(results)
+    print_tables(results)
     command = f"tools/predict_grid.py --size {args.size} --seed {args.seed}"
-    tables = [("Summary", summarize(results)), ("Refused by predict, and not finished by ASTRA-sim", refusals(results)),
-              ("Grid cases per value of each factor", per_value(results))]
-    for title, rows in tables:
-        print(f"\n{title}")
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        for row in rows:
-            print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
     if args.markdown:
-        args.markdown.write_text(markdown(tables, command))
+        args.markdown.write_text(markdown(tables(results), command))
         print(f"\nwrote {args.markdown}")
     if args.record:
         record(args.record, results, args.record_count, command)
-    bad = int(summarize(results)[-1][-1]) if results else 0
     print(f"runs kept in {base}")
-    return 0 if bad == 0 else 1
+    return 0 if int(summarize(results)[1][-1]) == 0 else 1
 
 
 def record(path: Path, results: list[dict], count: int, command: str) -> None:
     """Small grid cases (every file inline) with the binary's finished lines, first those that add
-    a factor value not yet kept; refused ones keep the binary's failure."""
+    a factor value or a way of failing not yet kept; refused ones keep the binary's failure."""
+    small = [r for r in results if r["case"]["set"] == "grid" and _npus(r["case"]) <= 16
+             and r["verdict"] in ("exact", "refused")]
     keep, seen = [], set()
-    for r in results:
+    for r in small:
+        new = {(k, str(v)) for k, v in r["case"]["factors"].items()}
+        new.add(("sim", _short_sim(r["sim"]) if isinstance(r["sim"], str) else "finished"))
+        if new - seen and len(keep) < count:
+            keep.append(r)
+            seen |= new
+    keep += [r for r in small if r not in keep][:count - len(keep)]
+    out = []
+    for r in keep:
         c = r["case"]
-        if c["set"] != "grid" or _npus(c) > 16 or r["verdict"] not in ("exact", "refused"):
-            continue
-        new = {(k, str(v)) for k, v in c["factors"].items()} - seen
-        if not new or len(keep) >= count:
-            continue
-        seen |= new
         d = Path(c["prefix"]).parent
-        keep.append({"workload": c["workload"], "variant": c["variant"], "queues": c["queues"],
-                     "network": Path(c["network"]).read_text(), "system": json.loads(Path(c["system"]).read_text()),
-                     "et": {p.name: p.read_bytes().hex() for p in sorted(d.glob("w.*.et"))},
-                     "finished": r["lines"], "astra_failed": r["sim"] if isinstance(r["sim"], str) else None})
-    path.write_text(json.dumps({"recorded_with": BINARY_NAME, "command": command, "cases": keep}, indent=1) + "\n")
-    print(f"recorded {len(keep)} cases in {path}")
+        out.append({"workload": c["workload"], "variant": c["variant"], "queues": c["queues"],
+                    "network": Path(c["network"]).read_text(), "system": json.loads(Path(c["system"]).read_text()),
+                    "et": {p.name: p.read_bytes().hex() for p in sorted(d.glob("w.*.et"))},
+                    "finished": r["lines"], "astra_failed": r["sim"] if isinstance(r["sim"], str) else None})
+    path.write_text(json.dumps({"recorded_with": BINARY_NAME, "command": command, "cases": out}, indent=1) + "\n")
+    print(f"recorded {len(out)} cases in {path}")
 
 
 if __name__ == "__main__":

@@ -236,6 +236,17 @@ def node_durations(d: Demand, plan, system: AstraSystem) -> Durations:
         A collective ASTRA-sim never finishes or exits on, or one this model does not time
         (the message names the system.json key or the group and why).
     """
+    try:
+        return _node_durations(d, plan, system)
+    except LibraError as e:
+        # astra_collective's refusals name the key; the user needs the file too
+        msg = str(e)
+        if msg.startswith((system.system_source, system.groups_source)):
+            raise
+        raise LibraError(f"{system.system_source}: {msg.removeprefix('system settings: ')}") from None
+
+
+def _node_durations(d: Demand, plan, system: AstraSystem) -> Durations:
     t = _Timing(d, system)
     # ASTRA-sim truncates a roofline compute time to whole ns (the recorded ones are whole already)
     dur = np.floor(plan.base_ns)
