@@ -166,3 +166,19 @@ def test_live_a_slice_of_the_grid_agrees_with_the_binary(tmp_path):
     # ranks that leave a double binary tree at different times start the next collective apart:
     # predict starts it when the last arrives, so its early ranks can differ; the run's time cannot
     assert all(grid.run_time_error(r) in (None, 0.0) for r in results)
+
+
+def test_tree_collectives_of_one_stage_only_are_timed_per_place(tmp_path):
+    # two pipeline stages (dimension 1) run different tree collectives on dimension 0: each stage's
+    # ranks are whole groups of their own collectives, which ASTRA-sim runs (finish, exposed) as below
+    net = "topology: [ Ring, Ring ]\nnpus_count: [ 2, 2 ]\nbandwidth: [ 50.0, 25.0 ]\nlatency: [ 500.0, 100.0 ]\n"
+
+    def nodes(r):
+        out = [cio.comp_node(0, "mm", 3 + 4 * (r // 2))]
+        if r < 2:
+            return out + [cio.coll_node(1, "tp", "ALL_REDUCE", 1 << 16, involved_dim=[True, False], ctrl_deps=[0])]
+        return out + [cio.coll_node(1, "tp", "ALL_GATHER", 1 << 12, involved_dim=[True, False], ctrl_deps=[0]),
+                      cio.coll_node(2, "tp2", "ALL_REDUCE", 1 << 14, involved_dim=[True, False], ctrl_deps=[1])]
+    p = predict_inputs(write_case(tmp_path, system("doubleBinaryTree", 2), nodes, net=net)).prediction
+    assert [(r.finished_ns, r.exposed_comm_ns) for r in p.ranks] == [(6590, 3590), (4860, 1860), (9858, 2858),
+                                                                    (9043, 2043)]
