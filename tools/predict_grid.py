@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from libra_astra.astra.parse import parse_output  # noqa: E402
 from libra_astra.astra.predict_inputs import SimInputs, predict_inputs  # noqa: E402
+from libra_astra.doctor import diagnose  # noqa: E402
 from libra_astra.errors import LibraError  # noqa: E402
 from libra_astra.traces import chakra_io as cio  # noqa: E402
 
@@ -227,6 +228,12 @@ def run_case(case: dict, binary: str, work: Path, timeout: float) -> dict:
         out["pred"] = {r.rank: (r.finished_ns, r.exposed_comm_ns) for r in p.prediction.ranks}
     except LibraError as e:
         out["pred"] = f"{e}"
+    try:        # doctor --system: does it say ASTRA-sim fails (a finding of severity "fails")?
+        diag = diagnose(case["prefix"], network=case["network"], groups=case["groups"], system=case["system"])
+        codes = sorted({f.code for f in diag.findings if f.severity == "fails"})
+        out["doctor"] = ("fails: " + ", ".join(codes)) if codes else "runs"
+    except LibraError as e:
+        out["doctor"] = f"refuses: {e}"
     return out
 
 
@@ -246,6 +253,11 @@ def verdict(res: dict) -> tuple[str, float | None]:
     return ("exact" if err == 0 else "close"), err
 
 
+def doctor_agrees(res: dict) -> bool:
+    """doctor --system says the run fails (or refuses the files) exactly when ASTRA-sim fails."""
+    return isinstance(res["sim"], str) == (res.get("doctor", "runs") != "runs")
+
+
 def run_time_error(res: dict) -> float | None:
     """The relative error of the run's time (the slowest rank's finish), when both answered."""
     sim, pred = res["sim"], res["pred"]
@@ -258,7 +270,7 @@ def run_time_error(res: dict) -> float | None:
 def summarize(results: list[dict]) -> list[list[str]]:
     """One row per set: cases, exact, within 0.1%, within 1%, worst error, refused, failed."""
     rows = [["inputs", "cases", "exact on every rank", "within 0.1%", "within 1%", "worst error (any rank)",
-             "worst error (run time)", "refused (ASTRA-sim fails too)", "wrong"]]
+             "worst error (run time)", "refused (ASTRA-sim fails too)", "wrong", "doctor --system agrees"]]
     by: dict[str, list[dict]] = {}
     by["all"] = list(results)
     for r in results:
@@ -271,7 +283,8 @@ def summarize(results: list[dict]) -> list[list[str]]:
                      f"{max((e for e in map(run_time_error, rs) if e is not None), default=0):.4%}",
                      str(sum(r["verdict"] == "refused" for r in rs)),
                      str(sum(r["verdict"] not in ("exact", "close", "refused") or (r["error"] or 0) > 1e-2
-                             for r in rs))])
+                             for r in rs)),
+                     str(sum(doctor_agrees(r) for r in rs))])
     return rows
 
 
@@ -302,6 +315,9 @@ def failures(results: list[dict]) -> list[list[str]]:
     rows = [["inputs", "workload", "system", "result"]]
     for r in results:
         v, c = r["verdict"], r["case"]
+        if not doctor_agrees(r):
+            sim = "ASTRA-sim runs it" if isinstance(r["sim"], dict) else f"ASTRA-sim: {_short_sim(r['sim'])}"
+            rows.append([c["set"], c["workload"], c["variant"], f"doctor --system {r['doctor'][:90]}; {sim}"])
         if v in ("exact", "refused") or v == "close" and r["error"] <= 1e-2:
             continue
         what = (f"{r['error']:+.3%}" if v == "close" else
@@ -389,7 +405,7 @@ def print_results(results: list[dict], echo=print) -> None:
 
 def tables(results: list[dict]) -> list[tuple[str, list[list[str]]]]:
     return [("Summary", summarize(results)), ("Refused by predict, and not finished by ASTRA-sim", refusals(results)),
-            ("Not within 1%, or refused by one side only", failures(results)),
+            ("Not within 1%, refused by one side only, or doctor --system not agreeing", failures(results)),
             ("Grid cases per value of each factor", per_value(results))]
 
 
