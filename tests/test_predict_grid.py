@@ -182,3 +182,13 @@ def test_tree_collectives_of_one_stage_only_are_timed_per_place(tmp_path):
     p = predict_inputs(write_case(tmp_path, system("doubleBinaryTree", 2), nodes, net=net)).prediction
     assert [(r.finished_ns, r.exposed_comm_ns) for r in p.ranks] == [(6590, 3590), (4860, 1860), (9858, 2858),
                                                                     (9043, 2043)]
+
+
+def test_the_markdown_tables_replace_only_their_part_of_a_page(tmp_path):
+    grid = tool_module("predict_grid")
+    page = tmp_path / "validation.md"
+    page.write_text(f"# Title\n\nprose\n\n{grid.BEGIN}\nold table\n{grid.END}\n\nmore prose\n")
+    grid.write_markdown(page, grid.markdown([("Summary", [["a", "b"], ["1", "x|y"]])], "cmd"))
+    text = page.read_text()
+    assert text.startswith("# Title\n\nprose\n\n") and text.endswith("\n\nmore prose\n")
+    assert "old table" not in text and "| 1 | x\\|y |" in text

@@ -19,7 +19,7 @@ A case agrees when predict answers and ASTRA-sim finishes every rank, or when pr
 or no rank finishes). Prints every case, a summary table, and writes it as markdown (``--markdown``).
 
 Usage: ASTRA_SIM_BIN=/path/to/AstraSim_Analytical_Congestion_Unaware python tools/predict_grid.py
-       [--size smoke|pairs|triples] [--seed 1] [--jobs 2] [--markdown docs/validation-grid.md]
+       [--size smoke|pairs|triples] [--seed 1] [--jobs 2] [--markdown docs/validation.md]
        [--record tests/fixtures/predict_grid_recorded.json]
 """
 
@@ -354,6 +354,20 @@ def markdown(tables: list[tuple[str, list[list[str]]]], command: str) -> str:
     return "\n".join(out)
 
 
+BEGIN, END = "<!-- predict_grid tables -->", "<!-- end of predict_grid tables -->"
+
+
+def write_markdown(path: Path, tables_md: str) -> None:
+    """The tables between BEGIN and END of an existing page (the rest kept), or a new file."""
+    text = path.read_text() if path.is_file() else ""
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = f"{head}{BEGIN}\n{tables_md}\n{END}{rest.split(END, 1)[1]}"
+    else:
+        text = f"{BEGIN}\n{tables_md}\n{END}\n"
+    path.write_text(text)
+
+
 def _prod(xs) -> int:
     p = 1
     for x in xs:
@@ -443,7 +457,7 @@ def main() -> int:
     print_tables(results)
     command = f"tools/predict_grid.py --size {args.size} --seed {args.seed}"
     if args.markdown:
-        args.markdown.write_text(markdown(tables(results), command))
+        write_markdown(args.markdown, markdown(tables(results), command))
         print(f"\nwrote {args.markdown}")
     if args.record:
         record(args.record, results, args.record_count, command)
