@@ -19,7 +19,7 @@ A case agrees when predict answers and ASTRA-sim finishes every rank, or when pr
 or no rank finishes). Prints every case, a summary table, and writes it as markdown (``--markdown``).
 
 Usage: ASTRA_SIM_BIN=/path/to/AstraSim_Analytical_Congestion_Unaware python tools/predict_grid.py
-       [--size smoke|pairs|triples] [--seed 1] [--jobs 2] [--markdown docs/validation.md]
+       [--size smoke|pairs|triples] [--seed 1] [--jobs 2] [--markdown docs/benchmarks.md]
        [--record tests/fixtures/predict_grid_recorded.json]
 """
 
@@ -348,7 +348,7 @@ def per_value(results: list[dict]) -> list[list[str]]:
 def markdown(tables: list[tuple[str, list[list[str]]]], command: str) -> str:
     out = [f"<!-- written by {command}; do not edit by hand -->", ""]
     for title, rows in tables:
-        out += [f"### {title}", "", "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+        out += [f"#### {title}", "", "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
         out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows[1:]]
         out.append("")
     return "\n".join(out)
