@@ -2,7 +2,7 @@
 binary over a covering design of system settings, collectives and networks.
 
 tests/fixtures/predict_grid_recorded.json was recorded by ``tools/predict_grid.py --size triples
---seed 1 --record ...`` from the binary (518bd51): small grid cases with every file inline (the ET
+--seed 1 --only grid --record FILE`` from the binary (518bd51): small grid cases with every file inline (the ET
 files as hex, written by chakra_io with mlc-chakra's schema) and the binary's ``finished`` lines,
 or how it failed. Tests that run the binary are skipped without $ASTRA_SIM_BIN.
 """

@@ -455,7 +455,8 @@ def main() -> int:
                        args.timeout)
     print_results(results)
     print_tables(results)
-    command = f"tools/predict_grid.py --size {args.size} --seed {args.seed}"
+    command = f"tools/predict_grid.py --size {args.size} --seed {args.seed}" + "".join(
+        f" --only {o}" for o in args.only or ())
     if args.markdown:
         write_markdown(args.markdown, markdown(tables(results), command))
         print(f"\nwrote {args.markdown}")
