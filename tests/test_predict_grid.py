@@ -13,7 +13,6 @@ import itertools
 import json
 import os
 import random
-import re
 from pathlib import Path
 
 import pytest
@@ -141,7 +140,7 @@ def test_a_grid_case_is_chakra_et_that_predict_reads(tmp_path):
 
 
 def test_the_summary_counts_exact_close_and_refused_cases():
-    grid = tool_module("predict_grid")
+    grid = tool_module("predict_grid_report")
     case = {"set": "grid", "workload": "w", "variant": "v", "factors": {}}
     res = [{"case": case, "sim": {0: (100, 10)}, "pred": {0: (100, 10)}},
            {"case": case, "sim": {0: (1000, 10)}, "pred": {0: (1005, 10)}},
@@ -152,6 +151,7 @@ def test_the_summary_counts_exact_close_and_refused_cases():
     rows = grid.summarize(res)
     assert rows[1] == ["all", "4", "1", "1", "2", "0.5000%", "0.5000%", "1", "1", "3"]   # no doctor: "runs"
     assert grid.refusals(res)[1] == ["1", "endpoint-delay 0", "exit -6, 0 of N ranks finished (abort)"]
+    assert grid.wrong_count(res) == 1 and grid.wrong_count(res[:3]) == 0
 
 
 # --- the binary ---------------------------------------------------------------------------------
@@ -162,10 +162,11 @@ def test_live_a_slice_of_the_grid_agrees_with_the_binary(tmp_path):
     grid = tool_module("predict_grid")
     results = grid.run_grid("smoke", 2, 2, BIN, None, tmp_path, {"grid"})
     assert len(results) == 12
-    assert all(r["verdict"] in ("exact", "close", "refused") for r in results), grid.failures(results)
+    report = tool_module("predict_grid_report")
+    assert all(r["verdict"] in ("exact", "close", "refused") for r in results), report.failures(results)
     # ranks that leave a double binary tree at different times start the next collective apart:
     # predict starts it when the last arrives, so its early ranks can differ; the run's time cannot
-    assert all(grid.run_time_error(r) in (None, 0.0) for r in results)
+    assert all(report.run_time_error(r) in (None, 0.0) for r in results)
 
 
 def test_tree_collectives_of_one_stage_only_are_timed_per_place(tmp_path):
@@ -185,7 +186,7 @@ def test_tree_collectives_of_one_stage_only_are_timed_per_place(tmp_path):
 
 
 def test_the_markdown_tables_replace_only_their_part_of_a_page(tmp_path):
-    grid = tool_module("predict_grid")
+    grid = tool_module("predict_grid_report")
     page = tmp_path / "validation.md"
     page.write_text(f"# Title\n\nprose\n\n{grid.BEGIN}\nold table\n{grid.END}\n\nmore prose\n")
     grid.write_markdown(page, grid.markdown([("Summary", [["a", "b"], ["1", "x|y"]])], "cmd"))

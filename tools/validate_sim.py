@@ -143,7 +143,7 @@ def main() -> int:
         print(f"\n`libra-astra predict` against the binary: tools/predict_grid.py --size {args.grid_size}")
         results = predict_grid.run_grid(args.grid_size, 1, 2, binary, args.examples, base / "predict-grid")
         predict_grid.print_tables(results)
-        wrong = int(predict_grid.summarize(results)[1][-1])
+        wrong = predict_grid.report.wrong_count(results)
     if errors:
         print(f"\nlargest |error|: {max(errors):.3%} over {len(errors)} runs (target 2%)")
     print(f"runs kept in {base}")
