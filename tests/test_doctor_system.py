@@ -231,6 +231,19 @@ def test_sub_group_one_entry_lists_are_used_on_the_group(tmp_path):
     assert "group 1 (3 NPUs) halvingDoubling" in f.problem and d.fails
 
 
+def test_endpoint_delay_zero_spares_a_group_collective_at_time_zero(tmp_path):
+    # a group's ring pays a fixed 10 ns per message, not endpoint-delay: ASTRA-sim runs it (binary:
+    # 2 groups of 2 on Ring 4, 64 KiB all-reduce at t = 0, endpoint-delay 0, every rank at 2,310 ns);
+    # a collective on every rank at t = 0 still aborts
+    (tmp_path / "s.json").write_text(json.dumps(sound(1, **{"endpoint-delay": 0})))
+    (tmp_path / "g.json").write_text(json.dumps({"1": [0, 1], "2": [2, 3]}))
+    grouped = write_set(tmp_path / "g", [[coll(1, AR, 1 << 16, inv=None, pg=str(r // 2 + 1))] for r in range(4)])
+    d = diagnose(grouped, groups=tmp_path / "g.json", system=tmp_path / "s.json")
+    assert "endpoint-delay-zero" not in {f.code for f in d.findings} and not d.fails
+    whole = write_set(tmp_path / "w", [[coll(1, AR, 1 << 16)] for r in range(4)])
+    assert "endpoint-delay-zero" in {f.code for f in diagnose(whole, system=tmp_path / "s.json").findings}
+
+
 def test_all_gather_smaller_than_the_splits(tmp_path):
     system = sound(1, **{"preferred-dataset-splits": 4})
     (tmp_path / "s.json").write_text(json.dumps(system))

@@ -3,10 +3,11 @@
 collectives over 2 to 4 dimensions, and the real PyTorch traces of tests/fixtures/real through the
 closed loop, and ASTRA-sim's own example workloads (its repository's
 examples/workload/microbenchmarks, with --examples or ASTRA_SIM_EXAMPLES) through the closed loop,
-against a real ASTRA-sim binary.
+against a real ASTRA-sim binary; and ``predict`` over tools/predict_grid.py's covering grid of
+system settings (``--only predict-grid``, ``--grid-size``).
 
 Usage: ASTRA_SIM_BIN=/path/to/AstraSim_Analytical_Congestion_Unaware python tools/validate_sim.py [--out DIR]
-       [--only samples|real|collectives|astra-examples] [--examples ASTRA_SIM_CHECKOUT]
+       [--only samples|real|collectives|astra-examples|predict-grid] [--grid-size pairs] [--examples ASTRA_SIM_CHECKOUT]
 """
 
 from __future__ import annotations
@@ -75,12 +76,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="Keep the runs here (default: a temporary directory).")
     ap.add_argument("--total-bw", type=float, default=400.0, help="GB/s per NPU for the sample loops.")
-    ap.add_argument("--only", choices=("samples", "real", "collectives", "astra-examples"), action="append",
+    ap.add_argument("--only", choices=("samples", "real", "collectives", "astra-examples", "predict-grid"),
+                    action="append",
                     help="Run only these parts (repeatable; default: all).")
     ap.add_argument("--real-total-bw", type=float, default=100.0, help="GB/s per NPU for the real-trace loops.")
     ap.add_argument("--examples", default=os.environ.get(EXAMPLES_ENV),
                     help=f"An ASTRA-sim checkout (or its examples/ folder) whose microbenchmark workloads to run "
                          f"[default: ${EXAMPLES_ENV}; skipped when neither is given].")
+    ap.add_argument("--grid-size", choices=("smoke", "pairs", "triples"), default="pairs",
+                    help="The covering design of tools/predict_grid.py for the predict-grid part [pairs].")
     args = ap.parse_args()
     try:
         binary = resolve_binary()       # $ASTRA_SIM_BIN, checked as simulate checks it
@@ -92,7 +96,7 @@ def main() -> int:
     cost = load_cost(ROOT / "network_configs/cost.yml")
     errors = []
     print(f"{'sample':<15} {'k':>2} {'design':<20} {'predicted ns':>14} {'simulated ns':>14} {'error':>8}")
-    parts = set(args.only or ("samples", "real", "collectives", "astra-examples"))
+    parts = set(args.only or ("samples", "real", "collectives", "astra-examples", "predict-grid"))
     for name, prefix, network in (SAMPLES if "samples" in parts else []):
         net = load_network(ROOT / network)
         for k in (1, 4):
@@ -133,8 +137,17 @@ def main() -> int:
                 for net in example_networks(ex.npus):
                     _loop_rows(ex.label, 28, ex.prefix, net, cost, base / f"astra-{ex.label}-{net.name}",
                                args.real_total_bw, binary, errors, column=f"{net.name:<22}")
-    print(f"\nlargest |error|: {max(errors):.3%} over {len(errors)} runs (target 2%); runs kept in {base}")
-    return 0
+    wrong = 0
+    if "predict-grid" in parts:
+        import predict_grid
+        print(f"\n`libra-astra predict` against the binary: tools/predict_grid.py --size {args.grid_size}")
+        results = predict_grid.run_grid(args.grid_size, 1, 2, binary, args.examples, base / "predict-grid")
+        predict_grid.print_tables(results)
+        wrong = predict_grid.report.wrong_count(results)
+    if errors:
+        print(f"\nlargest |error|: {max(errors):.3%} over {len(errors)} runs (target 2%)")
+    print(f"runs kept in {base}")
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":

@@ -258,6 +258,17 @@ def node_durations(d: Demand, plan, system: AstraSystem) -> Durations:
         A collective ASTRA-sim never finishes or exits on, or one this model does not time
         (the message names the system.json key or the group and why).
     """
+    try:
+        return _node_durations(d, plan, system)
+    except LibraError as e:
+        # astra_collective's refusals name the key; the user needs the file too
+        msg = str(e)
+        if msg.startswith((system.system_source, system.groups_source)):
+            raise
+        raise LibraError(f"{system.system_source}: {msg.removeprefix('system settings: ')}") from None
+
+
+def _node_durations(d: Demand, plan, system: AstraSystem) -> Durations:
     t = _Timing(d, system)
     # ASTRA-sim truncates a roofline compute time to whole ns (the recorded ones are whole already)
     dur = np.floor(plan.base_ns)
@@ -306,3 +317,41 @@ def check_cycles(replay) -> None:
     if getattr(replay, "cycles", 0):
         raise LibraError("ranks wait on each other in a cycle (a receive whose send waits for it, or a collective "
                          "whose members issue it in different orders): ASTRA-sim would never finish them")
+
+
+def check_start_at_zero(d: Demand, plan, dur: np.ndarray, system: AstraSystem) -> None:
+    """Refuse endpoint-delay 0 with a collective on the whole network issued at t = 0: its
+    memory bus schedules an event at t = 0, which fails EventQueue::proceed's assertion and
+    ASTRA-sim aborts (later it is fine, and a group's ring pays a fixed 10 ns). A node is issued
+    at t = 0 when every node it waits for takes 0 ns and is issued at t = 0 too."""
+    if system.settings.endpoint_delay_ns:
+        return
+    n = dur.shape[0]
+    waits = np.asarray(list(plan.waits.items()), dtype=np.int64).reshape(-1, 2)
+    src = np.concatenate([plan.edges[0], waits[:, 1]])
+    dst = np.concatenate([plan.edges[1], waits[:, 0]])
+    indeg = np.bincount(dst, minlength=n)
+    order = np.argsort(src, kind="stable")
+    src, dst = src[order], dst[order]
+    first = np.searchsorted(src, np.arange(n + 1))
+    at_zero = indeg == 0
+    met = np.zeros(n, dtype=np.int64)
+    stack = np.flatnonzero(at_zero & (dur == 0)).tolist()
+    while stack:        # only the nodes of 0 ns reachable from the start: a few
+        g = stack.pop()
+        for s in dst[first[g]:first[g + 1]].tolist():
+            met[s] += 1
+            if met[s] == indeg[s]:
+                at_zero[s] = True
+                if dur[s] == 0:
+                    stack.append(s)
+    flat = [(rc, c) for rc in d.rank_classes for c in rc.collectives]
+    t = _Timing(d, system)
+    starts = [(g, flat[k]) for g, k in zip(plan.coll_pos.tolist(), plan.coll_idx.tolist()) if at_zero[g]]
+    starts += [(plan.offsets[ci], (d.rank_classes[ci], c)) for ci in plan.no_dag
+               if d.rank_classes[ci].compute_time_ns == 0 for c in d.rank_classes[ci].collectives[:1]]
+    for _, (rc, c) in starts:
+        if c.algorithm != "p2p" and c.type != coll.P2P and not t.astra_coll(c, rc)[0].group:
+            raise LibraError(f"{system.system_source}: endpoint-delay 0, and rank {rc.ranks[0] if rc.ranks else 0} "
+                             f"issues {c.type} at time 0: ASTRA-sim aborts (an event at t = 0 fails "
+                             "EventQueue::proceed's assertion); set endpoint-delay to 1 or more")

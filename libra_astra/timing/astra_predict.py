@@ -18,7 +18,8 @@ from typing import NamedTuple
 
 from ..demand.types import Demand
 from ..errors import LibraError
-from .astra_durations import AstraSystem, arrival_skew, check_cycles, gpu_compute_ns, node_durations
+from .astra_durations import (AstraSystem, arrival_skew, check_cycles, check_start_at_zero, gpu_compute_ns,
+                              node_durations)
 from .astra_trees import refine_trees
 from .plan import plan_of
 from .predict import replay_ends
@@ -77,6 +78,7 @@ def predict_astra(d: Demand, system: AstraSystem) -> AstraPrediction:
     """
     plan = plan_of(d)
     durs = node_durations(d, plan, system)
+    check_start_at_zero(d, plan, durs.dur, system)
     if durs.trees:
         return _trees(d, system, plan.offsets, durs)
     r = replay_ends(d, durs.dur)

@@ -149,11 +149,12 @@ def refine_trees(d: Demand, offsets: Sequence[int], durs: Durations, source: str
             for k, (cj, _) in enumerate(parts):
                 if cj == ci:
                     node[k] = new[k] + g - offsets[ci]
-        if (node < 0).any():
-            raise LibraError(f"{source}: doubleBinaryTree: a collective on every rank is missing from some ranks' "
+        if not _whole_groups(node, parts, spec.coll.involved, d.npus_per_dim):
+            raise LibraError(f"{source}: doubleBinaryTree: a collective is missing from some of its members' "
                              "graphs; ASTRA-sim would not finish it")
         times = durs.trees[inst[0]][1]
-        dur[node] = [times[ranks[0]] for _, ranks in parts]
+        have = node >= 0
+        dur[node[have]] = [times[ranks[0]] for (_, ranks), h in zip(parts, have) if h]
         jobs.append((spec, node, plans[spec]))
     memo: dict = {}
     for _ in range(len(jobs) + 1):
@@ -161,20 +162,32 @@ def refine_trees(d: Demand, offsets: Sequence[int], durs: Durations, source: str
         check_cycles(r)
         ends = np.asarray(r.finish, dtype=float)
         for spec, node, plan in jobs:
-            issue = ends[node] - dur[node]
-            rel = (issue - issue.min()).astype(np.int64)
+            # parts that do not issue it (another stage's ranks) are timed apart, from 0, and ignored
+            have = node >= 0
+            issue = np.where(have, ends[node] - dur[node], np.inf)
+            rel = np.where(have, issue - issue.min(), 0).astype(np.int64)
             key = (spec, rel.tobytes())
             if key not in memo:
                 timed = np.asarray(rank_times([plan], spec.links, spec.settings, rel[part_of].tolist()))
-                memo[key] = (timed[[ranks[0] for _, ranks in parts]] - rel).astype(float)
-            if not np.array_equal(memo[key], dur[node]):
+                memo[key] = (timed[[ranks[0] for _, ranks in parts]] - rel).astype(float)[have]
+            if not np.array_equal(memo[key], dur[node[have]]):
                 # the later ones were issued after this one's old end: replay before timing them
-                dur[node] = memo[key]
+                dur[node[have]] = memo[key]
                 break
         else:
             return ({rank: r.end_ns(r.class_last(k)) for k, (_, ranks) in enumerate(parts) for rank in ranks},
                     arrival_skew(plan_of(split), r.finish))
     raise LibraError(f"{source}: doubleBinaryTree: the ranks' tree times did not settle in {len(jobs) + 1} passes")
+
+
+def _whole_groups(node: np.ndarray, parts: list, involved: Sequence[bool], shape: Sequence[int]) -> bool:
+    """Whether the ranks that issue a collective (parts with a node) are whole groups of it:
+    with every rank that differs from one of them only in the involved dimensions."""
+    issuing = {r for (_, ranks), g in zip(parts, node.tolist()) if g >= 0 for r in ranks}
+    strides = [math.prod(shape[:i]) for i in range(len(shape))]
+    outside = lambda r: tuple(r // st % n for st, n, inv in zip(strides, shape, involved) if not inv)  # noqa: E731
+    keys = {outside(r) for r in issuing}
+    return all(outside(r) not in keys for r in range(math.prod(shape)) if r not in issuing)
 
 
 def tree_plan(spec: Spec) -> list:
