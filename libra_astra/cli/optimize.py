@@ -16,7 +16,7 @@ from .numbers import FiniteFloat
 from .app import Command
 from .common import check_plot, draw, plot_option
 from .format import fmt_time, fmt_usd
-from .options import SharedOptions, time_model_options, workload_options
+from .options import SharedOptions, power_options, time_model_options, workload_options
 from .progress import Progress
 from .show import format_frontier
 
@@ -25,7 +25,8 @@ if TYPE_CHECKING:  # the library is imported by the command that runs
     from ..model.network import Network
     from ..optimize.optimizer import OptimizeResult
 
-OBJECTIVE_HELP = "perf: min time; perf-per-cost: min time x cost; min-cost: min cost with --time-target."
+OBJECTIVE_HELP = ("perf: min time; perf-per-cost: min time x cost; min-cost: min cost with --time-target; "
+                  "min-energy: min J per step; perf-per-watt: min time x peak power (the last two need --power).")
 
 
 def _print_result(r: OptimizeResult, net: Network, cost: CostModel | None, n_workloads: int, data: dict) -> None:
@@ -69,7 +70,39 @@ def _print_result(r: OptimizeResult, net: Network, cost: CostModel | None, n_wor
     gap = f"{r.rel_gap:.2e}" if math.isfinite(r.rel_gap) else "unknown"
     click.echo(f"solver    {r.message}; relative duality gap {gap}; {r.newton_steps} Newton steps; "
                f"{r.solve_time_s * 1e3:.2f} ms")
+    if data.get("energy"):
+        for line in format_energy(data["energy"]):
+            click.echo(line)
 
+
+
+def energy_dict(workloads, net, power, r: OptimizeResult, shared: SharedOptions) -> dict:
+    """The result's "energy": the optimum's step (J, W) and each baseline's energy (J)."""
+    from ..optimize.energy import energy_report
+
+    def report(e):
+        return energy_report(workloads, net, power, e.bw_gbps, e.time_ns, shared.samples_per_step,
+                             shared.tokens_per_step)
+    out = {"power_model": power.name, **report(r.best).to_dict()}
+    out["baselines_energy_j"] = {name: report(e).energy_j for name, e in r.baselines.items()}
+    return out
+
+
+def format_energy(e: dict) -> list[str]:
+    """The energy lines of a result (optimize, show): step energy, where it goes, power."""
+    lines = [f"energy    {e['energy_j']:,.6g} J per step ({e['power_model']}); average power {e['average_power_w'] / 1e3:,.6g} kW; "
+             f"peak power {e['peak_cluster_power_w'] / 1e3:,.6g} kW cluster, {e['peak_fabric_power_w'] / 1e3:,.6g} kW fabric"]
+    per = [f"{e[k]:,.6g} J per {what}" for k, what in (("j_per_sample", "sample"), ("j_per_token", "token")) if e.get(k)]
+    if per:
+        lines.append("          " + ", ".join(per))
+    total = e["energy_j"] or 1.0
+    lines.append(f"  {'where the energy goes':<36} {'J per step':>14} {'share':>7}")
+    for name, j in e["parts_j"].items():
+        if j:
+            lines.append(f"  {name:<36} {j:>14,.6g} {j / total:>6.1%}")
+    for name, j in (e.get("baselines_energy_j") or {}).items():
+        lines.append(f"vs {name:<20} energy {j:,.6g} J per step  ({ratio(j, e['energy_j']) or 0:.4f}x the optimum's)")
+    return lines
 
 
 def _x(v: float | None, why: str = "time 0") -> str:
@@ -79,6 +112,7 @@ def _x(v: float | None, why: str = "time 0") -> str:
 @click.command("optimize", cls=Command)
 @workload_options
 @time_model_options
+@power_options
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="perf", show_default=True, help=OBJECTIVE_HELP)
 @click.option("--budget", type=FiniteFloat(), help="Upper bound on network cost, USD.")
 @click.option("--time-target", type=FiniteFloat(), help="Time target in ns for --objective min-cost.")
@@ -102,6 +136,8 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, as_j
           --cost network_configs/cost.yml --objective perf-per-cost --total-bw 400 --model libra
       libra-astra optimize --demand gpt3.demand.json --network network_configs/sample_8x8.yml \\
           --cost network_configs/cost.yml --objective min-cost --time-target 1.3e8 --total-bw-max 1000
+      libra-astra optimize --demand gpt3.demand.json --network network_configs/sample_8x8.yml \\
+          --power network_configs/power.yml --objective min-energy --total-bw 400 --power-max 98000
     """
     from ..files import check_writable, write_json_atomic
     from ..optimize.design import Design, WorkloadRef, design_to_dict, result_to_dict
@@ -114,10 +150,13 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, as_j
     if objective != "min-cost" and time_target is not None:
         raise LibraError("--time-target only applies to --objective min-cost")
     net, cost, workloads, cons = shared.load(budget, time_target, objective=objective)
+    power = shared.power(net)
     with Progress("optimize") as p:
         p.note(f"solving ({objective}, {tm.kind} model)")
-        r = optimize(workloads, net, cost, objective=objective, constraints=cons, model=tm)
+        r = optimize(workloads, net, cost, objective=objective, constraints=cons, model=tm, power=power)
     data = result_to_dict(r, net, tm, workloads)
+    if power is not None:
+        data["energy"] = energy_dict(workloads, net, power, r, shared)
     from ..demand.workload import demand_warnings
     warnings = demand_warnings(workloads)
     if as_json:

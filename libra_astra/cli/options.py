@@ -12,7 +12,7 @@ a parameter, so a command takes only its own options and reads the rest with ``c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import click
@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the library is imported by the command that runs, not to li
     from ..demand.workload import Workload
     from ..model.cost import CostModel
     from ..model.network import Network
+    from ..model.power import PowerModel
     from ..optimize.optimizer import Constraints
     from ..doctor.system_model import UserSystem
     from ..timing.model import TimeModel
@@ -58,6 +59,11 @@ class SharedOptions:
     overlap: bool | None = None
     system_path: str | None = None
     user_system: UserSystem | None = None      # read by time_model()
+    power_path: str | None = None
+    samples_per_step: float | None = None
+    tokens_per_step: float | None = None
+    power_max: float | None = None
+    power_scope: str = "cluster"
 
     def constraints(self, net: Network, budget: float | None, time_target: float | None) -> Constraints:
         from ..optimize.constraints import load_constraints_file, parse_constraints
@@ -82,7 +88,7 @@ class SharedOptions:
         from .progress import Progress
 
         net = load_network(self.network_path)
-        if objective != "perf":
+        if objective in ("perf-per-cost", "min-cost"):
             prices_for = f"--objective {objective}"
         if self.cost_path:
             cost = load_cost(self.cost_path)
@@ -97,7 +103,24 @@ class SharedOptions:
                                        on_progress=lambda prefix, done, total: p(done, total, prefix),
                                        type_cpu_collectives=self.type_cpu_collectives,
                                        cpu_collective_groups=self.cpu_collective_groups)
-        return Inputs(net, cost, workloads, self.constraints(net, budget, time_target))
+        cons = self.constraints(net, budget, time_target)
+        if self.power_max is not None:
+            from ..optimize.energy import power_constraint
+            cons = replace(cons, linear=cons.linear + (power_constraint(net, self.power(net), self.power_max,
+                                                                        self.power_scope),))
+        return Inputs(net, cost, workloads, cons)
+
+    def power(self, net: Network) -> PowerModel | None:
+        """The --power file, checked against the network's cost classes (None without --power)."""
+        if not self.power_path:
+            if self.power_max is not None:
+                raise LibraError("--power-max needs power figures: give --power FILE (e.g. network_configs/power.yml)")
+            return None
+        from ..model.power import load_power
+
+        model = load_power(self.power_path)
+        model.check(net)
+        return model
 
     def time_model(self) -> TimeModel:
         """The model the options name (timing/settings.py); options it ignores are refused. With
@@ -197,4 +220,21 @@ time_model_options = _apply([
     _shared("--overlap/--no-overlap", default=None,
             help="Time a rank by its longest dependency path (compute/communication overlap, as the "
                  "simulator runs it) or by the sum [default: overlap for pipelined, sum for libra]."),
+])
+
+# Power figures: energy, average and peak power of every design; the energy objectives and the power cap.
+power_options = _apply([
+    _shared("--power", "power_path", type=click.Path(exists=True, dir_okay=False),
+            help="Power YAML: W per NPU, pJ/bit and idle W per GB/s per cost class (network_configs/power.yml); "
+                 "adds energy per step (J), average and peak power (W) to the result."),
+    _shared("--samples-per-step", type=FiniteFloat(0, strict_min=True),
+            help="Samples one step trains, for J per sample."),
+    _shared("--tokens-per-step", type=FiniteFloat(0, strict_min=True),
+            help="Tokens one step trains, for J per token."),
+    _shared("--power-max", type=FiniteFloat(0, strict_min=True),
+            help="Upper bound on peak power in W (everything active at once), of --power-scope; needs --power."),
+    _shared("--power-scope", type=click.Choice(["cluster", "fabric", "cluster-per-npu", "fabric-per-npu"]),
+            default="cluster", show_default=True,
+            help="What --power-max bounds: the whole cluster (NPUs, rest of node, fabric) or the fabric only, "
+                 "in total or per NPU."),
 ])

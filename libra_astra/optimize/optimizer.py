@@ -6,6 +6,10 @@ Objectives (T = weighted sum over workloads of the slowest rank class's time, c 
 ``perf-per-cost``   minimize T(B) * c(B), made convex by the Charnes-Cooper change of variables
                     s = 1 / c(B), y = s B: T c = sum C_q / s + D(y) with c(y) = 1, A B <= b -> A y <= b s
 ``min-cost``        minimize c(B) subject to T(B) <= a time target
+``min-energy``      minimize the energy of a step, (base + idle . B) T(B) + K (energy.py): Charnes-
+                    Cooper as for perf-per-cost with s = 1 / (base + idle . B)
+``perf-per-watt``   minimize T(B) * peak cluster power (base + active . B): throughput per watt
+                    of the power envelope (per watt of *average* power it is 1 / energy: min-energy)
 
 Constraints: total bandwidth (equality or upper bound), cost budget, per-dimension bounds from the
 network file, and linear constraints from text (constraints.py).
@@ -26,7 +30,9 @@ from ..model.cost import CostModel
 from ..errors import InfeasibleError, LibraError
 from ..model.network import Network
 from ..timing.predict import critical_path_nodes, predict
-from .problem import OBJECTIVES, Constraints, ScaledProblem, Workload, build_problem, linear_rows, unscale
+from .energy import J_PER_NJ, energy_rate, peak_power
+from ..model.power import PowerModel
+from .problem import FRACTIONAL, OBJECTIVES, Constraints, ScaledProblem, Workload, build_problem, linear_rows, unscale
 from .terms import node_path_terms
 from . import bounded
 from .solver import solve, term_values, unbounded_coordinates
@@ -58,7 +64,7 @@ class Evaluation:
 class OptimizeResult:
     objective: str
     best: Evaluation
-    fun: float                  # objective value in its unit (ns, ns*USD or USD)
+    fun: float                  # objective value in its unit (ns, ns*USD, USD, or J for min-energy and perf-per-watt)
     dual_bound: float           # proven lower bound on the optimum, same unit
     rel_gap: float
     success: bool
@@ -121,7 +127,8 @@ def _feasible(bw, net, cons: Constraints, t: float, c: float, tol: float = 1e-6)
 
 def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, objective: str = "perf",
              constraints: Constraints = Constraints(), model: TimeModel = LIBRA, rel_gap: float = 1e-9,
-             baselines: bool = True, max_path_rounds: int = MAX_PATH_ROUNDS) -> OptimizeResult:
+             baselines: bool = True, max_path_rounds: int = MAX_PATH_ROUNDS,
+             power: PowerModel | None = None) -> OptimizeResult:
     """Find the bandwidth per dimension that minimizes the objective under the constraints.
 
     With ``model.overlap`` the time of a rank is its longest dependency path (compute and
@@ -135,11 +142,12 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
         another network shape.
     """
     start_for, start_bw = None, None
+    multiplier, const_j = _multiplier(workloads, net, power, objective)
     try:
         if objective == "min-cost":
             start_for, start_bw = _min_cost_start(workloads, net, cost, constraints, model)
         b, res, bw, n_paths = _solve_model(workloads, net, cost, constraints, objective, model, rel_gap, start_for,
-                                           start_bw, max_path_rounds)
+                                           start_bw, max_path_rounds, multiplier=multiplier)
     except InfeasibleError as e:
         raise InfeasibleError(_explain_infeasible(net, cost, constraints) or str(e)) from None
     best = evaluate(workloads, net, cost, bw, constraints, model)
@@ -147,9 +155,13 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
         fun, unit = best.time_ns, b.t0
     elif objective == "perf-per-cost":
         fun, unit = best.time_cost_ns_usd, b.t0 * b.c0
+    elif objective in ("min-energy", "perf-per-watt"):
+        # W x ns = nJ; min-energy adds the energy that does not depend on B
+        fun = (multiplier[0] + float(np.dot(multiplier[1], best.bw_gbps))) * best.time_ns * J_PER_NJ + const_j
+        unit = b.t0 * b.d0 * J_PER_NJ
     else:
         fun, unit = best.cost_usd, b.c0
-    dual = res.dual_bound * unit
+    dual = res.dual_bound * unit + const_j
     # relative to the problem's own scale when the optimum is 0 (a trace with no time at all)
     rel = (fun - dual) / max(abs(fun), 1e-9 * abs(unit), 1e-300) if math.isfinite(dual) else math.inf
     msg = res.message
@@ -167,9 +179,23 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
     return out
 
 
+def _multiplier(workloads, net, power, objective) -> tuple[tuple[float, tuple[float, ...]] | None, float]:
+    """(offset W, W per GB/s) the energy objectives multiply the time by, and min-energy's
+    constant J; (None, 0) for the others."""
+    if objective not in ("min-energy", "perf-per-watt"):
+        return None, 0.0
+    if power is None:
+        raise LibraError(f"--objective {objective} needs power figures: give --power FILE (e.g. network_configs/power.yml)")
+    if objective == "min-energy":
+        rate = energy_rate(workloads, net, power)
+        return (rate.rate_w.offset, rate.rate_w.per_gbps), rate.const_j
+    peak = peak_power(net, power, "cluster")
+    return (peak.offset, peak.per_gbps), 0.0
+
+
 def _explain_infeasible(net: Network, cost: CostModel, cons: Constraints) -> str | None:
     """Name the constraint whose removal makes the rest feasible, if there is one."""
-    named = [(f"--constraint {lc.text!r}", replace(cons, linear=cons.linear[:i] + cons.linear[i + 1:]))
+    named = [(lc.text if lc.text.startswith("--") else f"--constraint {lc.text!r}", replace(cons, linear=cons.linear[:i] + cons.linear[i + 1:]))
              for i, lc in enumerate(cons.linear)]
     if cons.total_bw_gbps is not None:
         named.append(("--total-bw" + ("-max" if cons.total_bw_is_upper_bound else ""),
@@ -192,7 +218,7 @@ def _linear_feasible(net: Network, cost: CostModel, cons: Constraints) -> bool:
 
 
 def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_for=None, start_bw=None,
-                 max_rounds=MAX_PATH_ROUNDS, cache=None, seed=False):
+                 max_rounds=MAX_PATH_ROUNDS, cache=None, seed=False, multiplier=None):
     """(built problem, solver result, bandwidths, number of dependency paths used).
 
     ``start_bw``: bandwidths whose critical paths seed the path generation (a min-cost start
@@ -211,7 +237,7 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
 
     def build(paths, caps=()):
         c = replace(cons, linear=cons.linear + tuple(caps))
-        return build_problem(workloads, net, cost, c, objective, model, paths, cache)
+        return build_problem(workloads, net, cost, c, objective, model, paths, cache, multiplier)
 
     def guesses(b):
         return [start_for(b)] if start_for else b.guesses
@@ -219,8 +245,8 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
     def run(paths):
         b = build(paths)
         if "free" not in state:
-            if objective == "perf-per-cost" and bounded.cost_can_vanish(b):
-                raise bounded.vanishing_cost()
+            if objective in FRACTIONAL and bounded.cost_can_vanish(b):
+                raise bounded.vanishing_cost(objective)
             state["free"], state["power"] = bounded.free_coordinates(b), 1
             # Paths are a part of the graph's: only the classes themselves prove it.
             if (state["free"] and paths is None and objective != "min-cost"
@@ -252,7 +278,7 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
         bw = np.asarray(start_bw, dtype=float)
     else:
         _, _, bw, _ = _solve_model(workloads, net, cost, cons, objective, replace(model, overlap=False), rel_gap,
-                                   cache=cache, seed=True)
+                                   cache=cache, seed=True, multiplier=multiplier)
     paths: dict = {}
     total_time = 0.0
     steps = 0

@@ -1,0 +1,214 @@
+"""Power file, energy of a step, the energy objectives and the power cap against brute force.
+
+The reference energy is written here from the power figures themselves (not from PowerModel's
+methods or energy.py): every NPU idle + rest of node for the whole step, compute above idle, each
+dimension's links idle for the whole step at N x B_d GB/s, and each byte sent above idle.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from libra_astra.errors import LibraError
+from libra_astra.model.network import network_from_dict
+from libra_astra.model.power import load_power, power_from_dict
+from libra_astra.model.power_presets import LINK_PRESETS, NPU_PRESETS
+from libra_astra.optimize.energy import energy_rate, energy_report, peak_power, power_constraint
+from libra_astra.optimize.optimizer import Constraints, evaluate, optimize
+from libra_astra.timing.model import LIBRA
+from test_optimize_property import COST, EXAMPLES, Reference, brute_force, problems
+
+FIGURES = {
+    "A": {"link_pj_per_bit": 2.0, "link_idle_w_per_gbps": 0.01},
+    "B": {"link_pj_per_bit": 10.0, "link_idle_w_per_gbps": 0.05, "switch_pj_per_bit": 12.0,
+          "switch_idle_w_per_gbps": 0.08, "switch_w": 150.0, "port_w": 2.0},
+    "C": {"link_pj_per_bit": 100.0, "link_idle_w_per_gbps": 0.6, "nic_pj_per_bit": 60.0, "nic_idle_w_per_gbps": 0.3,
+          "switch_pj_per_bit": 10.0, "switch_idle_w_per_gbps": 0.07, "switch_w": 400.0},
+}
+NPU = {"active_w": 700.0, "idle_w": 70.0, "rest_of_node_w": 500.0}
+POWER = power_from_dict({"name": "t", "npu": NPU, "classes": FIGURES}, "power.yml")
+
+
+def reference_energy_j(workloads, net, B: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
+    """Energy per step in J of points B (P, D) whose weighted times are t_ns (P,)."""
+    N = net.npus_count
+    base, idle, per_byte = N * (NPU["idle_w"] + NPU["rest_of_node_w"]), [], []
+    for d in net.dims:
+        f = FIGURES[d.cost_class]
+        sw = d.topology == "Switch"
+        idle_npu = f.get("link_idle_w_per_gbps", 0) + f.get("nic_idle_w_per_gbps", 0) + (
+            f.get("switch_idle_w_per_gbps", 0) if sw else 0)
+        pj = f.get("link_pj_per_bit", 0) + f.get("nic_pj_per_bit", 0) + (f.get("switch_pj_per_bit", 0) if sw else 0)
+        idle.append(N * idle_npu)
+        per_byte.append((pj * 8e-3 - idle_npu) * 1e-9)        # J per byte above idle
+        if sw:
+            base += f.get("switch_w", 0) * (N // d.npus) + f.get("port_w", 0) * N
+    const = 0.0
+    for w in workloads:
+        for rc in w.demand.rank_classes:
+            const += w.weight * rc.num_ranks * rc.compute_time_ns * (NPU["active_w"] - NPU["idle_w"]) * 1e-9
+            for c in rc.collectives:
+                const += w.weight * rc.num_ranks * c.count * sum(b * j for b, j in zip(c.traffic_bytes, per_byte))
+    return (base + B @ np.array(idle)) * t_ns * 1e-9 + const
+
+
+def reference_peak_w(net, B: np.ndarray, fabric_only: bool = False) -> np.ndarray:
+    N = net.npus_count
+    out = np.zeros(B.shape[0]) if fabric_only else np.full(B.shape[0], N * (NPU["active_w"] + NPU["rest_of_node_w"]))
+    for j, d in enumerate(net.dims):
+        f = FIGURES[d.cost_class]
+        sw = d.topology == "Switch"
+        pj = f.get("link_pj_per_bit", 0) + f.get("nic_pj_per_bit", 0) + (f.get("switch_pj_per_bit", 0) if sw else 0)
+        out = out + N * pj * 8e-3 * B[:, j]
+        if sw:
+            out = out + f.get("switch_w", 0) * (N // d.npus) + f.get("port_w", 0) * N
+    return out
+
+
+# ------------------------------------------------------------------ the power file
+
+
+def test_shipped_power_file_and_presets_load():
+    from pathlib import Path
+    p = load_power(Path(__file__).resolve().parent.parent / "network_configs" / "power.yml")
+    assert p.npu.active_w == NPU_PRESETS["H100"]["active_w"] == 700.0
+    assert set(p.classes) == {"InterChiplet", "InterPackage", "InterNode", "InterPod"}
+    for name, figures in LINK_PRESETS.items():           # every preset is a valid class entry
+        power_from_dict({"npu": {"preset": "A100"}, "classes": {"X": {"preset": name}}})
+        assert figures["link_idle_w_per_gbps"] <= figures["link_pj_per_bit"] * 8e-3
+
+
+def test_preset_figures_can_be_overridden_key_by_key():
+    p = power_from_dict({"npu": {"preset": "B200", "idle_w": 100}, "classes": {"X": {"preset": "pcie5",
+                                                                                    "switch_w": 30}}})
+    assert (p.npu.active_w, p.npu.idle_w) == (1000.0, 100.0)
+    assert p.classes["X"].link_pj_per_bit == LINK_PRESETS["pcie5"]["link_pj_per_bit"] and p.classes["X"].switch_w == 30
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"npu": {**NPU, "idle_w": -1}, "classes": FIGURES}, r"^power\.yml: npu\.idle_w: must be a finite number >= 0"),
+    ({"npu": {**NPU, "active_w": float("nan")}, "classes": FIGURES}, r"^power\.yml: npu\.active_w: must be"),
+    ({"npu": {"active_w": 5}, "classes": FIGURES}, r"^power\.yml: npu\.idle_w: missing"),
+    ({"npu": {**NPU, "active_w": 10}, "classes": FIGURES}, r"^power\.yml: npu\.active_w: 10 W is below idle_w 70 W"),
+    ({"npu": NPU, "classes": {"A": {"link_pj_per_bit": 1}}}, r"^power\.yml: classes\.A\.link_idle_w_per_gbps: missing"),
+    ({"npu": NPU, "classes": {"A": {"link_pj_per_bit": 1, "link_idle_w_per_gbps": 1}}},
+     r"^power\.yml: classes\.A\.link_idle_w_per_gbps: 1 W per GB/s is above the 0\.008 W per GB/s"),
+    ({"npu": NPU, "classes": {"A": {**FIGURES["A"], "switch_w": -3}}}, r"^power\.yml: classes\.A\.switch_w: must be"),
+    ({"npu": NPU, "classes": {"A": {**FIGURES["A"], "volts": 3}}}, r"^power\.yml: classes\.A: unknown key\(s\) \['volts'\]"),
+    ({"npu": NPU, "classes": {"A": {"preset": "nvlink9"}}}, r"^power\.yml: classes\.A\.preset: unknown preset 'nvlink9'"),
+    ({"classes": FIGURES}, r"^power\.yml: npu: missing"),
+])
+def test_bad_power_figures_get_one_line_naming_file_and_key(data, message):
+    with pytest.raises(LibraError, match=message) as e:
+        power_from_dict(data, "power.yml")
+    assert "\n" not in str(e.value)
+
+
+def test_a_class_in_use_without_figures_is_named():
+    net = network_from_dict({"dimensions": [{"name": "a", "topology": "Ring", "npus": 4, "cost_class": "A"},
+                                            {"name": "b", "topology": "Switch", "npus": 2, "cost_class": "Q"}]})
+    with pytest.raises(LibraError, match=r"^power\.yml: classes\.Q: no power figures for the cost class of dimension 'b'"):
+        POWER.check(net)
+
+
+# ------------------------------------------------------------------ energy of a step
+
+
+@settings(max_examples=5, derandomize=True, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(problems("perf", "total"), st.lists(st.floats(1.0, 500.0), min_size=3, max_size=3))
+def test_energy_report_matches_the_reference_and_its_parts_add_up(prob, raw_bw):
+    net, w, model = prob["net"], prob["workloads"], prob["model"]
+    bw = raw_bw[:net.num_dims]
+    e = evaluate(w, net, COST, bw, model=model)
+    rep = energy_report(w, net, POWER, bw, e.time_ns, samples_per_step=8, tokens_per_step=8192)
+    ref = reference_energy_j(w, net, np.array([bw]), np.array([e.time_ns]))[0]
+    assert rep.energy_j == pytest.approx(ref, rel=1e-12)
+    assert sum(j for _, j in rep.parts_j) == pytest.approx(rep.energy_j, rel=1e-12)
+    assert rep.average_power_w == pytest.approx(rep.energy_j / (e.time_ns * 1e-9), rel=1e-12)
+    assert rep.j_per_sample == pytest.approx(rep.energy_j / 8) and rep.j_per_token == pytest.approx(rep.energy_j / 8192)
+    assert rep.peak_cluster_power_w == pytest.approx(reference_peak_w(net, np.array([bw]))[0], rel=1e-12)
+    assert rep.peak_fabric_power_w == pytest.approx(reference_peak_w(net, np.array([bw]), True)[0], rel=1e-12)
+    # the energy of the bytes themselves does not depend on the bandwidth
+    twice = energy_rate(w, net, POWER)
+    assert twice.const_j == pytest.approx(ref - twice.rate_w.at(bw) * e.time_ns * 1e-9, rel=1e-9, abs=1e-12)
+
+
+# ------------------------------------------------------------------ objectives against brute force
+
+KINDS = ("total", "total_max", "bounds", "linear", "power_max", "infeasible")
+
+
+def _value(objective, w, net):
+    if objective == "min-energy":
+        return lambda B, t: reference_energy_j(w, net, B, t)
+    if objective == "perf-per-watt":
+        return lambda B, t: t * reference_peak_w(net, B) * 1e-9
+    return lambda B, t: t
+
+
+def check(objective: str, kind: str, prob) -> None:
+    net, w, model, cons = prob["net"], prob["workloads"], prob["model"], prob["cons"]
+    total = prob["total"]
+    linear, raw = prob["linear"], list(prob["raw_linear"])
+    if kind == "power_max":
+        # a cap between the NPUs' own peak and the peak at the equal split of the total
+        peak = peak_power(net, POWER)
+        cap = peak.offset + 0.6 * (peak.at([total / net.num_dims] * net.num_dims) - peak.offset)
+        lc = power_constraint(net, POWER, cap)
+        linear, raw = linear + (lc,), raw + [(lc.coeffs, lc.op, lc.rhs)]
+        cons = dict(total_bw_gbps=None, total_bw_is_upper_bound=False, budget_usd=None)
+    eq = None if cons["total_bw_is_upper_bound"] else cons["total_bw_gbps"]
+    tmax = cons["total_bw_gbps"] if cons["total_bw_is_upper_bound"] else None
+    ref = Reference(w, net, COST, model, raw, eq, tmax, None)
+    constraints = Constraints(cons["total_bw_gbps"], cons["total_bw_is_upper_bound"], None, None, linear)
+    if kind == "infeasible":
+        cap = 0.5 * peak_power(net, POWER).offset          # below what the NPUs alone draw at peak
+        lc = power_constraint(net, POWER, cap)
+        with pytest.raises(LibraError) as e:
+            optimize(w, net, COST, objective=objective, baselines=False, power=POWER, model=model,
+                     constraints=Constraints(linear=(lc,)))
+        assert str(e.value).startswith("the constraints are infeasible: --power-max ") and "\n" not in str(e.value)
+        return
+    lo = np.array([max(d.bw_min_gbps, 1e-9 * total) for d in net.dims])
+    hi = np.array([min(d.bw_max_gbps or math.inf, total) for d in net.dims])
+    if kind == "power_max":                 # the cap bounds each bandwidth instead of the total
+        hi = np.array([min(d.bw_max_gbps or math.inf, lc.rhs / c if c > 0 else 1e3 * total)
+                       for d, c in zip(net.dims, lc.coeffs)])
+    r = optimize(w, net, COST, objective=objective, constraints=constraints, model=model, baselines=False, power=POWER)
+    assert r.success, r.message
+    assert r.rel_gap <= 1e-8, r.message
+    assert r.best.feasible
+    bf, _ = brute_force(ref, objective, lo, hi, value=_value(objective, w, net))
+    assert math.isfinite(bf)
+    assert bf >= r.dual_bound * (1 - 1e-9)
+    assert r.fun <= bf * (1 + 1e-6)
+    assert r.fun == pytest.approx(_value(objective, w, net)(np.array([r.bw_gbps]), np.array([r.best.time_ns]))[0],
+                                  rel=1e-9)
+
+
+# perf without a power cap is test_optimize_property's
+@pytest.mark.parametrize("objective, kind", [(o, k) for o in ("min-energy", "perf-per-watt") for k in KINDS]
+                         + [("perf", "power_max"), ("perf", "infeasible")])
+def test_against_brute_force(objective, kind):
+    @settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(problems("perf-per-cost", "total" if kind in ("power_max", "infeasible") else kind))
+    def run(prob):
+        check(objective, kind, prob)
+
+    run()
+
+
+def test_energy_objectives_need_power_figures():
+    net = network_from_dict({"dimensions": [{"name": "a", "topology": "Ring", "npus": 4, "cost_class": "A"}]})
+    from libra_astra.demand.types import Demand, RankClass, make_collective
+    from libra_astra.optimize.optimizer import Workload
+    w = [Workload(Demand("d", (4,), (RankClass(1e5, (make_collective("ALL_REDUCE", 2 ** 20, [4], net=net),), 4),)))]
+    with pytest.raises(LibraError, match=r"^--objective min-energy needs power figures: give --power FILE"):
+        optimize(w, net, COST, objective="min-energy", constraints=Constraints(total_bw_gbps=100), model=LIBRA)
