@@ -18,7 +18,7 @@ from .common import check_plot, draw, plot_option
 from .format import fmt_time, fmt_usd
 from .options import SharedOptions, power_options, time_model_options, workload_options
 from .progress import Progress
-from .show import format_frontier
+from .show import format_energy, format_frontier
 
 if TYPE_CHECKING:  # the library is imported by the command that runs
     from ..model.cost import CostModel
@@ -86,23 +86,6 @@ def energy_dict(workloads, net, power, r: OptimizeResult, shared: SharedOptions)
     out = {"power_model": power.name, **report(r.best).to_dict()}
     out["baselines_energy_j"] = {name: report(e).energy_j for name, e in r.baselines.items()}
     return out
-
-
-def format_energy(e: dict) -> list[str]:
-    """The energy lines of a result (optimize, show): step energy, where it goes, power."""
-    lines = [f"energy    {e['energy_j']:,.6g} J per step ({e['power_model']}); average power {e['average_power_w'] / 1e3:,.6g} kW; "
-             f"peak power {e['peak_cluster_power_w'] / 1e3:,.6g} kW cluster, {e['peak_fabric_power_w'] / 1e3:,.6g} kW fabric"]
-    per = [f"{e[k]:,.6g} J per {what}" for k, what in (("j_per_sample", "sample"), ("j_per_token", "token")) if e.get(k)]
-    if per:
-        lines.append("          " + ", ".join(per))
-    total = e["energy_j"] or 1.0
-    lines.append(f"  {'where the energy goes':<36} {'J per step':>14} {'share':>7}")
-    for name, j in e["parts_j"].items():
-        if j:
-            lines.append(f"  {name:<36} {j:>14,.6g} {j / total:>6.1%}")
-    for name, j in (e.get("baselines_energy_j") or {}).items():
-        lines.append(f"vs {name:<20} energy {j:,.6g} J per step  ({ratio(j, e['energy_j']) or 0:.4f}x the optimum's)")
-    return lines
 
 
 def _x(v: float | None, why: str = "time 0") -> str:

@@ -136,10 +136,29 @@ def format_design(data: dict) -> str:
         gap = r.get("relative_gap")
         lines.append(f"solver    {r['message']}; relative duality gap "
                      f"{'unknown' if gap is None else format(gap, '.2e')}")
+    if r.get("energy"):
+        lines += format_energy(r["energy"])
     for w in data.get("workloads", []):
         src = w.get("traces") or w.get("demand") or "?"
         lines.append(f"workload  {w.get('name')} (weight {w.get('weight', 1):g}): {src}")
     return "\n".join(lines)
+
+
+def format_energy(e: dict) -> list[str]:
+    """The energy lines of a result (optimize, show): step energy, where it goes, power."""
+    lines = [f"energy    {e['energy_j']:,.6g} J per step ({e['power_model']}); average power {e['average_power_w'] / 1e3:,.6g} kW; "
+             f"peak power {e['peak_cluster_power_w'] / 1e3:,.6g} kW cluster, {e['peak_fabric_power_w'] / 1e3:,.6g} kW fabric"]
+    per = [f"{e[k]:,.6g} J per {what}" for k, what in (("j_per_sample", "sample"), ("j_per_token", "token")) if e.get(k)]
+    if per:
+        lines.append("          " + ", ".join(per))
+    total = e["energy_j"] or 1.0
+    lines.append(f"  {'where the energy goes':<36} {'J per step':>14} {'share':>7}")
+    for name, j in e["parts_j"].items():
+        if j:
+            lines.append(f"  {name:<36} {j:>14,.6g} {j / total:>6.1%}")
+    for name, j in (e.get("baselines_energy_j") or {}).items():
+        lines.append(f"vs {name:<20} energy {j:,.6g} J per step  ({j / e['energy_j'] if e['energy_j'] else 0:.4f}x the optimum's)")
+    return lines
 
 
 def format_frontier(data: dict) -> str:
