@@ -30,6 +30,7 @@ from .errors import LibraError
 from .model.network import Network
 from .model.power import PowerModel
 from .optimize.energy import energy_rate
+from .optimize.tco import TcoSettings
 from .optimize.optimizer import Constraints, Workload, optimize
 from .timing.predict import predict
 from .timing.model import TimeModel, simulator_model
@@ -95,13 +96,13 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
              binary: str | None = None, splits: int = 1, local_mem_bw_gbps: float = 1e9, calibrate: int = 0,
              probe: float = 1.25, min_gain: float = 1e-3, timeout_s: float = 3600.0, overwrite: bool = False,
              overlap: bool = True, system: Mapping[str, Any] | None = None, power: PowerModel | None = None,
-             on_event: Callable[[str], None] = lambda _msg: None,
+             tco: TcoSettings | None = None, on_event: Callable[[str], None] = lambda _msg: None,
              on_progress: Callable[[str], None] = lambda _msg: None) -> LoopResult:
     """Run the closed loop; see the module docstring. ``on_event`` receives a line per finished run,
     ``on_progress`` a line when each step (optimize, emit, simulate) starts. ``system``: the user's
     system.json as a design records it, emitted for every run (its splits and local-mem-bw are
     the caller's ``splits`` and ``local_mem_bw_gbps``). ``power``: the energy objectives' figures;
-    each run's line then gives its energy per step at the simulated time."""
+    each run's line then gives its energy per step at the simulated time. ``tco``: min-tco's prices."""
     if not workloads:
         raise LibraError("the loop needs at least one workload")
     refs = tuple(WorkloadRef.of(w) for w in workloads)
@@ -152,7 +153,8 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
     model = simulator_model(splits, local_mem_bw_gbps, overlap=overlap)
     on_event(header(objective, model_settings(model)))
     on_progress("optimizing")
-    r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model, power=power)
+    r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model, power=power,
+                 tco=tco)
     best = run_design(0, "optimized", r.bw_gbps, model)
     for name, ev in r.baselines.items():
         run_design(0, name, ev.bw_gbps, model)
@@ -174,7 +176,7 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
         model = simulator_model(splits, local_mem_bw_gbps, efficiency=eff, overlap=overlap)
         on_progress(f"iter {it}: optimizing with the fitted efficiencies")
         r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model, baselines=False,
-                     power=power)
+                     power=power, tco=tco)
         row = run_design(it, "optimized", r.bw_gbps, model)
         if row.simulated_ns < best.simulated_ns * (1 - min_gain):
             best = row

@@ -20,6 +20,7 @@ from libra_astra.model.power import load_power, power_from_dict
 from libra_astra.model.power_presets import LINK_PRESETS, NPU_PRESETS
 from libra_astra.optimize.energy import energy_rate, energy_report, peak_power, power_constraint
 from libra_astra.optimize.optimizer import Constraints, evaluate, optimize
+from libra_astra.optimize.tco import TcoSettings
 from libra_astra.timing.model import LIBRA
 from test_optimize_property import COST, EXAMPLES, Reference, brute_force, problems
 
@@ -144,7 +145,20 @@ def test_energy_report_matches_the_reference_and_its_parts_add_up(prob, raw_bw):
 KINDS = ("total", "total_max", "bounds", "linear", "power_max", "infeasible")
 
 
+# a run of 1e5 steps, capital over 3 years at 20,000 USD per NPU and 3 USD per provisioned W
+TCO = TcoSettings(usd_per_kwh=0.12, lifetime_years=3.0, run_steps=1e5, usd_per_provisioned_w=3.0, npu_usd=2e4)
+
+
+def reference_tco_usd(w, net, B: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
+    capital = B @ np.array(COST.price_usd_per_gbps(net)) + net.npus_count * TCO.npu_usd \
+        + TCO.usd_per_provisioned_w * reference_peak_w(net, B)
+    share = TCO.run_steps * t_ns * 1e-9 / (TCO.lifetime_years * 365.25 * 86400)
+    return capital * share + TCO.run_steps * reference_energy_j(w, net, B, t_ns) * TCO.usd_per_kwh / 3.6e6
+
+
 def _value(objective, w, net):
+    if objective == "min-tco":
+        return lambda B, t: reference_tco_usd(w, net, B, t)
     if objective == "min-energy":
         return lambda B, t: reference_energy_j(w, net, B, t)
     if objective == "perf-per-watt":
@@ -172,7 +186,7 @@ def check(objective: str, kind: str, prob) -> None:
         lc = power_constraint(net, POWER, cap)
         with pytest.raises(LibraError) as e:
             optimize(w, net, COST, objective=objective, baselines=False, power=POWER, model=model,
-                     constraints=Constraints(linear=(lc,)))
+                     constraints=Constraints(linear=(lc,)), tco=TCO)
         assert str(e.value).startswith("the constraints are infeasible: --power-max ") and "\n" not in str(e.value)
         return
     lo = np.array([max(d.bw_min_gbps, 1e-9 * total) for d in net.dims])
@@ -180,7 +194,8 @@ def check(objective: str, kind: str, prob) -> None:
     if kind == "power_max":                 # the cap bounds each bandwidth instead of the total
         hi = np.array([min(d.bw_max_gbps or math.inf, lc.rhs / c if c > 0 else 1e3 * total)
                        for d, c in zip(net.dims, lc.coeffs)])
-    r = optimize(w, net, COST, objective=objective, constraints=constraints, model=model, baselines=False, power=POWER)
+    r = optimize(w, net, COST, objective=objective, constraints=constraints, model=model, baselines=False, power=POWER,
+                 tco=TCO)
     assert r.success, r.message
     assert r.rel_gap <= 1e-8, r.message
     assert r.best.feasible
@@ -193,7 +208,7 @@ def check(objective: str, kind: str, prob) -> None:
 
 
 # perf without a power cap is test_optimize_property's
-@pytest.mark.parametrize("objective, kind", [(o, k) for o in ("min-energy", "perf-per-watt") for k in KINDS]
+@pytest.mark.parametrize("objective, kind", [(o, k) for o in ("min-energy", "perf-per-watt", "min-tco") for k in KINDS]
                          + [("perf", "power_max"), ("perf", "infeasible")])
 def test_against_brute_force(objective, kind):
     @settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
@@ -203,6 +218,32 @@ def test_against_brute_force(objective, kind):
         check(objective, kind, prob)
 
     run()
+
+
+def test_tco_parts_add_up_to_the_objective():
+    from libra_astra.optimize.tco import tco_parts, tco_rate
+    net = network_from_dict({"dimensions": [{"name": "a", "topology": "Ring", "npus": 4, "cost_class": "A"},
+                                            {"name": "b", "topology": "Switch", "npus": 4, "cost_class": "C"}]})
+    from libra_astra.demand.types import Demand, RankClass, make_collective
+    from libra_astra.optimize.optimizer import Workload
+    w = [Workload(Demand("d", (4, 4), (RankClass(1e6, (make_collective("ALL_REDUCE", 2 ** 24, [4, 4], net=net),), 16),)))]
+    bw, t = [120.0, 30.0], 3.5e6
+    parts = tco_parts(w, net, COST, POWER, TCO, bw, t)
+    assert parts["tco_usd"] == pytest.approx(sum(parts["parts_usd"].values()), rel=1e-12)
+    assert parts["tco_usd"] == pytest.approx(tco_rate(w, net, COST, POWER, TCO).tco_usd(bw, t), rel=1e-12)
+    assert parts["tco_usd"] == pytest.approx(reference_tco_usd(w, net, np.array([bw]), np.array([t]))[0], rel=1e-12)
+
+
+def test_min_tco_needs_prices_and_a_lifetime():
+    net = network_from_dict({"dimensions": [{"name": "a", "topology": "Ring", "npus": 4, "cost_class": "A"}]})
+    from libra_astra.demand.types import Demand, RankClass, make_collective
+    from libra_astra.optimize.optimizer import Workload
+    w = [Workload(Demand("d", (4,), (RankClass(1e5, (make_collective("ALL_REDUCE", 2 ** 20, [4], net=net),), 4),)))]
+    with pytest.raises(LibraError, match=r"^--objective min-tco needs the electricity price and the cluster's lifetime"):
+        optimize(w, net, COST, objective="min-tco", constraints=Constraints(total_bw_gbps=100), power=POWER)
+    with pytest.raises(LibraError, match=r"^--lifetime-years must be > 0, got 0$"):
+        optimize(w, net, COST, objective="min-tco", constraints=Constraints(total_bw_gbps=100), power=POWER,
+                 tco=TcoSettings(0.1, 0.0))
 
 
 def test_energy_objectives_need_power_figures():

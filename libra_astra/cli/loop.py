@@ -88,7 +88,7 @@ def loop_command(shared: SharedOptions, objective, budget, time_target, binary, 
                        binary=binary, splits=splits, calibrate=calibrate, timeout_s=timeout, overwrite=force,
                        local_mem_bw_gbps=local_mem_bw, overlap=overlap, on_event=echo,
                        system=None if user is None else user.to_dict(), on_progress=p.note,
-                       power=shared.power(net))
+                       power=shared.power(net), tco=shared.tco())
     data = res.to_dict(net)
     write_json_atomic(Path(out_dir) / "loop.json", data, overwrite=force)
     if as_json:

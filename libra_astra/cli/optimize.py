@@ -18,7 +18,7 @@ from .common import check_plot, draw, plot_option
 from .format import fmt_time, fmt_usd
 from .options import SharedOptions, power_options, time_model_options, workload_options
 from .progress import Progress
-from .show import format_energy, format_frontier
+from .show import format_energy, format_frontier, format_tco
 
 if TYPE_CHECKING:  # the library is imported by the command that runs
     from ..model.cost import CostModel
@@ -26,7 +26,8 @@ if TYPE_CHECKING:  # the library is imported by the command that runs
     from ..optimize.optimizer import OptimizeResult
 
 OBJECTIVE_HELP = ("perf: min time; perf-per-cost: min time x cost; min-cost: min cost with --time-target; "
-                  "min-energy: min J per step; perf-per-watt: min time x peak power (the last two need --power).")
+                  "min-energy: min J per step; perf-per-watt: min time x peak power; min-tco: min USD of the run, "
+                  "capital amortized + electricity (the last three need --power).")
 
 
 def _print_result(r: OptimizeResult, net: Network, cost: CostModel | None, n_workloads: int, data: dict) -> None:
@@ -73,7 +74,20 @@ def _print_result(r: OptimizeResult, net: Network, cost: CostModel | None, n_wor
     if data.get("energy"):
         for line in format_energy(data["energy"]):
             click.echo(line)
+    if data.get("tco"):
+        for line in format_tco(data["tco"]):
+            click.echo(line)
 
+
+
+def tco_dict(workloads, net, cost, power, r: OptimizeResult, shared: SharedOptions) -> dict:
+    """The result's "tco": the run's total cost of ownership (USD) at the optimum and the baselines."""
+    from ..optimize.tco import tco_parts
+
+    out = tco_parts(workloads, net, cost, power, shared.tco(), r.best.bw_gbps, r.best.time_ns)
+    out["baselines_tco_usd"] = {name: tco_parts(workloads, net, cost, power, shared.tco(), e.bw_gbps,
+                                                e.time_ns)["tco_usd"] for name, e in r.baselines.items()}
+    return out
 
 
 def energy_dict(workloads, net, power, r: OptimizeResult, shared: SharedOptions) -> dict:
@@ -121,6 +135,9 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, as_j
           --cost network_configs/cost.yml --objective min-cost --time-target 1.3e8 --total-bw-max 1000
       libra-astra optimize --demand gpt3.demand.json --network network_configs/sample_8x8.yml \\
           --power network_configs/power.yml --objective min-energy --total-bw 400 --power-max 98000
+      libra-astra optimize --demand gpt3.demand.json --network network_configs/sample_8x8.yml \\
+          --cost network_configs/cost.yml --power network_configs/power.yml --objective min-tco \\
+          --total-bw-max 1000 --electricity-usd-per-kwh 0.1 --lifetime-years 4 --run-steps 1e5 --npu-usd 30000
     """
     from ..files import check_writable, write_json_atomic
     from ..optimize.design import Design, WorkloadRef, design_to_dict, result_to_dict
@@ -136,10 +153,13 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, as_j
     power = shared.power(net)
     with Progress("optimize") as p:
         p.note(f"solving ({objective}, {tm.kind} model)")
-        r = optimize(workloads, net, cost, objective=objective, constraints=cons, model=tm, power=power)
+        r = optimize(workloads, net, cost, objective=objective, constraints=cons, model=tm, power=power,
+                     tco=shared.tco())
     data = result_to_dict(r, net, tm, workloads)
     if power is not None:
         data["energy"] = energy_dict(workloads, net, power, r, shared)
+        if shared.tco() is not None:
+            data["tco"] = tco_dict(workloads, net, cost, power, r, shared)
     from ..demand.workload import demand_warnings
     warnings = demand_warnings(workloads)
     if as_json:

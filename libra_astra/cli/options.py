@@ -64,6 +64,11 @@ class SharedOptions:
     tokens_per_step: float | None = None
     power_max: float | None = None
     power_scope: str = "cluster"
+    usd_per_kwh: float | None = None
+    lifetime_years: float | None = None
+    run_steps: float = 1.0
+    usd_per_provisioned_w: float = 0.0
+    npu_usd: float = 0.0
 
     def constraints(self, net: Network, budget: float | None, time_target: float | None) -> Constraints:
         from ..optimize.constraints import load_constraints_file, parse_constraints
@@ -88,7 +93,7 @@ class SharedOptions:
         from .progress import Progress
 
         net = load_network(self.network_path)
-        if objective in ("perf-per-cost", "min-cost"):
+        if objective in ("perf-per-cost", "min-cost", "min-tco"):
             prices_for = f"--objective {objective}"
         if self.cost_path:
             cost = load_cost(self.cost_path)
@@ -109,6 +114,15 @@ class SharedOptions:
             cons = replace(cons, linear=cons.linear + (power_constraint(net, self.power(net), self.power_max,
                                                                         self.power_scope),))
         return Inputs(net, cost, workloads, cons)
+
+    def tco(self):
+        """TcoSettings from the TCO options, or None when the price or the lifetime is not given."""
+        if self.usd_per_kwh is None or self.lifetime_years is None:
+            return None
+        from ..optimize.tco import TcoSettings
+
+        return TcoSettings(self.usd_per_kwh, self.lifetime_years, self.run_steps, self.usd_per_provisioned_w,
+                           self.npu_usd)
 
     def power(self, net: Network) -> PowerModel | None:
         """The --power file, checked against the network's cost classes (None without --power)."""
@@ -237,4 +251,15 @@ power_options = _apply([
             default="cluster", show_default=True,
             help="What --power-max bounds: the whole cluster (NPUs, rest of node, fabric) or the fabric only, "
                  "in total or per NPU."),
+    _shared("--electricity-usd-per-kwh", "usd_per_kwh", type=FiniteFloat(0),
+            help="Electricity price, USD per kWh: with --lifetime-years, adds the run's TCO (USD) to the result; "
+                 "needed by --objective min-tco."),
+    _shared("--lifetime-years", type=FiniteFloat(0, strict_min=True),
+            help="Years over which the cluster's capital (network, NPUs, provisioned power) is amortized."),
+    _shared("--run-steps", type=FiniteFloat(0, strict_min=True), default=1.0, show_default=True,
+            help="Training steps of the run whose TCO is reported and minimized."),
+    _shared("--usd-per-provisioned-w", type=FiniteFloat(0), default=0.0, show_default=True,
+            help="Capital per W of peak cluster power (power and cooling plant), USD per W."),
+    _shared("--npu-usd", type=FiniteFloat(0), default=0.0, show_default=True,
+            help="Capital per NPU with its share of the node, USD."),
 ])

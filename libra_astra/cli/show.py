@@ -138,6 +138,8 @@ def format_design(data: dict) -> str:
                      f"{'unknown' if gap is None else format(gap, '.2e')}")
     if r.get("energy"):
         lines += format_energy(r["energy"])
+    if r.get("tco"):
+        lines += format_tco(r["tco"])
     for w in data.get("workloads", []):
         src = w.get("traces") or w.get("demand") or "?"
         lines.append(f"workload  {w.get('name')} (weight {w.get('weight', 1):g}): {src}")
@@ -158,6 +160,16 @@ def format_energy(e: dict) -> list[str]:
             lines.append(f"  {name:<36} {j:>14,.6g} {j / total:>6.1%}")
     for name, j in (e.get("baselines_energy_j") or {}).items():
         lines.append(f"vs {name:<20} energy {j:,.6g} J per step  ({j / e['energy_j'] if e['energy_j'] else 0:.4f}x the optimum's)")
+    return lines
+
+
+def format_tco(t: dict) -> list[str]:
+    """The TCO lines of a result: the run's total cost and its parts (USD)."""
+    lines = [f"TCO       ${t['tco_usd']:,.2f} for {t['run_steps']:,.6g} steps ({t['run_s'] / 3600:,.6g} h, "
+             f"{t['run_energy_kwh']:,.6g} kWh at ${t['usd_per_kwh']:g}/kWh; capital over {t['lifetime_years']:g} years)"]
+    lines += [f"  {name:<36} ${usd:>14,.2f}" for name, usd in t["parts_usd"].items() if usd]
+    for name, usd in (t.get("baselines_tco_usd") or {}).items():
+        lines.append(f"vs {name:<20} TCO ${usd:,.2f}  ({usd / t['tco_usd'] if t['tco_usd'] else 0:.4f}x the optimum's)")
     return lines
 
 

@@ -10,6 +10,8 @@ Objectives (T = weighted sum over workloads of the slowest rank class's time, c 
                     Cooper as for perf-per-cost with s = 1 / (base + idle . B)
 ``perf-per-watt``   minimize T(B) * peak cluster power (base + active . B): throughput per watt
                     of the power envelope (per watt of *average* power it is 1 / energy: min-energy)
+``min-tco``         minimize the total cost of a run: capital amortized over the cluster's lifetime
+                    + electricity, T(B) x M(B) + constant (tco.py), the same way
 
 Constraints: total bandwidth (equality or upper bound), cost budget, per-dimension bounds from the
 network file, and linear constraints from text (constraints.py).
@@ -32,6 +34,7 @@ from ..model.network import Network
 from ..timing.predict import critical_path_nodes, predict
 from .energy import J_PER_NJ, energy_rate, peak_power
 from ..model.power import PowerModel
+from .tco import TcoSettings, tco_rate
 from .problem import FRACTIONAL, OBJECTIVES, Constraints, ScaledProblem, Workload, build_problem, linear_rows, unscale
 from .terms import node_path_terms
 from . import bounded
@@ -64,7 +67,7 @@ class Evaluation:
 class OptimizeResult:
     objective: str
     best: Evaluation
-    fun: float                  # objective value in its unit (ns, ns*USD, USD, or J for min-energy and perf-per-watt)
+    fun: float                  # objective value in its unit (ns, ns*USD, USD, J for min-energy and perf-per-watt, USD per run for min-tco)
     dual_bound: float           # proven lower bound on the optimum, same unit
     rel_gap: float
     success: bool
@@ -128,7 +131,7 @@ def _feasible(bw, net, cons: Constraints, t: float, c: float, tol: float = 1e-6)
 def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, objective: str = "perf",
              constraints: Constraints = Constraints(), model: TimeModel = LIBRA, rel_gap: float = 1e-9,
              baselines: bool = True, max_path_rounds: int = MAX_PATH_ROUNDS,
-             power: PowerModel | None = None) -> OptimizeResult:
+             power: PowerModel | None = None, tco: TcoSettings | None = None) -> OptimizeResult:
     """Find the bandwidth per dimension that minimizes the objective under the constraints.
 
     With ``model.overlap`` the time of a rank is its longest dependency path (compute and
@@ -142,7 +145,7 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
         another network shape.
     """
     start_for, start_bw = None, None
-    multiplier, const_j = _multiplier(workloads, net, power, objective)
+    multiplier, const_j = _multiplier(workloads, net, power, objective, cost, tco)
     try:
         if objective == "min-cost":
             start_for, start_bw = _min_cost_start(workloads, net, cost, constraints, model)
@@ -155,10 +158,11 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
         fun, unit = best.time_ns, b.t0
     elif objective == "perf-per-cost":
         fun, unit = best.time_cost_ns_usd, b.t0 * b.c0
-    elif objective in ("min-energy", "perf-per-watt"):
-        # W x ns = nJ; min-energy adds the energy that does not depend on B
-        fun = (multiplier[0] + float(np.dot(multiplier[1], best.bw_gbps))) * best.time_ns * J_PER_NJ + const_j
-        unit = b.t0 * b.d0 * J_PER_NJ
+    elif objective in ("min-energy", "perf-per-watt", "min-tco"):
+        # W x ns = nJ (min-tco: USD/s x ns x run steps); plus what does not depend on B
+        scale = J_PER_NJ * (tco.run_steps if objective == "min-tco" else 1.0)
+        fun = (multiplier[0] + float(np.dot(multiplier[1], best.bw_gbps))) * best.time_ns * scale + const_j
+        unit = b.t0 * b.d0 * scale
     else:
         fun, unit = best.cost_usd, b.c0
     dual = res.dual_bound * unit + const_j
@@ -179,13 +183,20 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
     return out
 
 
-def _multiplier(workloads, net, power, objective) -> tuple[tuple[float, tuple[float, ...]] | None, float]:
-    """(offset W, W per GB/s) the energy objectives multiply the time by, and min-energy's
-    constant J; (None, 0) for the others."""
-    if objective not in ("min-energy", "perf-per-watt"):
+def _multiplier(workloads, net, power, objective, cost=None, tco=None
+                ) -> tuple[tuple[float, tuple[float, ...]] | None, float]:
+    """(offset, per GB/s) the energy objectives multiply the time by (W; USD/s for min-tco), and
+    the constant they add (J; USD per run for min-tco); (None, 0) for the others."""
+    if objective not in ("min-energy", "perf-per-watt", "min-tco"):
         return None, 0.0
     if power is None:
         raise LibraError(f"--objective {objective} needs power figures: give --power FILE (e.g. network_configs/power.yml)")
+    if objective == "min-tco":
+        if tco is None:
+            raise LibraError("--objective min-tco needs the electricity price and the cluster's lifetime: give "
+                             "--electricity-usd-per-kwh and --lifetime-years")
+        rate = tco_rate(workloads, net, cost, power, tco)
+        return (rate.rate_usd_per_s.offset, rate.rate_usd_per_s.per_gbps), rate.const_usd * rate.run_steps
     if objective == "min-energy":
         rate = energy_rate(workloads, net, power)
         return (rate.rate_w.offset, rate.rate_w.per_gbps), rate.const_j

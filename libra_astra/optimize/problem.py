@@ -28,9 +28,9 @@ from .solver import ConvexProblem, SolverResult
 from ..timing.model import TimeModel, demand_time
 from .terms import Terms, class_terms
 
-OBJECTIVES = ("perf", "perf-per-cost", "min-cost", "min-energy", "perf-per-watt")
+OBJECTIVES = ("perf", "perf-per-cost", "min-cost", "min-energy", "perf-per-watt", "min-tco")
 # Objectives of the form T(B) x (offset + per . B): solved in Charnes-Cooper variables.
-FRACTIONAL = ("perf-per-cost", "min-energy", "perf-per-watt")
+FRACTIONAL = ("perf-per-cost", "min-energy", "perf-per-watt", "min-tco")
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def build_problem(workloads: Sequence[Workload], net: Network, cost: CostModel, 
     W = len(workloads)
     G0, h0, E0, f0, price = linear_rows(net, cost, cons, b0, c0)
     cc = objective in FRACTIONAL
-    if objective in ("min-energy", "perf-per-watt") and multiplier is None:
+    if objective in ("min-energy", "perf-per-watt", "min-tco") and multiplier is None:
         raise LibraError(f"objective {objective} needs power figures: pass a power model (--power FILE)")
     if multiplier is None:
         multiplier = (0.0, cost.price_usd_per_gbps(net))
