@@ -220,6 +220,47 @@ def test_against_brute_force(objective, kind):
     run()
 
 
+@pytest.mark.parametrize("cap_kind", ["energy", "tco"])
+@pytest.mark.parametrize("where", [0.02, 0.3, 0.8, 1.5, -0.01])
+def test_fastest_under_an_energy_or_tco_cap_against_brute_force(cap_kind, where):
+    """where: the cap between the least value (0) and the fastest design's (1); below 0: infeasible."""
+    from dataclasses import replace
+
+    @settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(problems("perf-per-cost", "total_max"))
+    def run(prob):
+        net, w, model, cons = prob["net"], prob["workloads"], prob["model"], prob["cons"]
+        base = Constraints(cons["total_bw_gbps"], cons["total_bw_is_upper_bound"], None, None, prob["linear"])
+        least_obj = "min-energy" if cap_kind == "energy" else "min-tco"
+        value = _value(least_obj, w, net)
+        kw = dict(model=model, baselines=False, power=POWER, tco=TCO)
+        least = optimize(w, net, COST, objective=least_obj, constraints=base, **kw)
+        fast = optimize(w, net, COST, objective="perf", constraints=base, **kw)
+        at_fast = value(np.array([fast.bw_gbps]), np.array([fast.best.time_ns]))[0]
+        cap = least.fun + where * (at_fast - least.fun) if where >= 0 else least.dual_bound * (1 + where)
+        capped = replace(base, **({"energy_max_j": cap} if cap_kind == "energy" else {"tco_max_usd": cap}))
+        if where < 0:
+            with pytest.raises(LibraError, match=r"^--(energy|tco)-max \S+ (J|USD) is infeasible: the least possible"):
+                optimize(w, net, COST, objective="perf", constraints=capped, **kw)
+            return
+        r = optimize(w, net, COST, objective="perf", constraints=capped, **kw)
+        assert r.success and r.rel_gap <= 1e-8, r.message
+        assert value(np.array([r.bw_gbps]), np.array([r.best.time_ns]))[0] <= cap * (1 + 1e-9)
+        eq = None if cons["total_bw_is_upper_bound"] else cons["total_bw_gbps"]
+        tmax = cons["total_bw_gbps"] if cons["total_bw_is_upper_bound"] else None
+        ref = Reference(w, net, COST, model, prob["raw_linear"], eq, tmax, None)
+        lo = np.array([max(d.bw_min_gbps, 1e-9 * prob["total"]) for d in net.dims])
+        hi = np.array([min(d.bw_max_gbps or math.inf, prob["total"]) for d in net.dims])
+        bf, _ = brute_force(ref, "perf", lo, hi, extra=np.array(least.bw_gbps),
+                            value=lambda B, t: np.where(value(B, t) <= cap, t, np.inf))
+        assert math.isfinite(bf)
+        assert bf >= r.dual_bound * (1 - 1e-9)
+        assert r.fun <= bf * (1 + 1e-6)
+
+    run()
+
+
 def test_tco_parts_add_up_to_the_objective():
     from libra_astra.optimize.tco import tco_parts, tco_rate
     net = network_from_dict({"dimensions": [{"name": "a", "topology": "Ring", "npus": 4, "cost_class": "A"},

@@ -69,6 +69,8 @@ class SharedOptions:
     run_steps: float = 1.0
     usd_per_provisioned_w: float = 0.0
     npu_usd: float = 0.0
+    energy_max: float | None = None
+    tco_max: float | None = None
 
     def constraints(self, net: Network, budget: float | None, time_target: float | None) -> Constraints:
         from ..optimize.constraints import load_constraints_file, parse_constraints
@@ -113,6 +115,11 @@ class SharedOptions:
             from ..optimize.energy import power_constraint
             cons = replace(cons, linear=cons.linear + (power_constraint(net, self.power(net), self.power_max,
                                                                         self.power_scope),))
+        if self.energy_max is not None or self.tco_max is not None:
+            if not self.power_path:
+                raise LibraError(f"{'--energy-max' if self.energy_max is not None else '--tco-max'} needs power figures: "
+                                 "give --power FILE (e.g. network_configs/power.yml)")
+            cons = replace(cons, energy_max_j=self.energy_max, tco_max_usd=self.tco_max)
         return Inputs(net, cost, workloads, cons)
 
     def tco(self):
@@ -251,6 +258,12 @@ power_options = _apply([
             default="cluster", show_default=True,
             help="What --power-max bounds: the whole cluster (NPUs, rest of node, fabric) or the fabric only, "
                  "in total or per NPU."),
+    _shared("--energy-max", type=FiniteFloat(0, strict_min=True),
+            help="Upper bound on the energy of a step, J (with --objective perf: the fastest design under it; "
+                 "exact, by bisection on the power level); needs --power."),
+    _shared("--tco-max", type=FiniteFloat(0, strict_min=True),
+            help="Upper bound on the run's TCO, USD (with --objective perf); needs --power, --cost and the TCO "
+                 "settings."),
     _shared("--electricity-usd-per-kwh", "usd_per_kwh", type=FiniteFloat(0),
             help="Electricity price, USD per kWh: with --lifetime-years, adds the run's TCO (USD) to the result; "
                  "needed by --objective min-tco."),

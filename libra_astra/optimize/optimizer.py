@@ -32,9 +32,10 @@ from ..model.cost import CostModel
 from ..errors import InfeasibleError, LibraError
 from ..model.network import Network
 from ..timing.predict import critical_path_nodes, predict
-from .energy import J_PER_NJ, energy_rate, peak_power
+from .energy import J_PER_NJ
+from .energy_cap import capped, capped_base, objective_multiplier, over_cap
 from ..model.power import PowerModel
-from .tco import TcoSettings, tco_rate
+from .tco import TcoSettings
 from .problem import FRACTIONAL, OBJECTIVES, Constraints, ScaledProblem, Workload, build_problem, linear_rows, unscale
 from .terms import node_path_terms
 from . import bounded
@@ -144,8 +145,17 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
         Infeasible problems, problems without a minimizer (bounded.py), bad weights, a demand for
         another network shape.
     """
+    if constraints.energy_max_j is not None or constraints.tco_max_usd is not None:
+        out = capped(optimize, workloads, net, cost, objective, constraints, model=model, rel_gap=rel_gap,
+                     max_path_rounds=max_path_rounds, power=power, tco=tco)
+        if baselines:
+            out = _with_baselines(out, workloads, net, cost, capped_base(constraints), model)
+            over = lambda e: over_cap(workloads, net, cost, constraints, power, tco, e.bw_gbps, e.time_ns)
+            out = replace(out, baselines={k: replace(e, feasible=e.feasible and not over(e))
+                                          for k, e in out.baselines.items()})
+        return out
     start_for, start_bw = None, None
-    multiplier, const_j = _multiplier(workloads, net, power, objective, cost, tco)
+    multiplier, const_j = objective_multiplier(workloads, net, power, objective, cost, tco)
     try:
         if objective == "min-cost":
             start_for, start_bw = _min_cost_start(workloads, net, cost, constraints, model)
@@ -181,27 +191,6 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
     if baselines:
         out = _with_baselines(out, workloads, net, cost, constraints, model)
     return out
-
-
-def _multiplier(workloads, net, power, objective, cost=None, tco=None
-                ) -> tuple[tuple[float, tuple[float, ...]] | None, float]:
-    """(offset, per GB/s) the energy objectives multiply the time by (W; USD/s for min-tco), and
-    the constant they add (J; USD per run for min-tco); (None, 0) for the others."""
-    if objective not in ("min-energy", "perf-per-watt", "min-tco"):
-        return None, 0.0
-    if power is None:
-        raise LibraError(f"--objective {objective} needs power figures: give --power FILE (e.g. network_configs/power.yml)")
-    if objective == "min-tco":
-        if tco is None:
-            raise LibraError("--objective min-tco needs the electricity price and the cluster's lifetime: give "
-                             "--electricity-usd-per-kwh and --lifetime-years")
-        rate = tco_rate(workloads, net, cost, power, tco)
-        return (rate.rate_usd_per_s.offset, rate.rate_usd_per_s.per_gbps), rate.const_usd * rate.run_steps
-    if objective == "min-energy":
-        rate = energy_rate(workloads, net, power)
-        return (rate.rate_w.offset, rate.rate_w.per_gbps), rate.const_j
-    peak = peak_power(net, power, "cluster")
-    return (peak.offset, peak.per_gbps), 0.0
 
 
 def _explain_infeasible(net: Network, cost: CostModel, cons: Constraints) -> str | None:

@@ -40,6 +40,8 @@ class Constraints:
     budget_usd: float | None = None
     time_target_ns: float | None = None
     linear: tuple[LinearConstraint, ...] = ()
+    energy_max_j: float | None = None      # per step (energy_cap.py; needs power figures)
+    tco_max_usd: float | None = None       # of the run (energy_cap.py; needs power figures and TCO settings)
 
 
 @dataclass(frozen=True)
