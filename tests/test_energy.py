@@ -294,3 +294,61 @@ def test_energy_objectives_need_power_figures():
     w = [Workload(Demand("d", (4,), (RankClass(1e5, (make_collective("ALL_REDUCE", 2 ** 20, [4], net=net),), 4),)))]
     with pytest.raises(LibraError, match=r"^--objective min-energy needs power figures: give --power FILE"):
         optimize(w, net, COST, objective="min-energy", constraints=Constraints(total_bw_gbps=100), model=LIBRA)
+
+
+# ------------------------------------------------------------------ the commands
+
+
+@pytest.fixture(scope="module")
+def gpt3_demand_file(tmp_path_factory):
+    import json
+    from pathlib import Path
+
+    from libra_astra.demand import synthetic
+    from libra_astra.demand.types import demand_to_dict
+    from libra_astra.model.network import load_network
+    configs = Path(__file__).resolve().parent.parent / "network_configs"
+    p = tmp_path_factory.mktemp("energy") / "gpt3.json"
+    p.write_text(json.dumps(demand_to_dict(synthetic.gpt3_demand(load_network(configs / "sample_8x8.yml")))))
+    return str(p), str(configs)
+
+
+def test_optimize_json_carries_energy_and_tco_in_named_units(gpt3_demand_file):
+    import json
+    from cli_run import run
+    demand, configs = gpt3_demand_file
+    r = run("optimize", "--demand", demand, "-n", f"{configs}/sample_8x8.yml", "--cost", f"{configs}/cost.yml",
+            "--power", f"{configs}/power.yml", "--objective", "min-tco", "--total-bw-max", 1000, "--samples-per-step", 64,
+            "--electricity-usd-per-kwh", 0.1, "--lifetime-years", 4, "--run-steps", 1e5, "--npu-usd", 3e4, "--json")
+    data = json.loads(r.output)
+    e, t = data["energy"], data["tco"]
+    assert e["energy_j"] == pytest.approx(sum(e["parts_j"].values()), rel=1e-12)
+    assert e["j_per_sample"] == pytest.approx(e["energy_j"] / 64) and e["j_per_token"] is None
+    assert e["peak_cluster_power_w"] > e["average_power_w"] > 0 and e["peak_fabric_power_w"] > 0
+    assert data["objective_value"] == pytest.approx(t["tco_usd"], rel=1e-9)
+    assert data["dual_bound"] <= t["tco_usd"] and data["relative_gap"] <= 1e-8
+    assert all(v >= t["tco_usd"] * (1 - 1e-9) for v in t["baselines_tco_usd"].values())   # the optimum is cheapest
+
+
+def test_pareto_versus_energy_meets_every_budget_and_gets_faster(gpt3_demand_file, tmp_path):
+    import json
+    from cli_run import run
+    demand, configs = gpt3_demand_file
+    out = tmp_path / "f.json"
+    common = ("--demand", demand, "-n", f"{configs}/sample_8x8.yml", "--power", f"{configs}/power.yml",
+              "--total-bw-max", 1000)
+    least = json.loads(run("optimize", *common, "--objective", "min-energy", "--json").output)["objective_value"]
+    run("pareto", *common, "--versus", "energy", "--min-budget", least * 1.002, "--max-budget", least * 1.1,
+        "--points", 4, "-o", out)
+    pts = json.loads(out.read_text())["points"]
+    assert all(p["energy_j"] <= p["budget_j"] * (1 + 1e-9) and p["relative_gap"] <= 1e-8 for p in pts)
+    times = [p["time_ns"] for p in pts]
+    assert times == sorted(times, reverse=True) and times[0] > times[-1]
+
+
+def test_power_options_need_a_power_file(gpt3_demand_file):
+    from cli_run import one_line_error, run
+    demand, configs = gpt3_demand_file
+    r = run("optimize", "--demand", demand, "-n", f"{configs}/sample_8x8.yml", "--total-bw", 400, "--power-max", 1e5,
+            ok=False)
+    one_line_error(r, "--power-max needs power figures: give --power FILE (e.g. network_configs/power.yml)", 1)

@@ -183,21 +183,28 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, as_j
 @click.command("pareto", cls=Command)
 @workload_options
 @time_model_options
-@click.option("--min-budget", type=FiniteFloat(), required=True, help="Lowest cost budget, USD.")
-@click.option("--max-budget", type=FiniteFloat(), required=True, help="Highest cost budget, USD.")
+@power_options
+@click.option("--versus", type=click.Choice(["cost", "energy", "tco"]), default="cost", show_default=True,
+              help="Frontier of time versus network cost (budgets in USD), energy per step (budgets in J; needs "
+                   "--power) or the run's TCO (budgets in USD; needs --power and the TCO settings).")
+@click.option("--min-budget", type=FiniteFloat(), required=True, help="Lowest budget: USD, or J per step with --versus energy.")
+@click.option("--max-budget", type=FiniteFloat(), required=True, help="Highest budget: USD, or J per step with --versus energy.")
 @click.option("--points", type=click.IntRange(min=2), default=10, show_default=True, help="Budgets, spaced geometrically.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the frontier as JSON here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the frontier as JSON instead of a table.")
 @plot_option("time versus cost and the bandwidth per dimension along the frontier")
 @click.option("--force", is_flag=True, help="Overwrite an existing --output or --plot file.")
 @click.pass_obj
-def pareto_command(shared: SharedOptions, min_budget, max_budget, points, output, as_json, plot_out, force):
-    """Time-versus-cost frontier: the fastest design for each budget.
+def pareto_command(shared: SharedOptions, versus, min_budget, max_budget, points, output, as_json, plot_out, force):
+    """Time-versus-cost (or energy, or TCO) frontier: the fastest design for each budget.
 
     \b
-    Example:
+    Examples:
       libra-astra pareto --demand gpt3.demand.json --network network_configs/sample_8x8.yml \\
           --cost network_configs/cost.yml --min-budget 2e5 --max-budget 2e6 --points 6 -o frontier.json --force
+      libra-astra pareto --demand gpt3.demand.json --network network_configs/sample_8x8.yml \\
+          --power network_configs/power.yml --versus energy --total-bw-max 1000 \\
+          --min-budget 10500 --max-budget 11500 --points 5
     """
     from ..files import check_writable, write_json_atomic
     from ..optimize.optimizer import pareto
@@ -208,15 +215,29 @@ def pareto_command(shared: SharedOptions, min_budget, max_budget, points, output
         check_writable(output, force)
     check_plot(plot_out, force)
     tm = shared.time_model()
-    net, cost, workloads, cons = shared.load(prices_for="pareto")
+    net, cost, workloads, cons = shared.load(prices_for="pareto" if versus != "energy" else None)
+    power, tco = shared.power(net), shared.tco()
+    if versus != "cost" and power is None:
+        raise LibraError(f"pareto --versus {versus} needs power figures: give --power FILE (e.g. network_configs/power.yml)")
+    if versus == "tco" and tco is None:
+        raise LibraError("pareto --versus tco needs --electricity-usd-per-kwh and --lifetime-years")
     budgets = [min_budget * (max_budget / min_budget) ** (i / (points - 1)) for i in range(points)]
     with Progress("pareto") as p:
         p.note(f"{points} budgets")
-        results = pareto(workloads, net, cost, budgets, constraints=cons, model=tm)
+        results = pareto(workloads, net, cost, budgets, constraints=cons, model=tm, versus=versus, power=power,
+                         tco=tco)
     rows = [{"budget_usd": bud, "cost_usd": r.best.cost_usd, "time_ns": r.best.time_ns,
              "bandwidth_gbps": list(r.bw_gbps), "relative_gap": r.rel_gap} for bud, r in zip(budgets, results)]
+    if versus != "cost":
+        from ..optimize.energy import energy_rate
+        from ..optimize.tco import tco_rate
+        for row, r in zip(rows, results):
+            row["budget_j" if versus == "energy" else "budget_usd"] = row.pop("budget_usd")
+            row["energy_j"] = energy_rate(workloads, net, power).energy_j(r.bw_gbps, r.best.time_ns)
+            if versus == "tco":
+                row["tco_usd"] = tco_rate(workloads, net, cost, power, tco).tco_usd(r.bw_gbps, r.best.time_ns)
     data = {"format": "libra_astra.pareto", "version": 1, "objective": "perf", "time_model": model_settings(tm),
-            "dimensions": list(net.dim_names), "points": rows}
+            "versus": versus, "dimensions": list(net.dim_names), "points": rows}
     if shared.user_system is not None:
         data["system"] = shared.user_system.to_dict()
     if as_json:

@@ -173,12 +173,20 @@ def format_tco(t: dict) -> list[str]:
     return lines
 
 
+FRONTIER_COLUMNS = {   # versus -> (budget key, its header, value key, its header)
+    "cost": ("budget_usd", "budget USD", "cost_usd", "cost USD"),
+    "energy": ("budget_j", "budget J/step", "energy_j", "energy J/step"),
+    "tco": ("budget_usd", "budget USD/run", "tco_usd", "TCO USD/run"),
+}
+
+
 def format_frontier(data: dict) -> str:
     dims = data.get("dimensions") or []
+    bkey, bhead, vkey, vhead = FRONTIER_COLUMNS[data.get("versus", "cost")]
     lines = _header(data)
-    lines.append(f"{'budget USD':>16} {'cost USD':>16} {'time':>14}  bandwidth GB/s per dimension ({', '.join(dims)})")
+    lines.append(f"{bhead:>16} {vhead:>16} {'time':>14}  bandwidth GB/s per dimension ({', '.join(dims)})")
     for p in data.get("points") or []:
-        lines.append(f"{p['budget_usd']:>16,.0f} {p['cost_usd']:>16,.0f} {_t(p['time_ns']):>14}  "
+        lines.append(f"{p[bkey]:>16,.0f} {p[vkey]:>16,.0f} {_t(p['time_ns']):>14}  "
                      + ", ".join(f"{b:.3f}" for b in p["bandwidth_gbps"]))
     return "\n".join(lines)
 

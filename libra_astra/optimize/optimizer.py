@@ -406,11 +406,15 @@ def baseline_traffic(workloads: Sequence[Workload], D: int) -> np.ndarray:
 
 
 def pareto(workloads: Sequence[Workload], net: Network, cost: CostModel, budgets_usd: Sequence[float], *,
-           constraints: Constraints = Constraints(), model: TimeModel = LIBRA) -> list[OptimizeResult]:
-    """The fastest design for each cost budget: points of the time-versus-cost frontier."""
+           constraints: Constraints = Constraints(), model: TimeModel = LIBRA, versus: str = "cost",
+           power: PowerModel | None = None, tco: TcoSettings | None = None) -> list[OptimizeResult]:
+    """The fastest design for each budget: points of the time-versus-cost frontier, or with
+    ``versus`` "energy" (budgets in J per step) or "tco" (USD per run) of time versus energy or TCO."""
     out = []
+    field = {"cost": "budget_usd", "energy": "energy_max_j", "tco": "tco_max_usd"}[versus]
     for bud in budgets_usd:
-        cons = Constraints(constraints.total_bw_gbps, constraints.total_bw_is_upper_bound, bud, None,
-                           constraints.linear)
-        out.append(optimize(workloads, net, cost, objective="perf", constraints=cons, model=model, baselines=False))
+        cons = replace(Constraints(constraints.total_bw_gbps, constraints.total_bw_is_upper_bound, None, None,
+                                   constraints.linear), **{field: bud})
+        out.append(optimize(workloads, net, cost, objective="perf", constraints=cons, model=model, baselines=False,
+                            power=power, tco=tco))
     return out
