@@ -396,3 +396,24 @@ def test_cli_search_reports_a_failed_simulation_in_one_line_and_keeps_the_result
     line = [x for x in r.output.splitlines() if x.startswith("simulation of design 1 failed:")]
     assert len(line) == 1 and "exit code 3" in line[0] and "simulator says no" in line[0]
     assert list(csv.DictReader(open(out / "ranked.csv")))[0]["simulated_ns"] == ""
+
+
+@pytest.mark.parametrize("objective", ["min-energy", "perf-per-watt", "min-tco"])
+def test_search_ranks_by_the_energy_objectives_as_brute_force_does(objective):
+    """The energy objectives: the search's best is the best of every candidate, dominated blocks
+    included (block dominance holds for power too: only a Switch draws switch power)."""
+    from dataclasses import replace
+    from libra_astra.model.power import load_power
+    from libra_astra.optimize.tco import TcoSettings
+    problem = replace(_problem(objective, Constraints(total_bw_gbps=200, total_bw_is_upper_bound=True)),
+                      power=load_power("network_configs/power.yml"),
+                      tco=TcoSettings(0.1, 4.0, 1e5, 2.0, 2e4))
+    st = Settings(npus=4, max_dims=2, top=3, sp="both")
+    space = enumerate_space(problem, st, lambda fn, items: [fn(problem, i) for i in items])
+    submit, wait_any = _serial_runner(problem)
+    ranked = run_search(problem, space, st, submit, wait_any).ranked()
+    brute = sorted(o.objective_value for o in (evaluate(problem, c) for c in _all_candidates(problem, st))
+                   if o.status == "ok")
+    assert ranked[0].objective_value == pytest.approx(brute[0], rel=1e-9)
+    values = [o.objective_value for o in ranked]
+    assert values == sorted(values) and all(o.rel_gap <= 1e-8 for o in ranked)

@@ -220,6 +220,9 @@ def bound(objective: str, paths: Sequence[tuple[str, float, Sequence[float], flo
     ``engine._path_sums``; latency 0 for a model without latency)."""
     k = float(splits)
     best, name = 0.0, "none"
+    if objective not in ("perf", "perf-per-cost", "min-cost"):
+        # the energy objectives: no closed-form bound yet, so nothing is pruned (the search stays exact)
+        return best, name
     W, U = cons.total_bw_gbps, cons.budget_usd
     for pname, comp, S, lat in paths:
         total = sum(S)

@@ -385,3 +385,7 @@ def check_problem(problem: Problem) -> None:
                          "bandwidth is always faster)")
     if problem.objective == "min-cost" and not c.time_target_ns:
         raise LibraError("search --objective min-cost needs --time-target NS")
+    if problem.objective in ("min-energy", "perf-per-watt", "min-tco") and problem.power is None:
+        raise LibraError(f"search --objective {problem.objective} needs power figures: give --power FILE")
+    if problem.objective == "min-tco" and problem.tco is None:
+        raise LibraError("search --objective min-tco needs --electricity-usd-per-kwh and --lifetime-years")
