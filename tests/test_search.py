@@ -417,3 +417,42 @@ def test_search_ranks_by_the_energy_objectives_as_brute_force_does(objective):
     assert ranked[0].objective_value == pytest.approx(brute[0], rel=1e-9)
     values = [o.objective_value for o in ranked]
     assert values == sorted(values) and all(o.rel_gap <= 1e-8 for o in ranked)
+
+
+def test_cli_sweep_ranks_by_the_energy_objectives(tmp_path):
+    """Each energy objective's point is the best of the grid in its own column."""
+    sw = tmp_path / "sweep.yml"
+    root = Path.cwd()
+    sw.write_text(f"""
+cost: {root / 'network_configs/cost.yml'}
+power: {root / 'network_configs/power.yml'}
+tco: {{usd_per_kwh: 0.1, lifetime_years: 4, run_steps: 100000, npu_usd: 30000}}
+workloads: [{root / 'traces/gpt3_tp8_dp8/spec.yml'}]
+networks: [{root / 'network_configs/sample_8x8.yml'}]
+total_bw_max_gbps: [1000]
+objectives: [perf, min-energy, perf-per-watt, min-tco]
+""")
+    r = CliRunner().invoke(main, ["sweep", str(sw), "--in-process", "-q", "-o", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    rows = {x["objective"]: x for x in csv.DictReader(open(tmp_path / "o" / "sweep.csv"))}
+    col = lambda o, k: float(rows[o][k])  # noqa: E731
+    assert min(rows, key=lambda o: col(o, "time_ns")) == "perf"
+    assert min(rows, key=lambda o: col(o, "energy_j")) == "min-energy"
+    assert min(rows, key=lambda o: col(o, "tco_usd")) == "min-tco"
+    assert col("min-energy", "objective_value") == pytest.approx(col("min-energy", "energy_j"), rel=1e-9)
+    assert col("min-tco", "objective_value") == pytest.approx(col("min-tco", "tco_usd"), rel=1e-9)
+
+
+def test_sweep_file_errors_name_the_key(tmp_path):
+    from libra_astra.errors import LibraError
+    from libra_astra.search.sweep import load_sweep
+    root = Path.cwd()
+    base = (f"cost: {root / 'network_configs/cost.yml'}\nworkloads: [{root / 'traces/gpt3_tp8_dp8/spec.yml'}]\n"
+            f"networks: [{root / 'network_configs/sample_8x8.yml'}]\n")
+    for extra, message in [("objectives: [min-energy]\n", r"the energy objectives need power"),
+                           (f"power: {root / 'network_configs/power.yml'}\nobjectives: [min-tco]\n",
+                            r"objective min-tco needs tco"),
+                           ("tco: {usd_per_kwh: -1, lifetime_years: 4}\n", r"tco\.usd_per_kwh: must be a number >= 0")]:
+        (tmp_path / "s.yml").write_text(base + extra)
+        with pytest.raises(LibraError, match=message):
+            load_sweep(tmp_path / "s.yml")
