@@ -25,7 +25,7 @@ dimension of n NPUs per block has N / n switches of n ports.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -186,7 +186,3 @@ def power_from_dict(data: Any, source: str = "<power>") -> PowerModel:
 
 def load_power(path: str | Path) -> PowerModel:
     return power_from_dict(load_yaml(path, "power"), str(path))
-
-
-def with_npu(model: PowerModel, **figures: float) -> PowerModel:
-    return replace(model, npu=replace(model.npu, **figures))

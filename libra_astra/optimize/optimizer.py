@@ -413,8 +413,8 @@ def pareto(workloads: Sequence[Workload], net: Network, cost: CostModel, budgets
     out = []
     field = {"cost": "budget_usd", "energy": "energy_max_j", "tco": "tco_max_usd"}[versus]
     for bud in budgets_usd:
-        cons = replace(Constraints(constraints.total_bw_gbps, constraints.total_bw_is_upper_bound, None, None,
-                                   constraints.linear), **{field: bud})
+        # the other caps given (--budget, --energy-max, --tco-max) still hold; the time target does not apply
+        cons = replace(constraints, time_target_ns=None, **{field: bud})
         out.append(optimize(workloads, net, cost, objective="perf", constraints=cons, model=model, baselines=False,
                             power=power, tco=tco))
     return out
