@@ -401,7 +401,8 @@ def test_cli_search_reports_a_failed_simulation_in_one_line_and_keeps_the_result
 @pytest.mark.parametrize("objective", ["min-energy", "perf-per-watt", "min-tco"])
 def test_search_ranks_by_the_energy_objectives_as_brute_force_does(objective):
     """The energy objectives: the search's best is the best of every candidate, dominated blocks
-    included (block dominance holds for power too: only a Switch draws switch power)."""
+    included (block dominance holds for power too: only a Switch draws switch power), and no
+    candidate beats its own bound (the NPUs' and nodes' share over the path's compute)."""
     from dataclasses import replace
     from libra_astra.model.power import load_power
     from libra_astra.optimize.tco import TcoSettings
@@ -412,9 +413,16 @@ def test_search_ranks_by_the_energy_objectives_as_brute_force_does(objective):
     space = enumerate_space(problem, st, lambda fn, items: [fn(problem, i) for i in items])
     submit, wait_any = _serial_runner(problem)
     ranked = run_search(problem, space, st, submit, wait_any).ranked()
-    brute = sorted(o.objective_value for o in (evaluate(problem, c) for c in _all_candidates(problem, st))
-                   if o.status == "ok")
+    outcomes = [evaluate(problem, c) for c in _all_candidates(problem, st)]
+    brute = sorted(o.objective_value for o in outcomes if o.status == "ok")
     assert ranked[0].objective_value == pytest.approx(brute[0], rel=1e-9)
+    bounds = {(c.shape, c.blocks, c.par, c.placement): c.bound for c in space.candidates}
+    assert max(bounds.values()) > 0
+    for o in outcomes:
+        c = o.candidate
+        b = bounds.get((c.shape, c.blocks, c.par, c.placement))
+        if b is not None and o.status == "ok":
+            assert o.objective_value >= b * (1 - 1e-9), (c, b, o.objective_value)
     values = [o.objective_value for o in ranked]
     assert values == sorted(values) and all(o.rel_gap <= 1e-8 for o in ranked)
 

@@ -90,7 +90,7 @@ def _model(kind: str, splits: int, local_mem_bw: float, overlap: bool):
 @click.option("--objective", type=click.Choice(("perf", "perf-per-cost", "min-cost", "min-energy", "perf-per-watt",
                                                "min-tco")), default="perf", show_default=True,
               help="What to rank by; the energy objectives (docs/energy.md) need --power, min-tco also the TCO "
-                   "settings; they prune no candidate by bound (every one is evaluated exactly).")
+                   "settings; their bound is the NPUs' share over each path's compute (weaker than perf's).")
 @click.option("--power", "power_path", type=click.Path(exists=True, dir_okay=False),
               help="Power YAML with figures for every cost class of the catalog (network_configs/power.yml).")
 @click.option("--electricity-usd-per-kwh", "usd_per_kwh", type=click.FloatRange(min=0),
