@@ -1,5 +1,6 @@
 """The fastest design whose energy (or TCO) stays under a cap: --energy-max, --tco-max and the
-time-versus-energy and time-versus-TCO frontiers (docs/energy.md).
+time-versus-energy and time-versus-TCO frontiers (docs/energy.md); and the affine multiplier of
+T(B) (with its constant) that each energy objective has, which the cap shares.
 
 Both have the form P(B) = M(B) x T(B) + const with M affine and positive. The constraint
 P(B) <= cap is not convex in B, but its feasible set is (the image of a convex set of the
