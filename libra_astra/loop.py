@@ -28,6 +28,9 @@ from .model.cost import CostModel
 from .optimize.design import Design, WorkloadRef
 from .errors import LibraError
 from .model.network import Network
+from .model.power import PowerModel
+from .optimize.energy import energy_rate
+from .optimize.tco import TcoSettings
 from .optimize.optimizer import Constraints, Workload, optimize
 from .timing.predict import predict
 from .timing.model import TimeModel, simulator_model
@@ -92,13 +95,14 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
              out_dir: str | Path, objective: str = "perf", constraints: Constraints = Constraints(),
              binary: str | None = None, splits: int = 1, local_mem_bw_gbps: float = 1e9, calibrate: int = 0,
              probe: float = 1.25, min_gain: float = 1e-3, timeout_s: float = 3600.0, overwrite: bool = False,
-             overlap: bool = True, system: Mapping[str, Any] | None = None,
-             on_event: Callable[[str], None] = lambda _msg: None,
+             overlap: bool = True, system: Mapping[str, Any] | None = None, power: PowerModel | None = None,
+             tco: TcoSettings | None = None, on_event: Callable[[str], None] = lambda _msg: None,
              on_progress: Callable[[str], None] = lambda _msg: None) -> LoopResult:
     """Run the closed loop; see the module docstring. ``on_event`` receives a line per finished run,
     ``on_progress`` a line when each step (optimize, emit, simulate) starts. ``system``: the user's
     system.json as a design records it, emitted for every run (its splits and local-mem-bw are
-    the caller's ``splits`` and ``local_mem_bw_gbps``)."""
+    the caller's ``splits`` and ``local_mem_bw_gbps``). ``power``: the energy objectives' figures;
+    each run's line then gives its energy per step at the simulated time. ``tco``: min-tco's prices."""
     if not workloads:
         raise LibraError("the loop needs at least one workload")
     refs = tuple(WorkloadRef.of(w) for w in workloads)
@@ -145,8 +149,9 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
             dirs.append(str(run_dir))
             per.append((ref.name, w.weight, pred, res.simulated_time_ns))
         row = LoopRow(iteration, name, bw, design.cost_usd, pred_total, sim_total, tuple(dirs), tuple(per))
+        energy = "" if power is None else f"  energy {energy_rate(workloads, net, power).energy_j(bw, sim_total):,.6g} J"
         on_event(f"iter {iteration} {name:<20} simulated {sim_total / 1e6:12.4f} ms  predicted "
-                 f"{pred_total / 1e6:12.4f} ms  error {row.error:+.3%}")
+                 f"{pred_total / 1e6:12.4f} ms  error {row.error:+.3%}{energy}")
         rows.append(row)
         return row
 
@@ -156,7 +161,8 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
     if aware:
         on_event(f"note: {_AWARE_NOTE}")
     on_progress("optimizing")
-    r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model)
+    r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model, power=power,
+                 tco=tco)
     best = run_design(0, "optimized", r.bw_gbps, model)
     for name, ev in r.baselines.items():
         run_design(0, name, ev.bw_gbps, model)
@@ -177,7 +183,8 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
         efficiencies.append(tuple(eff))
         model = simulator_model(splits, local_mem_bw_gbps, efficiency=eff, overlap=overlap, system=system)
         on_progress(f"iter {it}: optimizing with the fitted efficiencies")
-        r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model, baselines=False)
+        r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model, baselines=False,
+                     power=power, tco=tco)
         row = run_design(it, "optimized", r.bw_gbps, model)
         if row.simulated_ns < best.simulated_ns * (1 - min_gain):
             best = row

@@ -75,14 +75,37 @@ def _dim_labels(dims: Sequence[str]) -> list[str]:
 # ------------------------------------------------------------------ design / optimize result
 
 
+def _energy_panel(ax, energy: Mapping[str, Any]) -> None:
+    """Where the watts go: the optimum's energy per step by part (kJ), its average and peak power."""
+    parts = [(name, j) for name, j in energy["parts_j"].items() if j > 0]
+    ys = list(range(len(parts)))[::-1]
+    bars = ax.barh(ys, [j / 1e3 for _, j in parts], color=[PALETTE[i % len(PALETTE)] for i in range(len(parts))],
+                   height=0.6)
+    for b, (name, _) in zip(bars, parts):
+        b.set_gid(f"series:energy:{name}")
+    total = energy["energy_j"] or 1.0
+    for y, (_, j) in zip(ys, parts):
+        ax.text(j / 1e3, y, f" {j / total:.1%}", va="center", fontsize=7)
+    ax.set_yticks(ys, [name for name, _ in parts], fontsize=7)
+    ax.set_xlabel("kJ per step")
+    ax.set_title(f"Where the energy goes: {total / 1e3:,.4g} kJ per step\naverage {energy['average_power_w'] / 1e3:,.4g} kW, "
+                 f"peak {energy['peak_cluster_power_w'] / 1e3:,.4g} kW", fontsize=9)
+    ax.margins(x=0.18)
+
+
 def plot_result(result: Mapping[str, Any], path: str | Path, *, title: str = "", subtitle: str = "",
                 overwrite: bool = False) -> Path:
     """Bandwidth per dimension (optimum vs baselines) and the time breakdown, from an optimize
     result (``optimize --json``, or a design file's ``result``)."""
     dims = _dim_labels(result.get("dimensions") or [])
     designs = [("optimum", result["optimum"])] + list((result.get("baselines") or {}).items())
-    fig = _figure(11, 4.6)
-    ax_bw, ax_t = fig.subplots(1, 2, width_ratios=[1, 1.25])
+    energy = result.get("energy")
+    fig = _figure(16 if energy else 11, 4.6)
+    if energy:
+        ax_bw, ax_t, ax_e = fig.subplots(1, 3, width_ratios=[1, 1.25, 1.1])
+        _energy_panel(ax_e, energy)
+    else:
+        ax_bw, ax_t = fig.subplots(1, 2, width_ratios=[1, 1.25])
 
     n = len(designs)
     width = 0.8 / n
@@ -194,12 +217,15 @@ def _byte_unit(x: float) -> tuple[float, str]:
 
 
 def plot_frontier(data: Mapping[str, Any], path: str | Path, *, subtitle: str = "", overwrite: bool = False) -> Path:
-    """Time versus cost along the frontier, and each dimension's bandwidth there (a pareto file)."""
-    pts = sorted(data.get("points") or [], key=lambda p: p["cost_usd"])
+    """Time versus cost (energy, TCO) along the frontier, and each dimension's bandwidth there (a pareto file)."""
+    key, scale, xlabel, what = {"cost": ("cost_usd", 1e6, "network cost, million USD", "cost"),
+                                "energy": ("energy_j", 1e3, "energy per step, kJ", "energy"),
+                                "tco": ("tco_usd", 1e3, "TCO of the run, thousand USD", "TCO")}[data.get("versus", "cost")]
+    pts = sorted(data.get("points") or [], key=lambda p: p[key])
     dims = _dim_labels(data.get("dimensions") or [])
     fig = _figure(11, 4.4)
     ax, ax_bw = fig.subplots(1, 2)
-    cost = [p["cost_usd"] / 1e6 for p in pts]
+    cost = [p[key] / scale for p in pts]
     (line,) = ax.plot(cost, [_ms(p["time_ns"]) for p in pts], "o-", color=PALETTE[0], label="fastest design")
     line.set_gid("series:frontier")
     if cost and max(cost) >= 10 * min(cost):
@@ -215,15 +241,15 @@ def plot_frontier(data: Mapping[str, Any], path: str | Path, *, subtitle: str = 
     else:
         _plain(ax_bw)
     ax.ticklabel_format(axis="y", style="plain", useOffset=False)
-    ax.set_xlabel("network cost, million USD")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("time, ms")
-    ax.set_title("Time-versus-cost frontier")
+    ax.set_title(f"Time-versus-{what} frontier")
     ax.grid(alpha=0.3)
     for d, dim in enumerate(dims):
         (ln,) = ax_bw.plot(cost, [p["bandwidth_gbps"][d] for p in pts], "o-", color=PALETTE[(d + 3) % len(PALETTE)],
                            label=dim, markersize=4)
         ln.set_gid(f"series:frontier-bandwidth:{dim}")
-    ax_bw.set_xlabel("network cost, million USD")
+    ax_bw.set_xlabel(xlabel)
     ax_bw.set_ylabel("GB/s per NPU")
     ax_bw.set_title("Bandwidth per dimension along the frontier")
     ax_bw.grid(alpha=0.3)

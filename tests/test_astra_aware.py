@@ -216,7 +216,7 @@ def test_loop_on_the_aware_binary_compares_real_traces_with_the_aware_model(tmp_
         assert row.predicted_ns == row.simulated_ns, row
 
 
-def _group_inputs(tmp_path, topology: str) -> "SimInputs":
+def _group_inputs(tmp_path, topology: str):
     from libra_astra.astra.predict_inputs import SimInputs
 
     case = tool_module("astra_aware_groups").sample_case(random.Random(4))

@@ -444,7 +444,7 @@ def test_unbounded_objectives():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(objective="fastest"), "unknown objective 'fastest'; use one of ['perf', 'perf-per-cost', 'min-cost']"),
+    (dict(objective="fastest"), "unknown objective 'fastest'; use one of ['perf', 'perf-per-cost', 'min-cost', 'min-energy', 'perf-per-watt', 'min-tco']"),
     (dict(constraints=Constraints(-1.0)), "--total-bw must be > 0 GB/s, got -1"),
     # 1e300 was taken: a design of 5e299 GB/s per dimension, "time x cost inf" and gains of nan
     (dict(constraints=Constraints(1e300)), "--total-bw 1e+300 GB/s per NPU is beyond 1e+09; give a real bandwidth"),

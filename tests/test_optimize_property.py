@@ -93,10 +93,10 @@ class Reference:
         return ok
 
 
-def brute_force(ref: Reference, objective: str, lo, hi, target=None, extra=None) -> tuple[float, np.ndarray]:
+def brute_force(ref: Reference, objective: str, lo, hi, target=None, extra=None, value=None) -> tuple[float, np.ndarray]:
     """(minimum, its point) over the feasible set: a dense grid over the box [lo, hi] (with the
     equality total, over the first D-1 coordinates) plus the ``extra`` point, then a zooming grid
-    around the best point."""
+    around the best point. ``value(B, t)``: another objective of the points and their times."""
     D = ref.D
     lo, hi = np.asarray(lo, float), np.asarray(hi, float)
     free = D - 1 if ref.total is not None else D
@@ -115,7 +115,9 @@ def brute_force(ref: Reference, objective: str, lo, hi, target=None, extra=None)
         Bo = B[ok]
         t = ref.time(Bo)
         c = Bo @ ref.price
-        if objective == "perf":
+        if value is not None:
+            v = value(Bo, t)
+        elif objective == "perf":
             v = t
         elif objective == "perf-per-cost":
             v = t * c

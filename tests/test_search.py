@@ -396,3 +396,71 @@ def test_cli_search_reports_a_failed_simulation_in_one_line_and_keeps_the_result
     line = [x for x in r.output.splitlines() if x.startswith("simulation of design 1 failed:")]
     assert len(line) == 1 and "exit code 3" in line[0] and "simulator says no" in line[0]
     assert list(csv.DictReader(open(out / "ranked.csv")))[0]["simulated_ns"] == ""
+
+
+@pytest.mark.parametrize("objective", ["min-energy", "perf-per-watt", "min-tco"])
+def test_search_ranks_by_the_energy_objectives_as_brute_force_does(objective):
+    """The energy objectives: the search's best is the best of every candidate, dominated blocks
+    included (block dominance holds for power too: only a Switch draws switch power), and no
+    candidate beats its own bound (the NPUs' and nodes' share over the path's compute)."""
+    from dataclasses import replace
+    from libra_astra.model.power import load_power
+    from libra_astra.optimize.tco import TcoSettings
+    problem = replace(_problem(objective, Constraints(total_bw_gbps=200, total_bw_is_upper_bound=True)),
+                      power=load_power("network_configs/power.yml"),
+                      tco=TcoSettings(0.1, 4.0, 1e5, 2.0, 2e4))
+    st = Settings(npus=4, max_dims=2, top=3, sp="both")
+    space = enumerate_space(problem, st, lambda fn, items: [fn(problem, i) for i in items])
+    submit, wait_any = _serial_runner(problem)
+    ranked = run_search(problem, space, st, submit, wait_any).ranked()
+    outcomes = [evaluate(problem, c) for c in _all_candidates(problem, st)]
+    brute = sorted(o.objective_value for o in outcomes if o.status == "ok")
+    assert ranked[0].objective_value == pytest.approx(brute[0], rel=1e-9)
+    bounds = {(c.shape, c.blocks, c.par, c.placement): c.bound for c in space.candidates}
+    assert max(bounds.values()) > 0
+    for o in outcomes:
+        c = o.candidate
+        b = bounds.get((c.shape, c.blocks, c.par, c.placement))
+        if b is not None and o.status == "ok":
+            assert o.objective_value >= b * (1 - 1e-9), (c, b, o.objective_value)
+    values = [o.objective_value for o in ranked]
+    assert values == sorted(values) and all(o.rel_gap <= 1e-8 for o in ranked)
+
+
+def test_cli_sweep_ranks_by_the_energy_objectives(tmp_path):
+    """Each energy objective's point is the best of the grid in its own column."""
+    sw = tmp_path / "sweep.yml"
+    root = Path.cwd()
+    sw.write_text(f"""
+cost: {root / 'network_configs/cost.yml'}
+power: {root / 'network_configs/power.yml'}
+tco: {{usd_per_kwh: 0.1, lifetime_years: 4, run_steps: 100000, npu_usd: 30000}}
+workloads: [{root / 'traces/gpt3_tp8_dp8/spec.yml'}]
+networks: [{root / 'network_configs/sample_8x8.yml'}]
+total_bw_max_gbps: [1000]
+objectives: [perf, min-energy, perf-per-watt, min-tco]
+""")
+    r = CliRunner().invoke(main, ["sweep", str(sw), "--in-process", "-q", "-o", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    rows = {x["objective"]: x for x in csv.DictReader(open(tmp_path / "o" / "sweep.csv"))}
+    col = lambda o, k: float(rows[o][k])  # noqa: E731
+    assert min(rows, key=lambda o: col(o, "time_ns")) == "perf"
+    assert min(rows, key=lambda o: col(o, "energy_j")) == "min-energy"
+    assert min(rows, key=lambda o: col(o, "tco_usd")) == "min-tco"
+    assert col("min-energy", "objective_value") == pytest.approx(col("min-energy", "energy_j"), rel=1e-9)
+    assert col("min-tco", "objective_value") == pytest.approx(col("min-tco", "tco_usd"), rel=1e-9)
+
+
+def test_sweep_file_errors_name_the_key(tmp_path):
+    from libra_astra.errors import LibraError
+    from libra_astra.search.sweep import load_sweep
+    root = Path.cwd()
+    base = (f"cost: {root / 'network_configs/cost.yml'}\nworkloads: [{root / 'traces/gpt3_tp8_dp8/spec.yml'}]\n"
+            f"networks: [{root / 'network_configs/sample_8x8.yml'}]\n")
+    for extra, message in [("objectives: [min-energy]\n", r"the energy objectives need power"),
+                           (f"power: {root / 'network_configs/power.yml'}\nobjectives: [min-tco]\n",
+                            r"objective min-tco needs tco"),
+                           ("tco: {usd_per_kwh: -1, lifetime_years: 4}\n", r"tco\.usd_per_kwh: must be a number >= 0")]:
+        (tmp_path / "s.yml").write_text(base + extra)
+        with pytest.raises(LibraError, match=message):
+            load_sweep(tmp_path / "s.yml")

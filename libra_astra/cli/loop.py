@@ -12,13 +12,14 @@ from .numbers import FiniteFloat
 from .app import Command
 from .common import check_plot, draw, plot_option
 from .optimize import OBJECTIVE_HELP
-from .options import SharedOptions, workload_options
+from .options import SharedOptions, power_options, workload_options
 from .progress import Progress
 from .show import format_loop
 
 
 @click.command("loop", cls=Command)
 @workload_options
+@power_options
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="perf", show_default=True, help=OBJECTIVE_HELP)
 @click.option("--budget", type=FiniteFloat(), help="Upper bound on network cost, USD.")
 @click.option("--time-target", type=FiniteFloat(), help="Time target in ns for --objective min-cost.")
@@ -87,7 +88,8 @@ def loop_command(shared: SharedOptions, objective, budget, time_target, binary, 
         res = run_loop(workloads, net, cost, out_dir=out_dir, objective=objective, constraints=cons,
                        binary=binary, splits=splits, calibrate=calibrate, timeout_s=timeout, overwrite=force,
                        local_mem_bw_gbps=local_mem_bw, overlap=overlap, on_event=echo,
-                       system=None if user is None else user.to_dict(), on_progress=p.note)
+                       system=None if user is None else user.to_dict(), on_progress=p.note,
+                       power=shared.power(net), tco=shared.tco())
     data = res.to_dict(net)
     write_json_atomic(Path(out_dir) / "loop.json", data, overwrite=force)
     if as_json:

@@ -17,16 +17,18 @@ from .numbers import FiniteFloat
 from .app import Command
 from .common import check_plot, draw, plot_option
 from .format import fmt_time, fmt_usd
-from .options import SharedOptions, time_model_options, workload_options
+from .options import SharedOptions, power_options, time_model_options, workload_options
 from .progress import Progress
-from .show import format_frontier
+from .show import format_energy, format_frontier, format_tco
 
 if TYPE_CHECKING:  # the library is imported by the command that runs
     from ..model.cost import CostModel
     from ..model.network import Network
     from ..optimize.optimizer import OptimizeResult
 
-OBJECTIVE_HELP = "perf: min time; perf-per-cost: min time x cost; min-cost: min cost with --time-target."
+OBJECTIVE_HELP = ("perf: min time; perf-per-cost: min time x cost; min-cost: min cost with --time-target; "
+                  "min-energy: min J per step; perf-per-watt: min time x peak power; min-tco: min USD of the run, "
+                  "capital amortized + electricity (the last three need --power).")
 
 
 def _print_result(r: OptimizeResult, net: Network, cost: CostModel | None, n_workloads: int, data: dict) -> None:
@@ -70,6 +72,12 @@ def _print_result(r: OptimizeResult, net: Network, cost: CostModel | None, n_wor
     gap = f"{r.rel_gap:.2e}" if math.isfinite(r.rel_gap) else "unknown"
     click.echo(f"solver    {r.message}; relative duality gap {gap}; {r.newton_steps} Newton steps; "
                f"{r.solve_time_s * 1e3:.2f} ms")
+    if data.get("energy"):
+        for line in format_energy(data["energy"]):
+            click.echo(line)
+    if data.get("tco"):
+        for line in format_tco(data["tco"]):
+            click.echo(line)
 
 
 
@@ -118,6 +126,28 @@ def r_value(r) -> str:
     return fmt_time(r.best.time_ns) if r.objective != "min-cost" else fmt_usd(r.best.cost_usd)
 
 
+def tco_dict(workloads, net, cost, power, r: OptimizeResult, shared: SharedOptions) -> dict:
+    """The result's "tco": the run's total cost of ownership (USD) at the optimum and the baselines."""
+    from ..optimize.tco import tco_parts
+
+    out = tco_parts(workloads, net, cost, power, shared.tco(), r.best.bw_gbps, r.best.time_ns)
+    out["baselines_tco_usd"] = {name: tco_parts(workloads, net, cost, power, shared.tco(), e.bw_gbps,
+                                                e.time_ns)["tco_usd"] for name, e in r.baselines.items()}
+    return out
+
+
+def energy_dict(workloads, net, power, r: OptimizeResult, shared: SharedOptions) -> dict:
+    """The result's "energy": the optimum's step (J, W) and each baseline's energy (J)."""
+    from ..optimize.energy import energy_report
+
+    def report(e):
+        return energy_report(workloads, net, power, e.bw_gbps, e.time_ns, shared.samples_per_step,
+                             shared.tokens_per_step)
+    out = {"power_model": power.name, **report(r.best).to_dict()}
+    out["baselines_energy_j"] = {name: report(e).energy_j for name, e in r.baselines.items()}
+    return out
+
+
 def _x(v: float | None, why: str = "time 0") -> str:
     return f"n/a ({why})" if v is None else f"x{v:.4f}"
 
@@ -125,6 +155,7 @@ def _x(v: float | None, why: str = "time 0") -> str:
 @click.command("optimize", cls=Command)
 @workload_options
 @time_model_options
+@power_options
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="perf", show_default=True, help=OBJECTIVE_HELP)
 @click.option("--budget", type=FiniteFloat(), help="Upper bound on network cost, USD.")
 @click.option("--time-target", type=FiniteFloat(), help="Time target in ns for --objective min-cost.")
@@ -155,6 +186,11 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, algo
           --cost network_configs/cost.yml --objective min-cost --time-target 1.3e8 --total-bw-max 1000
       libra-astra optimize traces/dlrm_16/dlrm --network network_configs/sample_4x4.yml --total-bw 200 \\
           --algorithms auto
+      libra-astra optimize --demand gpt3.demand.json --network network_configs/sample_8x8.yml \\
+          --power network_configs/power.yml --objective min-energy --total-bw 400 --power-max 98000
+      libra-astra optimize --demand gpt3.demand.json --network network_configs/sample_8x8.yml \\
+          --cost network_configs/cost.yml --power network_configs/power.yml --objective min-tco \\
+          --total-bw-max 1000 --electricity-usd-per-kwh 0.1 --lifetime-years 4 --run-steps 1e5 --npu-usd 30000
     """
     from ..files import check_writable, write_json_atomic
     from ..optimize.design import Design, WorkloadRef, design_to_dict, result_to_dict
@@ -167,6 +203,7 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, algo
     if objective != "min-cost" and time_target is not None:
         raise LibraError("--time-target only applies to --objective min-cost")
     net, cost, workloads, cons = shared.load(budget, time_target, objective=objective)
+    power = shared.power(net)
     system_record = None if shared.user_system is None else shared.user_system.to_dict()
     choice = None
     with Progress("optimize") as p:
@@ -176,15 +213,21 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, algo
             tm, system_record = _auto_base(tm, net, system_record)
             p.note(f"choosing algorithms ({objective})")
             choice = choose_algorithms(workloads, net, cost, objective=objective, constraints=cons, model=tm,
-                                       on_progress=lambda i, n: p(i, n, "combinations"))
+                                       on_progress=lambda i, n: p(i, n, "combinations"), power=power,
+                                       tco=shared.tco())
             r, tm = choice.result, replace(tm, system=choice.timing)
             system_record = _chosen_record(system_record, choice.timing)
         else:
             p.note(f"solving ({objective}, {tm.kind} model)")
-            r = optimize(workloads, net, cost, objective=objective, constraints=cons, model=tm)
+            r = optimize(workloads, net, cost, objective=objective, constraints=cons, model=tm, power=power,
+                         tco=shared.tco())
     data = result_to_dict(r, net, tm, workloads)
     if choice is not None:
         data["algorithms"] = choice.to_dict()
+    if power is not None:
+        data["energy"] = energy_dict(workloads, net, power, r, shared)
+        if shared.tco() is not None:
+            data["tco"] = tco_dict(workloads, net, cost, power, r, shared)
     from ..demand.workload import demand_warnings
     warnings = demand_warnings(workloads)
     if as_json:
@@ -209,21 +252,28 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, algo
 @click.command("pareto", cls=Command)
 @workload_options
 @time_model_options
-@click.option("--min-budget", type=FiniteFloat(), required=True, help="Lowest cost budget, USD.")
-@click.option("--max-budget", type=FiniteFloat(), required=True, help="Highest cost budget, USD.")
+@power_options
+@click.option("--versus", type=click.Choice(["cost", "energy", "tco"]), default="cost", show_default=True,
+              help="Frontier of time versus network cost (budgets in USD), energy per step (budgets in J; needs "
+                   "--power) or the run's TCO (budgets in USD; needs --power and the TCO settings).")
+@click.option("--min-budget", type=FiniteFloat(), required=True, help="Lowest budget: USD, or J per step with --versus energy.")
+@click.option("--max-budget", type=FiniteFloat(), required=True, help="Highest budget: USD, or J per step with --versus energy.")
 @click.option("--points", type=click.IntRange(min=2), default=10, show_default=True, help="Budgets, spaced geometrically.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the frontier as JSON here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the frontier as JSON instead of a table.")
 @plot_option("time versus cost and the bandwidth per dimension along the frontier")
 @click.option("--force", is_flag=True, help="Overwrite an existing --output or --plot file.")
 @click.pass_obj
-def pareto_command(shared: SharedOptions, min_budget, max_budget, points, output, as_json, plot_out, force):
-    """Time-versus-cost frontier: the fastest design for each budget.
+def pareto_command(shared: SharedOptions, versus, min_budget, max_budget, points, output, as_json, plot_out, force):
+    """Time-versus-cost (or energy, or TCO) frontier: the fastest design for each budget.
 
     \b
-    Example:
+    Examples:
       libra-astra pareto --demand gpt3.demand.json --network network_configs/sample_8x8.yml \\
           --cost network_configs/cost.yml --min-budget 2e5 --max-budget 2e6 --points 6 -o frontier.json --force
+      libra-astra pareto --demand gpt3.demand.json --network network_configs/sample_8x8.yml \\
+          --power network_configs/power.yml --versus energy --total-bw-max 1000 \\
+          --min-budget 10500 --max-budget 11500 --points 5
     """
     from ..files import check_writable, write_json_atomic
     from ..optimize.optimizer import pareto
@@ -234,15 +284,29 @@ def pareto_command(shared: SharedOptions, min_budget, max_budget, points, output
         check_writable(output, force)
     check_plot(plot_out, force)
     tm = shared.time_model()
-    net, cost, workloads, cons = shared.load(prices_for="pareto")
+    net, cost, workloads, cons = shared.load(prices_for="pareto" if versus != "energy" else None)
+    power, tco = shared.power(net), shared.tco()
+    if versus != "cost" and power is None:
+        raise LibraError(f"pareto --versus {versus} needs power figures: give --power FILE (e.g. network_configs/power.yml)")
+    if versus == "tco" and tco is None:
+        raise LibraError("pareto --versus tco needs --electricity-usd-per-kwh and --lifetime-years")
     budgets = [min_budget * (max_budget / min_budget) ** (i / (points - 1)) for i in range(points)]
     with Progress("pareto") as p:
         p.note(f"{points} budgets")
-        results = pareto(workloads, net, cost, budgets, constraints=cons, model=tm)
+        results = pareto(workloads, net, cost, budgets, constraints=cons, model=tm, versus=versus, power=power,
+                         tco=tco)
     rows = [{"budget_usd": bud, "cost_usd": r.best.cost_usd, "time_ns": r.best.time_ns,
              "bandwidth_gbps": list(r.bw_gbps), "relative_gap": r.rel_gap} for bud, r in zip(budgets, results)]
+    if versus != "cost":
+        from ..optimize.energy import energy_rate
+        from ..optimize.tco import tco_rate
+        for row, r in zip(rows, results):
+            row["budget_j" if versus == "energy" else "budget_usd"] = row.pop("budget_usd")
+            row["energy_j"] = energy_rate(workloads, net, power).energy_j(r.bw_gbps, r.best.time_ns)
+            if versus == "tco":
+                row["tco_usd"] = tco_rate(workloads, net, cost, power, tco).tco_usd(r.bw_gbps, r.best.time_ns)
     data = {"format": "libra_astra.pareto", "version": 1, "objective": "perf", "time_model": model_settings(tm),
-            "dimensions": list(net.dim_names), "points": rows}
+            "versus": versus, "dimensions": list(net.dim_names), "points": rows}
     if shared.user_system is not None:
         data["system"] = shared.user_system.to_dict()
     if as_json:

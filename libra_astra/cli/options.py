@@ -12,7 +12,7 @@ a parameter, so a command takes only its own options and reads the rest with ``c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import click
@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the library is imported by the command that runs, not to li
     from ..demand.workload import Workload
     from ..model.cost import CostModel
     from ..model.network import Network
+    from ..model.power import PowerModel
     from ..optimize.optimizer import Constraints
     from ..doctor.system_model import UserSystem
     from ..timing.model import TimeModel
@@ -59,6 +60,18 @@ class SharedOptions:
     overlap: bool | None = None
     system_path: str | None = None
     user_system: UserSystem | None = None      # read by time_model()
+    power_path: str | None = None
+    samples_per_step: float | None = None
+    tokens_per_step: float | None = None
+    power_max: float | None = None
+    power_scope: str = "cluster"
+    usd_per_kwh: float | None = None
+    lifetime_years: float | None = None
+    run_steps: float = 1.0
+    usd_per_provisioned_w: float = 0.0
+    npu_usd: float = 0.0
+    energy_max: float | None = None
+    tco_max: float | None = None
 
     def constraints(self, net: Network, budget: float | None, time_target: float | None) -> Constraints:
         from ..optimize.constraints import load_constraints_file, parse_constraints
@@ -86,7 +99,7 @@ class SharedOptions:
         if self.cost_classes is not None:
             from ..model.network import with_cost_classes
             net = with_cost_classes(net, [c.strip() for c in self.cost_classes.split(",")])
-        if objective != "perf":
+        if objective in ("perf-per-cost", "min-cost", "min-tco"):
             prices_for = f"--objective {objective}"
         if self.cost_path:
             cost = load_cost(self.cost_path)
@@ -101,7 +114,38 @@ class SharedOptions:
                                        on_progress=lambda prefix, done, total: p(done, total, prefix),
                                        type_cpu_collectives=self.type_cpu_collectives,
                                        cpu_collective_groups=self.cpu_collective_groups)
-        return Inputs(net, cost, workloads, self.constraints(net, budget, time_target))
+        cons = self.constraints(net, budget, time_target)
+        if self.power_max is not None:
+            from ..optimize.energy import power_constraint
+            cons = replace(cons, linear=cons.linear + (power_constraint(net, self.power(net), self.power_max,
+                                                                        self.power_scope),))
+        if self.energy_max is not None or self.tco_max is not None:
+            if not self.power_path:
+                raise LibraError(f"{'--energy-max' if self.energy_max is not None else '--tco-max'} needs power figures: "
+                                 "give --power FILE (e.g. network_configs/power.yml)")
+            cons = replace(cons, energy_max_j=self.energy_max, tco_max_usd=self.tco_max)
+        return Inputs(net, cost, workloads, cons)
+
+    def tco(self):
+        """TcoSettings from the TCO options, or None when the price or the lifetime is not given."""
+        if self.usd_per_kwh is None or self.lifetime_years is None:
+            return None
+        from ..optimize.tco import TcoSettings
+
+        return TcoSettings(self.usd_per_kwh, self.lifetime_years, self.run_steps, self.usd_per_provisioned_w,
+                           self.npu_usd)
+
+    def power(self, net: Network) -> PowerModel | None:
+        """The --power file, checked against the network's cost classes (None without --power)."""
+        if not self.power_path:
+            if self.power_max is not None:
+                raise LibraError("--power-max needs power figures: give --power FILE (e.g. network_configs/power.yml)")
+            return None
+        from ..model.power import load_power
+
+        model = load_power(self.power_path)
+        model.check(net)
+        return model
 
     def time_model(self) -> TimeModel:
         """The model the options name (timing/settings.py); options it ignores are refused. With
@@ -207,4 +251,38 @@ time_model_options = _apply([
     _shared("--overlap/--no-overlap", default=None,
             help="Time a rank by its longest dependency path (compute/communication overlap, as the "
                  "simulator runs it) or by the sum [default: overlap for pipelined, sum for libra]."),
+])
+
+# Power figures: energy, average and peak power of every design; the energy objectives and the power cap.
+power_options = _apply([
+    _shared("--power", "power_path", type=click.Path(exists=True, dir_okay=False),
+            help="Power YAML: W per NPU, pJ/bit and idle W per GB/s per cost class (network_configs/power.yml); "
+                 "adds energy per step (J), average and peak power (W) to the result."),
+    _shared("--samples-per-step", type=FiniteFloat(0, strict_min=True),
+            help="Samples one step trains, for J per sample."),
+    _shared("--tokens-per-step", type=FiniteFloat(0, strict_min=True),
+            help="Tokens one step trains, for J per token."),
+    _shared("--power-max", type=FiniteFloat(0, strict_min=True),
+            help="Upper bound on peak power in W (everything active at once), of --power-scope; needs --power."),
+    _shared("--power-scope", type=click.Choice(["cluster", "fabric", "cluster-per-npu", "fabric-per-npu"]),
+            default="cluster", show_default=True,
+            help="What --power-max bounds: the whole cluster (NPUs, rest of node, fabric) or the fabric only, "
+                 "in total or per NPU."),
+    _shared("--energy-max", type=FiniteFloat(0, strict_min=True),
+            help="Upper bound on the energy of a step, J (with --objective perf: the fastest design under it; "
+                 "exact, by bisection on the power level); needs --power."),
+    _shared("--tco-max", type=FiniteFloat(0, strict_min=True),
+            help="Upper bound on the run's TCO, USD (with --objective perf); needs --power, --cost and the TCO "
+                 "settings."),
+    _shared("--electricity-usd-per-kwh", "usd_per_kwh", type=FiniteFloat(0),
+            help="Electricity price, USD per kWh: with --lifetime-years, adds the run's TCO (USD) to the result; "
+                 "needed by --objective min-tco."),
+    _shared("--lifetime-years", type=FiniteFloat(0, strict_min=True),
+            help="Years over which the cluster's capital (network, NPUs, provisioned power) is amortized."),
+    _shared("--run-steps", type=FiniteFloat(0, strict_min=True), default=1.0, show_default=True,
+            help="Training steps of the run whose TCO is reported and minimized."),
+    _shared("--usd-per-provisioned-w", type=FiniteFloat(0), default=0.0, show_default=True,
+            help="Capital per W of peak cluster power (power and cooling plant), USD per W."),
+    _shared("--npu-usd", type=FiniteFloat(0), default=0.0, show_default=True,
+            help="Capital per NPU with its share of the node, USD."),
 ])

@@ -87,8 +87,22 @@ def _model(kind: str, splits: int, local_mem_bw: float, overlap: bool):
 @click.option("--total-bw-max", type=click.FloatRange(min=0, min_open=True), help="Upper bound on that sum, GB/s.")
 @click.option("--budget", type=click.FloatRange(min=0, min_open=True), help="Upper bound on network cost, USD.")
 @click.option("--time-target", type=click.FloatRange(min=0, min_open=True), help="Time target, ns (min-cost).")
-@click.option("--objective", type=click.Choice(("perf", "perf-per-cost", "min-cost")), default="perf",
-              show_default=True)
+@click.option("--objective", type=click.Choice(("perf", "perf-per-cost", "min-cost", "min-energy", "perf-per-watt",
+                                               "min-tco")), default="perf", show_default=True,
+              help="What to rank by; the energy objectives (docs/energy.md) need --power, min-tco also the TCO "
+                   "settings; their bound is the NPUs' share over each path's compute (weaker than perf's).")
+@click.option("--power", "power_path", type=click.Path(exists=True, dir_okay=False),
+              help="Power YAML with figures for every cost class of the catalog (network_configs/power.yml).")
+@click.option("--electricity-usd-per-kwh", "usd_per_kwh", type=click.FloatRange(min=0),
+              help="Electricity price, USD per kWh (min-tco).")
+@click.option("--lifetime-years", type=click.FloatRange(min=0, min_open=True),
+              help="Years over which the cluster's capital is amortized (min-tco).")
+@click.option("--run-steps", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="Training steps of the run (min-tco).")
+@click.option("--npu-usd", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Capital per NPU with its share of the node, USD (min-tco).")
+@click.option("--usd-per-provisioned-w", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Capital per W of peak cluster power, USD (min-tco).")
 @click.option("--blocks", default="Ring,FullyConnected,Switch", show_default=True,
               help="Building blocks to try, comma-separated.")
 @click.option("--shape", "shapes", multiple=True, callback=_shapes,
@@ -128,7 +142,7 @@ def _model(kind: str, splits: int, local_mem_bw: float, overlap: bool):
 @click.option("--force", is_flag=True, help="Replace the results in an existing output directory.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress line.")
 def search_command(spec_path, npus, cost_path, catalog_path, total_bw, total_bw_max, budget, time_target, objective,
-                   blocks, shapes, max_dims, sp, micro_batches, hbm_gb, optimizer_bytes, model_kind, splits, local_mem_bw,
+                   power_path, usd_per_kwh, lifetime_years, run_steps, npu_usd, usd_per_provisioned_w, blocks, shapes, max_dims, sp, micro_batches, hbm_gb, optimizer_bytes, model_kind, splits, local_mem_bw,
                    overlap, top, max_evals, time_limit, n_sim, binary, timeout, scheduler, workers, in_process, out_dir,
                    force, quiet):
     """Search network shape, building blocks, parallelization and placement, with exact bandwidths.
@@ -162,6 +176,13 @@ def search_command(spec_path, npus, cost_path, catalog_path, total_bw, total_bw_
     cons = Constraints(total_bw if total_bw is not None else total_bw_max, total_bw_max is not None, budget,
                        time_target)
     names = tuple(b.strip() for b in blocks.split(",") if b.strip())
+    power = tco = None
+    if power_path:
+        from ..search.upstream import load_power
+        power = load_power(power_path)
+    if usd_per_kwh is not None and lifetime_years is not None:
+        from ..search.upstream import TcoSettings
+        tco = TcoSettings(usd_per_kwh, lifetime_years, run_steps, usd_per_provisioned_w, npu_usd)
     progress = _Progress(quiet)
     echo = click.echo
     res = driver.run(spec, spec_path, n_total, load_cost(cost_path),
@@ -169,7 +190,7 @@ def search_command(spec_path, npus, cost_path, catalog_path, total_bw, total_bw_
                      _model(model_kind, splits, local_mem_bw, overlap), names, max_dims, sp, micro_batches,
                      (hbm_gb or spec.hbm_gb or 80.0) * 1e9, optimizer_bytes, top, max_evals, time_limit, n_sim, binary, timeout,
                      local_mem_bw, scheduler, workers, out, force, progress, on_note=lambda m: echo(m, err=True),
-                     threads=in_process, shapes=shapes or None)
+                     threads=in_process, shapes=shapes or None, power=power, tco=tco)
     progress.end()
     driver.print_report(res, echo)
 

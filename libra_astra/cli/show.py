@@ -136,18 +136,57 @@ def format_design(data: dict) -> str:
         gap = r.get("relative_gap")
         lines.append(f"solver    {r['message']}; relative duality gap "
                      f"{'unknown' if gap is None else format(gap, '.2e')}")
+    if r.get("energy"):
+        lines += format_energy(r["energy"])
+    if r.get("tco"):
+        lines += format_tco(r["tco"])
     for w in data.get("workloads", []):
         src = w.get("traces") or w.get("demand") or "?"
         lines.append(f"workload  {w.get('name')} (weight {w.get('weight', 1):g}): {src}")
     return "\n".join(lines)
 
 
+def format_energy(e: dict) -> list[str]:
+    """The energy lines of a result (optimize, show): step energy, where it goes, power."""
+    lines = [f"energy    {e['energy_j']:,.6g} J per step ({e['power_model']}); average power {e['average_power_w'] / 1e3:,.6g} kW; "
+             f"peak power {e['peak_cluster_power_w'] / 1e3:,.6g} kW cluster, {e['peak_fabric_power_w'] / 1e3:,.6g} kW fabric"]
+    per = [f"{e[k]:,.6g} J per {what}" for k, what in (("j_per_sample", "sample"), ("j_per_token", "token")) if e.get(k)]
+    if per:
+        lines.append("          " + ", ".join(per))
+    total = e["energy_j"] or 1.0
+    lines.append(f"  {'where the energy goes':<36} {'J per step':>14} {'share':>7}")
+    for name, j in e["parts_j"].items():
+        if j:
+            lines.append(f"  {name:<36} {j:>14,.6g} {j / total:>6.1%}")
+    for name, j in (e.get("baselines_energy_j") or {}).items():
+        lines.append(f"vs {name:<20} energy {j:,.6g} J per step  ({j / e['energy_j'] if e['energy_j'] else 0:.4f}x the optimum's)")
+    return lines
+
+
+def format_tco(t: dict) -> list[str]:
+    """The TCO lines of a result: the run's total cost and its parts (USD)."""
+    lines = [f"TCO       ${t['tco_usd']:,.2f} for {t['run_steps']:,.6g} steps ({t['run_s'] / 3600:,.6g} h, "
+             f"{t['run_energy_kwh']:,.6g} kWh at ${t['usd_per_kwh']:g}/kWh; capital over {t['lifetime_years']:g} years)"]
+    lines += [f"  {name:<36} ${usd:>14,.2f}" for name, usd in t["parts_usd"].items() if usd]
+    for name, usd in (t.get("baselines_tco_usd") or {}).items():
+        lines.append(f"vs {name:<20} TCO ${usd:,.2f}  ({usd / t['tco_usd'] if t['tco_usd'] else 0:.4f}x the optimum's)")
+    return lines
+
+
+FRONTIER_COLUMNS = {   # versus -> (budget key, its header, value key, its header)
+    "cost": ("budget_usd", "budget USD", "cost_usd", "cost USD"),
+    "energy": ("budget_j", "budget J/step", "energy_j", "energy J/step"),
+    "tco": ("budget_usd", "budget USD/run", "tco_usd", "TCO USD/run"),
+}
+
+
 def format_frontier(data: dict) -> str:
     dims = data.get("dimensions") or []
+    bkey, bhead, vkey, vhead = FRONTIER_COLUMNS[data.get("versus", "cost")]
     lines = _header(data)
-    lines.append(f"{'budget USD':>16} {'cost USD':>16} {'time':>14}  bandwidth GB/s per dimension ({', '.join(dims)})")
+    lines.append(f"{bhead:>16} {vhead:>16} {'time':>14}  bandwidth GB/s per dimension ({', '.join(dims)})")
     for p in data.get("points") or []:
-        lines.append(f"{p['budget_usd']:>16,.0f} {p['cost_usd']:>16,.0f} {_t(p['time_ns']):>14}  "
+        lines.append(f"{p[bkey]:>16,.0f} {p[vkey]:>16,.0f} {_t(p['time_ns']):>14}  "
                      + ", ".join(f"{b:.3f}" for b in p["bandwidth_gbps"]))
     return "\n".join(lines)
 

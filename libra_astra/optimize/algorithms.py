@@ -108,10 +108,11 @@ def _kinds_used(workloads: Sequence[Workload], net: Network) -> list[tuple[str, 
 
 def choose_algorithms(workloads: Sequence[Workload], net: Network, cost: CostModel, *, objective: str = "perf",
                       constraints: Constraints = Constraints(), model: TimeModel, rel_gap: float = 1e-9,
-                      prune: bool = True, on_progress=None) -> AlgorithmChoice:
+                      prune: bool = True, on_progress=None, **optimize_options) -> AlgorithmChoice:
     """The best implementations and bandwidths together (``model.system``: the settings the
     implementations replace; LibraError if the model has none or there are too many choices).
-    ``prune`` False solves every combination (the brute force the pruning is checked against)."""
+    ``prune`` False solves every combination (the brute force the pruning is checked against).
+    ``optimize_options`` (power, tco) go to every solve."""
     if model.system is None:
         raise LibraError("--algorithms auto needs the system settings it chooses within (the pipelined model)")
     free = _kinds_used(workloads, net)
@@ -148,16 +149,16 @@ def choose_algorithms(workloads: Sequence[Workload], net: Network, cost: CostMod
             on_progress(i, total)
         m = with_choice(choice)
         r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=m, rel_gap=rel_gap,
-                     baselines=False)
+                     baselines=False, **optimize_options)
         bounds.append(r.dual_bound)
         if best is None or r.fun < best.fun * (1 - 1e-12):
             best, best_model = r, m
     assert best_model is not None
     result = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=best_model,
-                      rel_gap=rel_gap)
+                      rel_gap=rel_gap, **optimize_options)
     ring_model = with_choice(["ring"] * len(free))
     ring = result if ring_model == best_model else optimize(workloads, net, cost, objective=objective,
                                                             constraints=constraints, model=ring_model,
-                                                            rel_gap=rel_gap, baselines=False)
+                                                            rel_gap=rel_gap, baselines=False, **optimize_options)
     open_ = sum(1 for lb in bounds if lb < best.fun * (1 - 10 * rel_gap)) - (0 if best.success else 1)
     return AlgorithmChoice(result, best_model.system, ring, total, tuple(pruned), tuple(free), max(open_, 0))

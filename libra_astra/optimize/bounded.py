@@ -211,7 +211,10 @@ def no_minimizer(net: Network, objective: str, free: Sequence[int]) -> LibraErro
                       f"{bound}")
 
 
-def vanishing_cost() -> LibraError:
+def vanishing_cost(objective: str = "perf-per-cost") -> LibraError:
+    if objective != "perf-per-cost":
+        return LibraError(f"objective {objective} has no minimizer: the power can shrink toward 0 under these "
+                          "constraints (all power figures 0); give the NPUs' power in the power file")
     return LibraError("objective perf-per-cost has no minimizer: the network cost can shrink toward 0 under these "
                       "constraints (only upper bounds, or bandwidth free to move to dimensions that cost nothing); "
                       "add --total-bw or lower bounds (bw_min_gbps or a --constraint)")

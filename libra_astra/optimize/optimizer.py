@@ -6,6 +6,12 @@ Objectives (T = weighted sum over workloads of the slowest rank class's time, c 
 ``perf-per-cost``   minimize T(B) * c(B), made convex by the Charnes-Cooper change of variables
                     s = 1 / c(B), y = s B: T c = sum C_q / s + D(y) with c(y) = 1, A B <= b -> A y <= b s
 ``min-cost``        minimize c(B) subject to T(B) <= a time target
+``min-energy``      minimize the energy of a step, (base + idle . B) T(B) + K (energy.py): Charnes-
+                    Cooper as for perf-per-cost with s = 1 / (base + idle . B)
+``perf-per-watt``   minimize T(B) * peak cluster power (base + active . B): throughput per watt
+                    of the power envelope (per watt of *average* power it is 1 / energy: min-energy)
+``min-tco``         minimize the total cost of a run: capital amortized over the cluster's lifetime
+                    + electricity, T(B) x M(B) + constant (tco.py), the same way
 
 Constraints: total bandwidth (equality or upper bound), cost budget, per-dimension bounds from the
 network file, and linear constraints from text (constraints.py).
@@ -26,10 +32,14 @@ from ..model.cost import CostModel
 from ..errors import InfeasibleError, LibraError
 from ..model.network import Network
 from ..timing.predict import critical_path_nodes, predict
-from .problem import OBJECTIVES, Constraints, ScaledProblem, Workload, build_problem, linear_rows, unscale
+from .energy import J_PER_NJ
+from .energy_cap import capped, capped_base, objective_multiplier, over_cap
+from ..model.power import PowerModel
+from .tco import TcoSettings
+from .problem import FRACTIONAL, OBJECTIVES, Constraints, ScaledProblem, Workload, build_problem, linear_rows, unscale
 from .terms import node_path_terms
 from . import bounded
-from .refine import objective_value, refine
+from .refine import refine
 from .solver import solve, term_values, unbounded_coordinates
 from ..timing.model import LIBRA, TimeModel, demand_time
 from ..timing.rows import column
@@ -59,7 +69,7 @@ class Evaluation:
 class OptimizeResult:
     objective: str
     best: Evaluation
-    fun: float                  # objective value in its unit (ns, ns*USD or USD)
+    fun: float                  # objective value in its unit (ns, ns*USD, USD, J for min-energy and perf-per-watt, USD per run for min-tco)
     dual_bound: float           # proven lower bound on the optimum, same unit
     rel_gap: float
     success: bool
@@ -122,7 +132,8 @@ def _feasible(bw, net, cons: Constraints, t: float, c: float, tol: float = 1e-6)
 
 def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, objective: str = "perf",
              constraints: Constraints = Constraints(), model: TimeModel = LIBRA, rel_gap: float = 1e-9,
-             baselines: bool = True, max_path_rounds: int = MAX_PATH_ROUNDS) -> OptimizeResult:
+             baselines: bool = True, max_path_rounds: int = MAX_PATH_ROUNDS,
+             power: PowerModel | None = None, tco: TcoSettings | None = None) -> OptimizeResult:
     """Find the bandwidth per dimension that minimizes the objective under the constraints.
 
     With ``model.overlap`` the time of a rank is its longest dependency path (compute and
@@ -135,18 +146,38 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
         Infeasible problems, problems without a minimizer (bounded.py), bad weights, a demand for
         another network shape.
     """
+    if constraints.energy_max_j is not None or constraints.tco_max_usd is not None:
+        out = capped(optimize, workloads, net, cost, objective, constraints, model=model, rel_gap=rel_gap,
+                     max_path_rounds=max_path_rounds, power=power, tco=tco)
+        if baselines:
+            out = _with_baselines(out, workloads, net, cost, capped_base(constraints), model)
+            over = lambda e: over_cap(workloads, net, cost, constraints, power, tco, e.bw_gbps, e.time_ns)
+            out = replace(out, baselines={k: replace(e, feasible=e.feasible and not over(e))
+                                          for k, e in out.baselines.items()})
+        return out
     start_for, start_bw = None, None
+    multiplier, const_j = objective_multiplier(workloads, net, power, objective, cost, tco)
     try:
         if objective == "min-cost":
             start_for, start_bw = _min_cost_start(workloads, net, cost, constraints, model)
         b, res, bw, n_paths = _solve_model(workloads, net, cost, constraints, objective, model, rel_gap, start_for,
-                                           start_bw, max_path_rounds)
+                                           start_bw, max_path_rounds, multiplier=multiplier)
     except InfeasibleError as e:
         raise InfeasibleError(_explain_infeasible(net, cost, constraints) or str(e)) from None
     best = evaluate(workloads, net, cost, bw, constraints, model)
     unit = {"perf": b.t0, "perf-per-cost": b.t0 * b.c0}.get(objective, b.c0)
-    fun = objective_value(objective, best) if best.feasible else _unchecked_value(objective, best)
-    dual = res.dual_bound * unit
+    if objective in ("min-energy", "perf-per-watt", "min-tco"):
+        # W x ns = nJ (min-tco: USD/s x ns x run steps); plus what does not depend on B
+        scale = J_PER_NJ * (tco.run_steps if objective == "min-tco" else 1.0)
+        unit = b.t0 * b.d0 * scale
+
+    def value(ev: Evaluation) -> float:
+        if objective in ("min-energy", "perf-per-watt", "min-tco"):
+            return (multiplier[0] + float(np.dot(multiplier[1], ev.bw_gbps))) * ev.time_ns * scale + const_j
+        return {"perf": ev.time_ns, "perf-per-cost": ev.time_cost_ns_usd}.get(objective, ev.cost_usd)
+
+    fun = value(best)
+    dual = res.dual_bound * unit + const_j
     # relative to the problem's own scale when the optimum is 0 (a trace with no time at all)
     rel = (fun - dual) / max(abs(fun), 1e-9 * abs(unit), 1e-300) if math.isfinite(dual) else math.inf
     bounded_only = model.system is not None and res.success and not rel <= max(10 * rel_gap, 1e-9)
@@ -154,8 +185,8 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
         # The rows bound some collectives' time from below (timing/system_flow.py): the solver's
         # optimum is a lower bound, its design a start for a search on the replayed time.
         E = linear_rows(net, cost, constraints, 1.0, 1.0)[2]
-        best, fun = refine(lambda x: evaluate(workloads, net, cost, x, constraints, model), objective, bw,
-                           np.asarray(E, dtype=float))
+        best, fun = refine(lambda x: evaluate(workloads, net, cost, x, constraints, model),
+                           lambda ev: value(ev) if ev.feasible else math.inf, bw, np.asarray(E, dtype=float))
         rel = (fun - dual) / max(abs(fun), 1e-300) if math.isfinite(fun) else math.inf
     msg = res.message
     if res.success and msg.startswith("optimal to round-off"):
@@ -180,14 +211,9 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
     return out
 
 
-def _unchecked_value(objective: str, ev: Evaluation) -> float:
-    # the objective of a design whatever its feasibility (a solver's design sits on its constraints)
-    return {"perf": ev.time_ns, "perf-per-cost": ev.time_ns * ev.cost_usd}.get(objective, ev.cost_usd)
-
-
 def _explain_infeasible(net: Network, cost: CostModel, cons: Constraints) -> str | None:
     """Name the constraint whose removal makes the rest feasible, if there is one."""
-    named = [(f"--constraint {lc.text!r}", replace(cons, linear=cons.linear[:i] + cons.linear[i + 1:]))
+    named = [(lc.text if lc.text.startswith("--") else f"--constraint {lc.text!r}", replace(cons, linear=cons.linear[:i] + cons.linear[i + 1:]))
              for i, lc in enumerate(cons.linear)]
     if cons.total_bw_gbps is not None:
         named.append(("--total-bw" + ("-max" if cons.total_bw_is_upper_bound else ""),
@@ -210,7 +236,7 @@ def _linear_feasible(net: Network, cost: CostModel, cons: Constraints) -> bool:
 
 
 def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_for=None, start_bw=None,
-                 max_rounds=MAX_PATH_ROUNDS, cache=None, seed=False):
+                 max_rounds=MAX_PATH_ROUNDS, cache=None, seed=False, multiplier=None):
     """(built problem, solver result, bandwidths, number of dependency paths used).
 
     ``start_bw``: bandwidths whose critical paths seed the path generation (a min-cost start
@@ -229,7 +255,7 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
 
     def build(paths, caps=()):
         c = replace(cons, linear=cons.linear + tuple(caps))
-        return build_problem(workloads, net, cost, c, objective, model, paths, cache)
+        return build_problem(workloads, net, cost, c, objective, model, paths, cache, multiplier)
 
     def guesses(b):
         return [start_for(b)] if start_for else b.guesses
@@ -237,8 +263,8 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
     def run(paths):
         b = build(paths)
         if "free" not in state:
-            if objective == "perf-per-cost" and bounded.cost_can_vanish(b):
-                raise bounded.vanishing_cost()
+            if objective in FRACTIONAL and bounded.cost_can_vanish(b):
+                raise bounded.vanishing_cost(objective)
             state["free"], state["power"] = bounded.free_coordinates(b), 1
             # Paths are a part of the graph's: only the classes themselves prove it.
             if (state["free"] and paths is None and objective != "min-cost"
@@ -270,7 +296,7 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
         bw = np.asarray(start_bw, dtype=float)
     else:
         _, _, bw, _ = _solve_model(workloads, net, cost, cons, objective, replace(model, overlap=False), rel_gap,
-                                   cache=cache, seed=True)
+                                   cache=cache, seed=True, multiplier=multiplier)
     paths: dict = {}
     total_time = 0.0
     steps = 0
@@ -398,11 +424,15 @@ def baseline_traffic(workloads: Sequence[Workload], D: int) -> np.ndarray:
 
 
 def pareto(workloads: Sequence[Workload], net: Network, cost: CostModel, budgets_usd: Sequence[float], *,
-           constraints: Constraints = Constraints(), model: TimeModel = LIBRA) -> list[OptimizeResult]:
-    """The fastest design for each cost budget: points of the time-versus-cost frontier."""
+           constraints: Constraints = Constraints(), model: TimeModel = LIBRA, versus: str = "cost",
+           power: PowerModel | None = None, tco: TcoSettings | None = None) -> list[OptimizeResult]:
+    """The fastest design for each budget: points of the time-versus-cost frontier, or with
+    ``versus`` "energy" (budgets in J per step) or "tco" (USD per run) of time versus energy or TCO."""
     out = []
+    field = {"cost": "budget_usd", "energy": "energy_max_j", "tco": "tco_max_usd"}[versus]
     for bud in budgets_usd:
-        cons = Constraints(constraints.total_bw_gbps, constraints.total_bw_is_upper_bound, bud, None,
-                           constraints.linear)
-        out.append(optimize(workloads, net, cost, objective="perf", constraints=cons, model=model, baselines=False))
+        # the other caps given (--budget, --energy-max, --tco-max) still hold; the time target does not apply
+        cons = replace(constraints, time_target_ns=None, **{field: bud})
+        out.append(optimize(workloads, net, cost, objective="perf", constraints=cons, model=model, baselines=False,
+                            power=power, tco=tco))
     return out

@@ -28,7 +28,9 @@ from .solver import ConvexProblem, SolverResult
 from ..timing.model import TimeModel, demand_time
 from .terms import Terms, class_terms
 
-OBJECTIVES = ("perf", "perf-per-cost", "min-cost")
+OBJECTIVES = ("perf", "perf-per-cost", "min-cost", "min-energy", "perf-per-watt", "min-tco")
+# Objectives of the form T(B) x (offset + per . B): solved in Charnes-Cooper variables.
+FRACTIONAL = ("perf-per-cost", "min-energy", "perf-per-watt", "min-tco")
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class Constraints:
     budget_usd: float | None = None
     time_target_ns: float | None = None
     linear: tuple[LinearConstraint, ...] = ()
+    energy_max_j: float | None = None      # per step (energy_cap.py; needs power figures)
+    tco_max_usd: float | None = None       # of the run (energy_cap.py; needs power figures and TCO settings)
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class ScaledProblem:
     num_collectives: int
     num_terms: int
     price_per_gbps: tuple[float, ...] = ()   # cost model's USD per GB/s of each dimension
+    d0: float = 1.0  # unit of the fractional objectives' multiplier (USD or W) per scaled unit
 
 
 def linear_rows(net: Network, cost: CostModel, cons: Constraints, b0: float, c0: float):
@@ -111,10 +116,12 @@ def _scales(net, cost, cons) -> tuple[float, float]:
 
 def build_problem(workloads: Sequence[Workload], net: Network, cost: CostModel, cons: Constraints, objective: str,
            model: TimeModel, paths: Sequence[tuple[int, float, Terms]] | None = None,
-           cache: dict | None = None) -> ScaledProblem:
+           cache: dict | None = None, multiplier: tuple[float, Sequence[float]] | None = None) -> ScaledProblem:
     """The scaled convex problem. ``paths`` (workload, compute, terms) replace the rank classes
     when the time model follows dependency graphs: each path bounds its workload's time.
-    ``cache`` keeps the demands' scaled rows for later builds and path terms of one optimization."""
+    ``cache`` keeps the demands' scaled rows for later builds and path terms of one optimization.
+    ``multiplier`` (offset, per GB/s of each dimension): what the FRACTIONAL objectives multiply
+    the time by (the network cost for perf-per-cost, by default; power for the energy ones)."""
     if objective not in OBJECTIVES:
         raise LibraError(f"unknown objective {objective!r}; use one of {list(OBJECTIVES)}")
     if not workloads:
@@ -151,7 +158,13 @@ def build_problem(workloads: Sequence[Workload], net: Network, cost: CostModel, 
     t0 = t_eq if t_eq > 0 else 1.0
     W = len(workloads)
     G0, h0, E0, f0, price = linear_rows(net, cost, cons, b0, c0)
-    cc = objective == "perf-per-cost"
+    cc = objective in FRACTIONAL
+    if objective in ("min-energy", "perf-per-watt", "min-tco") and multiplier is None:
+        raise LibraError(f"objective {objective} needs power figures: pass a power model (--power FILE)")
+    if multiplier is None:
+        multiplier = (0.0, cost.price_usd_per_gbps(net))
+    m_off, m_per = float(multiplier[0]), np.asarray(multiplier[1], dtype=float)
+    d0 = max(m_off + float(m_per.sum()) * b0, 1e-12) if cc else 1.0
     n_recip = D + (1 if cc else 0)
     n = n_recip + W
     s_idx = D if cc else -1
@@ -208,8 +221,10 @@ def build_problem(workloads: Sequence[Workload], net: Network, cost: CostModel, 
     G, h = lift(G0, h0), (np.zeros_like(h0) if cc else h0)
     E, f = lift(E0, f0), (np.zeros_like(f0) if cc else f0)
     if cc:
+        # offset s + per . y = 1 (scaled by d0): s = d0 / multiplier(B)
         row = np.zeros(n)
-        row[:D] = price
+        row[:D] = m_per * b0 / d0
+        row[s_idx] = m_off / d0
         E = np.vstack([E, row])
         f = np.r_[f, 1.0]
         row = np.zeros(n)
@@ -240,7 +255,7 @@ def build_problem(workloads: Sequence[Workload], net: Network, cost: CostModel, 
         x = np.zeros(n)
         x[:D] = gb
         if cc:
-            cost_scaled = float(price @ gb)
+            cost_scaled = float(m_per * b0 / d0 @ gb) + m_off / d0
             if cost_scaled <= 0:
                 continue
             x[:D] = gb / cost_scaled
@@ -254,7 +269,7 @@ def build_problem(workloads: Sequence[Workload], net: Network, cost: CostModel, 
         w=w_all, term_class=np.concatenate(tclass_parts), class_z=np.array(cz), class_e=np.array(ce),
         G=G, h=h, E=E, f=f,
     )
-    return ScaledProblem(problem, D, b0, t0, c0, s_idx, full, n_coll, k, cost.price_usd_per_gbps(net))
+    return ScaledProblem(problem, D, b0, t0, c0, s_idx, full, n_coll, k, cost.price_usd_per_gbps(net), d0)
 
 
 def _square_root_split(need: np.ndarray, total: float, net: Network, b0: float) -> np.ndarray | None:
@@ -338,6 +353,6 @@ def _independent_rows(E: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 def unscale(b: ScaledProblem, res: SolverResult, objective: str) -> np.ndarray:
     x = res.x
-    if objective == "perf-per-cost":
+    if b.s_index >= 0:
         return x[:b.D] / x[b.s_index] * b.b0
     return x[:b.D] * b.b0

@@ -21,23 +21,14 @@ from scipy.optimize import minimize
 MAX_EVALUATIONS = 240
 
 
-def objective_value(objective: str, ev) -> float:
-    if not ev.feasible:
-        return math.inf
-    if objective == "perf":
-        return ev.time_ns
-    if objective == "perf-per-cost":
-        return ev.time_ns * ev.cost_usd
-    return ev.cost_usd
-
-
-def refine(evaluate: Callable[[Sequence[float]], object], objective: str, bw0: Sequence[float],
+def refine(evaluate: Callable[[Sequence[float]], object], value: Callable[[object], float], bw0: Sequence[float],
            equalities: np.ndarray, max_evaluations: int = MAX_EVALUATIONS):
-    """(best evaluation, its objective value) from ``bw0``: ``evaluate(bw)`` gives an Evaluation;
-    ``equalities`` (rows E of E B = f) fix the directions that must not move."""
+    """(best evaluation, its objective value) from ``bw0``: ``evaluate(bw)`` gives an Evaluation,
+    ``value(evaluation)`` its objective (inf where it breaks a constraint); ``equalities`` (rows E
+    of E B = f) fix the directions that must not move."""
     bw0 = np.asarray(bw0, dtype=float)
     first = evaluate(bw0)
-    best = [first, objective_value(objective, first)]
+    best = [first, value(first)]
     basis = null_space(equalities) if equalities.size else np.eye(bw0.shape[0])
     if not basis.shape[1] or not math.isfinite(best[1]):
         return best[0], best[1]
@@ -48,7 +39,7 @@ def refine(evaluate: Callable[[Sequence[float]], object], objective: str, bw0: S
         if np.any(bw <= 0):
             return math.inf
         ev = evaluate(bw)
-        v = objective_value(objective, ev)
+        v = value(ev)
         if v < best[1]:
             best[0], best[1] = ev, v
         return v

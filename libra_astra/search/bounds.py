@@ -220,6 +220,13 @@ def bound(objective: str, paths: Sequence[tuple[str, float, Sequence[float], flo
     ``engine._path_sums``; latency 0 for a model without latency)."""
     k = float(splits)
     best, name = 0.0, "none"
+    if objective in ENERGY_OBJECTIVES:
+        # c_min: the part of the objective's multiplier of T no bandwidth removes (time_multiplier_floor);
+        # every path's compute and latency is a lower bound on T
+        for pname, comp, _S, lat in paths:
+            if (comp + lat) * c_min > best:
+                best, name = (comp + lat) * c_min, pname
+        return best, name
     W, U = cons.total_bw_gbps, cons.budget_usd
     for pname, comp, S, lat in paths:
         total = sum(S)
@@ -248,9 +255,27 @@ def bound(objective: str, paths: Sequence[tuple[str, float, Sequence[float], flo
     return best, name
 
 
+ENERGY_OBJECTIVES = ("min-energy", "perf-per-watt", "min-tco")
+
+
+def time_multiplier_floor(objective: str, npus: int, power, tco) -> float:
+    """What the energy objectives are at least per ns of step time, whatever the bandwidths: the NPUs'
+    and nodes' power (J per ns; min-tco: their capital share and electricity, USD per ns of the
+    run's steps). The objectives' other parts (fabric power and capital, energy above idle) are >= 0."""
+    npu = power.npu
+    if objective == "min-energy":
+        return npus * (npu.idle_w + npu.rest_of_node_w) * 1e-9
+    if objective == "perf-per-watt":
+        return npus * (npu.active_w + npu.rest_of_node_w) * 1e-9
+    life_s = tco.lifetime_years * 365.25 * 24 * 3600.0
+    per_s = (npus * tco.npu_usd + tco.usd_per_provisioned_w * npus * (npu.active_w + npu.rest_of_node_w)) / life_s \
+        + tco.usd_per_kwh / 3.6e6 * npus * (npu.idle_w + npu.rest_of_node_w)
+    return tco.run_steps * per_s * 1e-9
+
+
 def needs_prices(objective: str, cons: Constraints) -> bool:
     """Whether the bound depends on the dimensions' prices (else one bound serves every block choice)."""
-    return objective != "perf" or bool(cons.budget_usd)
+    return objective in ("perf-per-cost", "min-cost") or bool(cons.budget_usd)
 
 
 def min_cost_usd(prices: Sequence[float], cons: Constraints) -> float:

@@ -14,7 +14,7 @@ from .dask_engine import Runner, cluster
 from .engine import Settings, check_problem, enumerate_space, run_search, SearchResult
 from .evaluate import Problem, evaluate_chunk
 from .results import write_results
-from .upstream import Constraints, CostModel, LibraError, TimeModel, TraceSpec
+from .upstream import Constraints, CostModel, LibraError, PowerModel, TcoSettings, TimeModel, TraceSpec
 
 
 @dataclass
@@ -35,9 +35,10 @@ def run(spec: TraceSpec, spec_path: str, npus: int, cost: CostModel, catalog_pat
         max_evals: int | None, time_limit: float | None, n_sim: int, binary: str | None, timeout: float,
         local_mem_bw: float, scheduler: str | None, workers: int | None, out: Path, overwrite: bool,
         progress: Callable, on_note: Callable[[str], None] = lambda _m: None, threads: bool = False,
-        shapes: Sequence[tuple[int, ...]] | None = None) -> Report:
+        shapes: Sequence[tuple[int, ...]] | None = None, power: PowerModel | None = None,
+        tco: TcoSettings | None = None) -> Report:
     catalog = load_catalog(catalog_path)
-    problem = Problem(spec, catalog, cost, objective, cons, model)
+    problem = Problem(spec, catalog, cost, objective, cons, model, power, tco)
     check_problem(problem)
     for b in blocks:
         if b not in ("Ring", "FullyConnected", "Switch"):
@@ -101,19 +102,33 @@ def _summary(problem: Problem, st: Settings, res: SearchResult, spec_path: str, 
             "enumerate_s": t_enum, "search_s": res.elapsed_s}
 
 
+# the energy objectives' values get their own column (perf's is the time, min-cost's the cost)
+OBJECTIVE_UNITS = {"min-energy": "J per step", "perf-per-watt": "J (time x peak W)",
+                   "min-tco": "USD per run"}
+
+
+def _bound_text(obj: str, value: float) -> str:
+    if obj == "min-cost":
+        return _usd(value)
+    if obj in OBJECTIVE_UNITS:
+        return f"{value:,.6g} {OBJECTIVE_UNITS[obj]}"
+    return _t(value)
+
+
 def print_report(rep: Report, echo: Callable[[str], None]) -> None:
     res, prob = rep.result, rep.problem
     ranked = res.ranked()
     c = res.counts
     obj = prob.objective
+    unit = OBJECTIVE_UNITS.get(obj)
     echo(f"{'#':>3} {'shape':<12} {'blocks':<12} {'parallel':<22} {'placement':<18} {'GB/s per dim':<26} "
-         f"{'cost':>13} {'predicted':>12} {'gap':>8}")
+         f"{'cost':>13} {'predicted':>12} {'gap':>8}" + (f" {obj + ', ' + unit:>22}" if unit else ""))
     for i, o in enumerate(ranked[:rep.settings.top]):
         k = o.candidate
         blocks = "x".join({"Ring": "R", "FullyConnected": "F", "Switch": "S"}[b] for b in k.blocks)
         echo(f"{i + 1:>3} {'x'.join(map(str, k.shape)):<12} {blocks:<12} {k.par.label:<22} {k.placement_text:<18} "
              f"{' '.join(f'{b:.1f}' for b in o.bw_gbps):<26} {_usd(o.cost_usd):>13} {_t(o.time_ns):>12} "
-             f"{o.rel_gap:>8.1e}")
+             f"{o.rel_gap:>8.1e}" + (f" {o.objective_value:>22,.6g}" if unit else ""))
     pruned = sum(c.pruned_bound.values())
     echo("")
     echo(f"space: {c.candidates_total:,} candidates ({c.networks_total:,} networks x parallelizations x placements)")
@@ -126,7 +141,7 @@ def print_report(rep: Report, echo: Callable[[str], None]) -> None:
     echo(f"  {res.stop_reason}; {rep.enumerate_s:.1f} s enumerating, {res.elapsed_s:.1f} s searching")
     if res.counts.not_reached:
         echo(f"  proven: the best design is within {res.proven_gap:.2%} of the optimum over the whole space "
-             f"(every candidate not reached has a lower bound >= {_t(res.lower_bound_rest) if obj != 'min-cost' else _usd(res.lower_bound_rest)})")
+             f"(every candidate not reached has a lower bound >= {_bound_text(obj, res.lower_bound_rest)})")
     if rep.sims:
         echo("")
         echo(f"{'#':>3} {'predicted':>14} {'simulated':>14} {'error':>9}  run")

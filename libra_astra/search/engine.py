@@ -224,6 +224,8 @@ def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
     cands: list[Candidate] = []
     transformer = isinstance(spec.model, TransformerModel)
     priced = bnd.needs_prices(problem.objective, problem.constraints)
+    floor = (bnd.time_multiplier_floor(problem.objective, st.npus, problem.power, problem.tco)
+             if problem.objective in bnd.ENERGY_OBJECTIVES else None)
     with_lat = bool(problem.model.kind == "pipelined" and problem.model.latency and problem.model.efficiency is None)
     # the bound depends on the blocks only through prices and hop latencies
     per_blocks = priced or with_lat
@@ -283,6 +285,7 @@ def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
                         paths_b = list(zip(names, comps, S, lat))
                         got = bound_cache[bkey] = bnd.bound(
                             problem.objective, paths_b, price, problem.constraints, problem.model.splits,
+                            floor if floor is not None else
                             bnd.min_cost_usd(price, problem.constraints) if priced else 0.0)
                     cands.append(Candidate(shape, blocks, levels, p, pi.order, got[0], got[1]))
     cands.sort(key=lambda c: c.bound)
@@ -385,3 +388,7 @@ def check_problem(problem: Problem) -> None:
                          "bandwidth is always faster)")
     if problem.objective == "min-cost" and not c.time_target_ns:
         raise LibraError("search --objective min-cost needs --time-target NS")
+    if problem.objective in ("min-energy", "perf-per-watt", "min-tco") and problem.power is None:
+        raise LibraError(f"search --objective {problem.objective} needs power figures: give --power FILE")
+    if problem.objective == "min-tco" and problem.tco is None:
+        raise LibraError("search --objective min-tco needs --electricity-usd-per-kwh and --lifetime-years")

@@ -10,8 +10,8 @@ from typing import Sequence
 from .catalog import Catalog
 from .space import Parallelization, spec_parallel
 from .spec_demand import Programs, demand_from_spec, prepare
-from .upstream import (Constraints, CostModel, InfeasibleError, LibraError, Network, Plan, TimeModel, TraceSpec,
-                       TransformerModel, Workload, build_plan, optimize, place_axes)
+from .upstream import (Constraints, CostModel, InfeasibleError, LibraError, Network, Plan, PowerModel, TcoSettings,
+                       TimeModel, TraceSpec, TransformerModel, Workload, build_plan, optimize, place_axes)
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,8 @@ class Problem:
     objective: str
     constraints: Constraints
     model: TimeModel
+    power: PowerModel | None = None       # the energy objectives' figures
+    tco: TcoSettings | None = None        # min-tco's prices and lifetime
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,8 @@ def evaluate(problem: Problem, cand: Candidate) -> Outcome:
     demand = demand_from_spec(spec, net, programs=programs_for(problem.spec, cand.par), labels=False)
     try:
         r = optimize([Workload(demand, 1.0, spec.name)], net, problem.cost, objective=problem.objective,
-                     constraints=problem.constraints, model=problem.model, baselines=False)
+                     constraints=problem.constraints, model=problem.model, baselines=False, power=problem.power,
+                     tco=problem.tco)
     except InfeasibleError as e:
         return Outcome(cand, "infeasible", reason=str(e), eval_s=time.perf_counter() - t0)
     except LibraError as e:

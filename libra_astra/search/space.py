@@ -237,7 +237,8 @@ def undominated_blocks(options: Sequence[Sequence[str]], p2p_far: Sequence[bool]
     In the time and cost models a block acts only through hop counts and the switch price: a
     collective's ring step takes 1 hop on Ring and FullyConnected and 2 on a Switch; a send takes
     the ring distance on a Ring, 1 hop on FullyConnected and 2 on a Switch; only a Switch pays switch
-    ports. Time is non-decreasing in hops and cost in price, so FullyConnected is never worse than
+    ports (and, in the power model, only a Switch draws switch power). Time is non-decreasing in hops,
+    and cost, energy and TCO in price, power and time, so FullyConnected is never worse than
     Ring or Switch, and Ring never worse than Switch unless a send crosses the dimension over more
     than 2 ring hops (``p2p_far``)."""
     out = []

@@ -8,7 +8,10 @@ Sweep file (YAML)::
     networks: [network_configs/sample_8x8.yml]
     total_bw_gbps: [400, 800]               # equality; or total_bw_max_gbps: [...] (upper bound)
     budgets_usd: [1.0e6]                    # optional; each value is another grid axis
-    objectives: [perf, perf-per-cost]
+    objectives: [perf, perf-per-cost]     # also min-cost's kin: min-energy, perf-per-watt, min-tco
+    power: network_configs/power.yml        # optional: energy per step (J) of every point; the energy objectives
+    tco: {usd_per_kwh: 0.1, lifetime_years: 4, run_steps: 100000, npu_usd: 30000, usd_per_provisioned_w: 0}
+                                            # optional: the run's TCO (USD) of every point; min-tco
     model: {kind: pipelined, splits: 1, local_mem_bw_gbps: 1.0e9, overlap: true}
     simulate: false                         # true: generate, emit and simulate every point
 
@@ -31,10 +34,13 @@ from .dask_engine import cluster
 from .spec_demand import demand_from_spec
 from .upstream import (Constraints, Design, LibraError, Workload, WorkloadRef, emit, generate, load_cost,
                        load_demand, load_network, load_spec, load_yaml, optimize, resolve_binary, simulate, simulator_model,
-                       TimeModel, write_json_atomic, write_text_atomic)
+                       TcoSettings, TimeModel, check_number, energy_rate, load_power, tco_rate, write_json_atomic,
+                       write_text_atomic)
 
 FIELDS = ("workload", "network", "total_bw_gbps", "total_bw_is_upper_bound", "budget_usd", "objective", "status",
-          "time_ns", "cost_usd", "bandwidth_gbps", "rel_gap", "solve_s", "simulated_ns", "sim_error", "note")
+          "time_ns", "cost_usd", "bandwidth_gbps", "rel_gap", "solve_s", "simulated_ns", "sim_error", "note",
+          "objective_value", "energy_j", "tco_usd")
+SWEEP_OBJECTIVES = ("perf", "perf-per-cost", "min-energy", "perf-per-watt", "min-tco")
 
 
 @dataclass(frozen=True)
@@ -70,7 +76,7 @@ def load_sweep(path: str | Path) -> tuple[list[Point], dict]:
     if not isinstance(data, Mapping):
         raise LibraError(f"{p}: expected a mapping with workloads, networks, cost (see 'libra-astra sweep --help')")
     allowed = {"cost", "workloads", "networks", "total_bw_gbps", "total_bw_max_gbps", "budgets_usd", "objectives",
-               "model", "simulate", "description", "name"}
+               "model", "simulate", "description", "name", "power", "tco"}
     bad = set(data) - allowed
     if bad:
         raise LibraError(f"{p}: unknown key(s) {sorted(bad)}; allowed: {sorted(allowed)}")
@@ -85,8 +91,19 @@ def load_sweep(path: str | Path) -> tuple[list[Point], dict]:
     bws = _nums(data.get("total_bw_max_gbps" if upper else "total_bw_gbps"), "total_bw_gbps")
     budgets = _nums(data.get("budgets_usd"), "budgets_usd")
     objectives = data.get("objectives", ["perf"])
-    if not isinstance(objectives, list) or any(o not in ("perf", "perf-per-cost") for o in objectives):
-        raise LibraError(f"{p}: objectives must be a list of perf, perf-per-cost, got {objectives!r}")
+    if not isinstance(objectives, list) or any(o not in SWEEP_OBJECTIVES for o in objectives):
+        raise LibraError(f"{p}: objectives must be a list of {', '.join(SWEEP_OBJECTIVES)}, got {objectives!r}")
+    power_path = data.get("power")
+    if power_path is not None:
+        if not isinstance(power_path, str):
+            raise LibraError(f"{p}: power must be a file path, got {power_path!r}")
+        power_path = str(base / power_path) if not Path(power_path).is_absolute() else power_path
+        load_power(power_path)                       # a bad file stops the sweep before any point runs
+    tco = _tco(data.get("tco"), p)
+    if any(o in ("min-energy", "perf-per-watt", "min-tco") for o in objectives) and power_path is None:
+        raise LibraError(f"{p}: the energy objectives need power: a power file (network_configs/power.yml)")
+    if "min-tco" in objectives and tco is None:
+        raise LibraError(f"{p}: objective min-tco needs tco: {{usd_per_kwh, lifetime_years, ...}}")
     m = data.get("model") or {}
     if not isinstance(m, Mapping) or set(m) - {"kind", "splits", "local_mem_bw_gbps", "overlap"}:
         raise LibraError(f"{p}: model takes kind, splits, local_mem_bw_gbps, overlap")
@@ -100,11 +117,25 @@ def load_sweep(path: str | Path) -> tuple[list[Point], dict]:
     points = [Point(w, n, bw, upper, bud, obj) for w, n, bw, bud, obj in
               itertools.product(workloads, networks, bws, budgets, objectives)]
     return points, {"cost": cost_path, "model": model, "simulate": bool(data.get("simulate", False)),
-                    "local_mem_bw_gbps": mem}
+                    "local_mem_bw_gbps": mem, "power": power_path, "tco": tco}
+
+
+def _tco(raw: Any, p: Path) -> TcoSettings | None:
+    if raw is None:
+        return None
+    keys = ("usd_per_kwh", "lifetime_years", "run_steps", "usd_per_provisioned_w", "npu_usd")
+    if not isinstance(raw, Mapping) or set(raw) - set(keys) or not {"usd_per_kwh", "lifetime_years"} <= set(raw):
+        raise LibraError(f"{p}: tco takes usd_per_kwh and lifetime_years (required), run_steps, usd_per_provisioned_w, "
+                         f"npu_usd, got {raw!r}")
+    vals = {k: check_number(raw[k], f"{p}: tco.{k}", minimum=0) for k in keys if k in raw}
+    t = TcoSettings(**vals)
+    t.check()
+    return t
 
 
 def run_point(pt: Point, cost_path: str, model: TimeModel, sim: bool, binary: str | None, out_dir: str,
-              local_mem_bw: float, overwrite: bool) -> dict:
+              local_mem_bw: float, overwrite: bool, power_path: str | None = None,
+              tco: TcoSettings | None = None) -> dict:
     """One grid point: demand, optimize and (optionally) generate + emit + simulate."""
     row: dict[str, Any] = {"workload": pt.workload, "network": pt.network, "total_bw_gbps": pt.total_bw,
                            "total_bw_is_upper_bound": pt.upper, "budget_usd": pt.budget, "objective": pt.objective}
@@ -123,14 +154,19 @@ def run_point(pt: Point, cost_path: str, model: TimeModel, sim: bool, binary: st
                                  f"network {pt.network} has {list(net.npus_per_dim)}; pair it with a network of that shape")
             demand = demand_from_spec(spec, net, labels=False)
         cons = Constraints(pt.total_bw, pt.upper, pt.budget)
+        power = load_power(power_path) if power_path else None
         r = optimize([Workload(demand)], net, cost, objective=pt.objective, constraints=cons, model=model,
-                     baselines=False)
+                     baselines=False, power=power, tco=tco)
     except LibraError as e:
         row.update(status="skipped", note=str(e))
         return row
     row.update(status="ok", time_ns=r.best.time_ns, cost_usd=r.best.cost_usd,
                bandwidth_gbps=" ".join(f"{b:.6g}" for b in r.bw_gbps), rel_gap=r.rel_gap,
-               solve_s=time.perf_counter() - t0)
+               solve_s=time.perf_counter() - t0, objective_value=r.fun)
+    if power is not None:
+        row["energy_j"] = energy_rate([Workload(demand)], net, power).energy_j(r.bw_gbps, r.best.time_ns)
+        if tco is not None:
+            row["tco_usd"] = tco_rate([Workload(demand)], net, cost, power, tco).tco_usd(r.bw_gbps, r.best.time_ns)
     if sim and spec is not None:
         name = "".join(ch if ch.isalnum() else "_" for ch in
                        f"{Path(pt.workload).parent.name}-{net.name}-{pt.total_bw}-{pt.budget}-{pt.objective}")
@@ -157,7 +193,8 @@ def run_file(path: str | Path, out: Path, *, binary: str | None = None, schedule
     with cluster(scheduler, workers, threads=threads) as client:
         from distributed import as_completed
         futs = {client.submit(run_point, pt, opts["cost"], opts["model"], opts["simulate"], binary, str(out),
-                              opts["local_mem_bw_gbps"], overwrite, pure=False): i for i, pt in enumerate(points)}
+                              opts["local_mem_bw_gbps"], overwrite, opts["power"], opts["tco"], pure=False): i
+                for i, pt in enumerate(points)}
         got: dict[int, dict] = {}
         try:
             for f in as_completed(futs):
@@ -178,8 +215,11 @@ def run_file(path: str | Path, out: Path, *, binary: str | None = None, schedule
 
 
 def print_table(rows: list[dict], echo: Callable[[str], None]) -> None:
+    energy = any(r.get("energy_j") is not None for r in rows)
+    tco = any(r.get("tco_usd") is not None for r in rows)
     echo(f"{'workload':<28} {'network':<22} {'bw':>7} {'budget':>10} {'objective':<14} {'time':>12} {'cost':>12} "
-         f"{'GB/s per dim':<24} {'simulated':>12} {'error':>8}")
+         f"{'GB/s per dim':<24} {'simulated':>12} {'error':>8}" + (f" {'J per step':>14}" if energy else "")
+         + (f" {'TCO USD/run':>14}" if tco else ""))
     for r in rows:
         name = Path(r["workload"]).parent.name + "/" + Path(r["workload"]).name
         if r["status"] != "ok":
@@ -190,4 +230,5 @@ def print_table(rows: list[dict], echo: Callable[[str], None]) -> None:
         err = f"{r['sim_error']:+.3%}" if sim else "-"
         echo(f"{name:<28} {Path(r['network']).stem:<22} {r['total_bw_gbps'] or '-':>7} {r['budget_usd'] or '-':>10} "
              f"{r['objective']:<14} {r['time_ns'] / 1e6:>9.4f} ms {r['cost_usd']:>12,.0f} {r['bandwidth_gbps']:<24} "
-             f"{sim_t:>12} {err:>8}")
+             f"{sim_t:>12} {err:>8}" + (f" {r.get('energy_j') or 0:>14,.6g}" if energy else "")
+             + (f" {r.get('tco_usd') or 0:>14,.2f}" if tco else ""))

@@ -17,6 +17,10 @@ from ..files import check_writable, load_yaml, write_json_atomic, write_text_ato
 from ..model.collectives import hierarchical_traffic_bytes, ring_steps
 from ..model.cost import CostModel, UnitPrices, load_cost
 from ..model.network import TOPOLOGIES, Dimension, Network, load_network
+from ..model.numbers import check_number
+from ..model.power import PowerModel, load_power
+from ..optimize.energy import energy_rate
+from ..optimize.tco import TcoSettings, tco_rate
 from ..optimize.design import Design, WorkloadRef
 from ..optimize.optimizer import OptimizeResult, optimize
 from ..optimize.problem import OBJECTIVES, Constraints
@@ -33,6 +37,6 @@ __all__ = [
     "RECV", "RankClass", "ResNet50Model", "SEND", "TOPOLOGIES", "TimeModel", "TraceSpec", "TransformerModel",
     "UnitPrices", "Workload", "WorkloadRef", "assign_groups", "build_plan", "check_writable", "default_hops",
     "demand_from_traces", "emit", "generate", "group_label", "hierarchical_traffic_bytes", "load_cost", "load_demand", "ring_steps", "load_network", "load_spec", "load_yaml",
-    "make_collective", "optimize", "p2p_collective", "p2p_dims", "place_axes", "predict", "resolve_binary",
+    "make_collective", "optimize", "PowerModel", "load_power", "TcoSettings", "check_number", "energy_rate", "tco_rate", "p2p_collective", "p2p_dims", "place_axes", "predict", "resolve_binary",
     "simulate", "simulator_model", "write_json_atomic", "write_text_atomic",
 ]

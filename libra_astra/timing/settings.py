@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .model import TimeModel
 
 MODELS = ("pipelined", "libra")
-OBJECTIVES = ("perf", "perf-per-cost", "min-cost")     # problem.OBJECTIVES, without importing numpy
+OBJECTIVES = ("perf", "perf-per-cost", "min-cost", "min-energy", "perf-per-watt", "min-tco")     # problem.OBJECTIVES, without importing numpy
 DEFAULT_MODEL = "pipelined"
 DEFAULT_SPLITS = 1
 # What emit writes as ASTRA-sim's local-mem-bw: large, so that local reductions cost ~nothing,
