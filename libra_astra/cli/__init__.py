@@ -9,6 +9,7 @@ from :mod:`.options`, output helpers from :mod:`.format`) and add one ``main.add
 
 from .app import main
 from .astra import emit_command, simulate_command
+from .calibrate import calibrate_command
 from .demand import demand_command
 from .doctor import doctor_command
 from .generate import generate_command
@@ -31,6 +32,7 @@ main.add_command(show_command)
 main.add_command(plot_command)
 main.add_command(doctor_command)
 main.add_command(measure_command)
+main.add_command(calibrate_command)
 main.add_command(search_command)
 main.add_command(sweep_command)
 
