@@ -39,10 +39,13 @@ def _bandwidths(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--astra-format", is_flag=True,
               help="Print only ASTRA-sim's line per rank: 'sys[R] finished, T cycles, exposed communication E "
                    "cycles.'")
+@click.option("--measured", "measured", multiple=True, metavar="KINETO",
+              help="The run's Kineto traces (a PREFIX of PREFIX.RANK.json[.gz], a directory or a file; repeatable): "
+                   "print each rank's measured step beside the GPU-faithful prediction and ASTRA-sim's.")
 @click.option("--json", "as_json", is_flag=True, help="Print the prediction as JSON (every rank and class).")
 def predict_command(source: str | None, workload: str | None, network: str | None, system: str | None,
                     comm_groups: str | None, queues: int, bandwidth: tuple[float, ...] | None, astra_format: bool,
-                    as_json: bool) -> None:
+                    measured: tuple[str, ...], as_json: bool) -> None:
     """Predict what ASTRA-sim (518bd51, analytical congestion-unaware) prints for these inputs,
     without running it: every rank's finish time and exposed communication (1 cycle = 1 ns).
 
@@ -56,6 +59,11 @@ def predict_command(source: str | None, workload: str | None, network: str | Non
       libra-astra predict runs/gpt3 --astra-format
       libra-astra predict runs/gpt3/workload/gpt3 --network-configuration runs/gpt3/network.yml \\
           --system-configuration runs/gpt3/system.json --json
+
+    \b
+    Against a measured run (the network and system.json from `libra-astra calibrate -o cal`):
+      libra-astra predict tests/fixtures/real/param_dlrm8/param_dlrm8 --network-configuration cal/astra-network.yml \\
+          --system-configuration cal/system.json --measured tests/fixtures/real/param_dlrm8/param_dlrm8
     """
     from ..astra.predict_inputs import SimInputs, inputs_from_run_dir, predict_inputs, prediction_to_dict, skew_notes
     from ..errors import LibraError
@@ -77,8 +85,23 @@ def predict_command(source: str | None, workload: str | None, network: str | Non
     with Progress(f"predict {inputs.workload}") as p:
         res = predict_inputs(inputs, on_progress=p)
     pred = res.prediction
+    cmp = None
+    if measured:
+        from ..measure.compare import compare
+        from ..measure.kineto import read_profiles
+        from ..measure.measurement import measure_profiles
+
+        profiles, notes = read_profiles(measured)
+        m = measure_profiles(profiles, notes, res.network, measured[0])
+        cmp = compare(m, profiles, res.network, res.system.links, res.system.settings,
+                      [r.finished_ns for r in pred.ranks])
     if as_json:
-        click.echo(json.dumps(prediction_to_dict(res), indent=1))
+        out = prediction_to_dict(res)
+        if cmp is not None:
+            from ..measure.compare import comparison_to_dict
+
+            out["measured"] = comparison_to_dict(cmp)
+        click.echo(json.dumps(out, indent=1))
         return
     if astra_format:
         for line in pred.astra_lines():
@@ -105,3 +128,7 @@ def predict_command(source: str | None, workload: str | None, network: str | Non
                    "binary trees); --astra-format or --json give every rank")
     for note in (*res.notes, *skew_notes(pred)):
         click.echo(f"note: {note}")
+    if cmp is not None:
+        from .measured import echo_comparison
+
+        echo_comparison(cmp)
