@@ -158,3 +158,19 @@ def test_cli_table(dlrm):
     res = CliRunner().invoke(main, ["measure", str(DLRM), "-n", str(REAL / "ring8.yml")])
     assert res.exit_code == 0, res.output
     assert "step: mean 16.0078 ms, max 19.9010 ms (rank 1); start to end across ranks 20.8230 ms" in res.output
+
+
+def test_several_steps_are_averaged_and_spanned_per_step(tmp_path):
+    traces = {}
+    for r, lag in ((0, 0), (1, 10)):
+        t = _rank_trace(r, 2, t0=1000 + lag)
+        # a second step, 2000 us later, as long as the first
+        t["traceEvents"] += [dict(e, ts=e["ts"] + 2000, args=dict(e["args"], correlation=e["args"]["correlation"] + 100))
+                             if "correlation" in e["args"] else dict(e, ts=e["ts"] + 2000, name="ProfilerStep#4")
+                             if e["name"] == "ProfilerStep#3" else dict(e, ts=e["ts"] + 2000)
+                             for e in t["traceEvents"]]
+        traces[r] = t
+    m = measure([_write(tmp_path, traces)])
+    assert [r.steps for r in m.ranks] == [2, 2] and m.ranks[0].step_ns == 1_000_000
+    assert m.span_ns == 1_010_000        # per step: rank 0's start to rank 1's end, not first to last step
+    assert len(m.collectives) == 4

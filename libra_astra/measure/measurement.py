@@ -41,9 +41,12 @@ class Measurement:
         return max(r.step_ns for r in self.ranks)
 
     @property
-    def span_ns(self) -> int:
-        """From the first rank's step start to the last rank's step end (corrected clocks)."""
-        return max(r.end_ns for r in self.ranks) - min(r.start_ns for r in self.ranks)
+    def span_ns(self) -> float:
+        """From the first rank's step start to the last rank's step end (corrected clocks); with
+        several steps, the mean over the steps every rank profiled."""
+        n = min(len(r.windows) for r in self.ranks)
+        return sum(max(r.windows[k][1] for r in self.ranks) - min(r.windows[k][0] for r in self.ranks)
+                   for k in range(n)) / n
 
     def step_of(self, rank: int) -> RankStep:
         for r in self.ranks:

@@ -37,6 +37,7 @@ class RankStep:
     cpu_bound_ns: float
     idle_ns: float
     comm_ns: float          # communication activity inside the steps, exposed or not
+    windows: tuple[tuple[int, int], ...] = ()   # each step's (start, end) on the corrected clock
 
 
 def _active(spans: Sequence[tuple[int, int]], points: np.ndarray) -> np.ndarray:
@@ -96,7 +97,8 @@ def rank_step(prof: RankProfile, comms: list[RankComm], offset_ns: int, notes: l
     n = len(windows)
     total = sum(e - s for s, e in windows)
     g, x, c, i, a = (sums / n).tolist()
-    return RankStep(prof.rank, n, windows[0][0] - offset_ns, windows[-1][1] - offset_ns, total / n, g, x, c, i, a)
+    return RankStep(prof.rank, n, windows[0][0] - offset_ns, windows[-1][1] - offset_ns, total / n, g, x, c, i, a,
+                    tuple((s - offset_ns, e - offset_ns) for s, e in windows))
 
 
 def _busiest_thread(prof: RankProfile) -> int | None:
