@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import json
 from pathlib import Path
 
@@ -85,3 +86,40 @@ def test_predict_measured_prints_both_models(tmp_path):
     assert cmp["mean"]["astra_error"] > 0.3 and cmp["max"]["astra_error"] > 0.1
     text = CliRunner().invoke(main, args)
     assert text.exit_code == 0 and "GPU-faithful residual (mean)" in text.output
+
+
+def test_optimize_measured_compares_the_optimum(tmp_path):
+    args = ["optimize", str(DLRM), "-n", str(REAL / "ring8.yml"), "--total-bw", "100", "--measured", str(DLRM),
+            "--json"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    cmp = json.loads(res.output)["measured"]
+    assert [r["measured_ns"] for r in cmp["ranks"]][:2] == [14_455_000, 19_901_000]
+    # the optimizer's own time is the same for every rank: the slowest chain of CPU operators
+    assert len({r["astra_ns"] for r in cmp["ranks"]}) == 1
+    assert abs(cmp["mean"]["gpu_faithful_error"]) < 0.05
+    two = CliRunner().invoke(main, args[:-1] + ["--demand", str(tmp_path / "x.json")])
+    assert two.exit_code != 0
+
+
+def test_measured_of_another_job_is_one_line(tmp_path):
+    (tmp_path / "k.0.json").write_text(json.dumps(
+        {"distributedInfo": {"rank": 0, "world_size": 4}, "traceEvents": [_ev("ProfilerStep#1", "user_annotation", 0, 5)]}))
+    res = CliRunner().invoke(main, ["optimize", str(DLRM), "-n", str(REAL / "ring8.yml"), "--total-bw", "100",
+                                    "--measured", str(tmp_path / "k")])
+    assert res.exit_code == 1 and "4 ranks but network 'real-ring8' has 8 NPUs" in res.output
+    assert "Traceback" not in res.output
+
+
+@pytest.mark.astra
+@pytest.mark.skipif(not (os.environ.get("ASTRA_SIM_BIN") and os.access(os.environ["ASTRA_SIM_BIN"], os.X_OK)),
+                    reason="set ASTRA_SIM_BIN to an AstraSim_Analytical_Congestion_Unaware binary to run this")
+def test_loop_measured_sets_the_simulated_ranks_beside_the_run(tmp_path):
+    res = CliRunner().invoke(main, ["loop", str(DLRM), "-n", str(REAL / "ring8.yml"), "--total-bw", "100",
+                                    "--out", str(tmp_path / "loop"), "--measured", str(DLRM)])
+    assert res.exit_code == 0, res.output
+    cmp = json.loads((tmp_path / "loop" / "loop.json").read_text())["measured"]
+    simulated = [r["astra_ns"] for r in cmp["ranks"]]
+    # ASTRA-sim's ranks differ (the slowest CPU chain is rank 1's); all far above the measured mean
+    assert len(set(simulated)) > 1 and cmp["mean"]["astra_error"] > 0.3
+    assert "ASTRA-sim (simulated)" in res.output

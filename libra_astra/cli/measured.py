@@ -1,10 +1,33 @@
-"""The predicted-versus-measured table that ``predict --measured`` (and the others) print."""
+"""``--measured KINETO``: the predicted-versus-measured table that predict, optimize and loop print."""
 
 from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
 
 import click
 
 from .format import fmt_time, table
+
+MEASURED_HELP = ("The run's Kineto traces (a PREFIX of PREFIX.RANK.json[.gz], a directory or a file; repeatable): "
+                 "print each rank's measured step beside the GPU-faithful prediction and the command's own.")
+
+
+def measured_option(f: Callable) -> Callable:
+    return click.option("--measured", "measured", multiple=True, metavar="KINETO", help=MEASURED_HELP)(f)
+
+
+def design_comparison(measured: Sequence[str], net, bw_gbps: Sequence[float], splits: int, local_mem_bw_gbps: float,
+                      system: Mapping[str, Any] | None, other_ns: Sequence[float] | None):
+    """The measured run against a design, with the system settings emit would give the simulator."""
+    from ..measure.compare import compare_design
+    from ..timing.astra_settings import SystemSettings, settings_from_json
+
+    if system is not None:
+        settings = settings_from_json(system.get("settings", system), str(system.get("path", "system.json")))
+    else:
+        settings = SystemSettings.uniform(net.num_dims, "ring", splits=splits, endpoint_delay_ns=1,
+                                          local_mem_bw_gbps=local_mem_bw_gbps)
+    return compare_design(measured, net, bw_gbps, settings, other_ns)
 
 
 def _signed(ns: float) -> str:
@@ -15,10 +38,10 @@ def _pct(p: float | None, m: float) -> str:
     return "-" if p is None else f"{100 * (p - m) / m:+.1f}%"
 
 
-def echo_comparison(cmp) -> None:
-    """Per rank, then mean and max: measured, GPU-faithful, ASTRA-sim's semantics; the residual."""
+def echo_comparison(cmp, other: str = "ASTRA-sim semantics") -> None:
+    """Per rank, then mean and max: measured, GPU-faithful, ``other`` (the command's own); the residual."""
     click.echo(f"measured ({cmp.source}) against predicted; GPU-faithful = {cmp.model}")
-    rows = [["rank", "measured", "GPU-faithful", "error", "ASTRA-sim semantics", "error"]]
+    rows = [["rank", "measured", "GPU-faithful", "error", other, "error"]]
     for r in cmp.ranks:
         rows.append([str(r.rank), fmt_time(r.measured_ns, 3), fmt_time(r.gpu_faithful_ns, 3),
                      _pct(r.gpu_faithful_ns, r.measured_ns),

@@ -9,6 +9,7 @@ import click
 
 from .app import Command
 from .format import fmt_ms, fmt_ranges, table
+from .measured import measured_option
 from .progress import Progress
 
 
@@ -39,9 +40,7 @@ def _bandwidths(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--astra-format", is_flag=True,
               help="Print only ASTRA-sim's line per rank: 'sys[R] finished, T cycles, exposed communication E "
                    "cycles.'")
-@click.option("--measured", "measured", multiple=True, metavar="KINETO",
-              help="The run's Kineto traces (a PREFIX of PREFIX.RANK.json[.gz], a directory or a file; repeatable): "
-                   "print each rank's measured step beside the GPU-faithful prediction and ASTRA-sim's.")
+@measured_option
 @click.option("--json", "as_json", is_flag=True, help="Print the prediction as JSON (every rank and class).")
 def predict_command(source: str | None, workload: str | None, network: str | None, system: str | None,
                     comm_groups: str | None, queues: int, bandwidth: tuple[float, ...] | None, astra_format: bool,

@@ -73,6 +73,7 @@ def modelled_transfers(m: Measurement, net: Network, links: Sequence[Link], sett
 
 def compare(m: Measurement, profiles: Sequence[RankProfile], net: Network, links: Sequence[Link],
             settings: SystemSettings, astra_finish_ns: Sequence[float] | None = None) -> Comparison:
+    """``astra_finish_ns``: another prediction of every rank's step, by rank (ASTRA-sim's)."""
     notes: list[str] = list(m.assumptions)
     modelled = modelled_transfers(m, net, links, settings, notes)
     by_index = {c.index: t for c, t in zip(m.collectives, modelled)}
@@ -84,6 +85,19 @@ def compare(m: Measurement, profiles: Sequence[RankProfile], net: Network, links
         rows.append(RankComparison(s.rank, s.step_ns, float(p.step_ns), float(b.step_ns), astra))
     return Comparison(m.source, MODEL_NAME, tuple(rows), sum(c.transfer_ns for c in m.collectives), sum(modelled),
                       tuple(notes))
+
+
+def compare_design(inputs: Sequence[str], net: Network, bw_gbps: Sequence[float], settings: SystemSettings,
+                   other_ns: Sequence[float] | None = None) -> Comparison:
+    """The measured run (Kineto ``inputs``) against a design: the GPU-faithful replay with ASTRA-sim's
+    transfers on the design's bandwidths, beside ``other_ns`` per rank (another model's times)."""
+    from .kineto import read_profiles
+    from .measurement import measure_profiles
+
+    profiles, notes = read_profiles(inputs)
+    m = measure_profiles(profiles, notes, net, str(inputs[0]))
+    links = [Link(d.topology, d.npus, float(b), d.latency_ns) for d, b in zip(net.dims, bw_gbps)]
+    return compare(m, profiles, net, links, settings, other_ns)
 
 
 def _err(p: float | None, m: float) -> float | None:
