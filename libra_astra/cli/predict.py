@@ -94,12 +94,16 @@ def predict_command(source: str | None, workload: str | None, network: str | Non
         m = measure_profiles(profiles, notes, res.network, measured[0])
         cmp = compare(m, profiles, res.network, res.system.links, res.system.settings,
                       [r.finished_ns for r in pred.ranks])
+        from ..measure.compare import host_thread_ns
+
+        threads = host_thread_ns(inputs.workload, slow.rank) if (slow := pred.slowest) else {}
     if as_json:
         out = prediction_to_dict(res)
         if cmp is not None:
             from ..measure.compare import comparison_to_dict
 
             out["measured"] = comparison_to_dict(cmp)
+            out["measured"]["astra_slowest_rank_host_threads_ns"] = {str(t): v for t, v in threads.items()}
         click.echo(json.dumps(out, indent=1))
         return
     if astra_format:
@@ -131,3 +135,8 @@ def predict_command(source: str | None, workload: str | None, network: str | Non
         from .measured import echo_comparison
 
         echo_comparison(cmp)
+        if len(threads) > 1:
+            parts = " + ".join(f"thread {t} {fmt_ms(v)}" for t, v in sorted(threads.items()))
+            click.echo(f"ASTRA-sim runs the host threads' CPU operators one at a time on one CPU: rank {slow.rank}'s "
+                       f"{parts} = {fmt_ms(sum(threads.values()))} (its finish {fmt_ms(slow.finished_ns)}); the run "
+                       "had a thread each")

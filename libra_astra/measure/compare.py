@@ -121,3 +121,22 @@ def comparison_to_dict(c: Comparison) -> dict[str, Any]:
             out[agg][f] = v
             out[agg][f.replace("_ns", "_error")] = _err(v, meas)
     return out
+
+
+def host_thread_ns(prefix: str, rank: int) -> dict[int, int]:
+    """The ET's CPU operators of one rank, summed per host thread (``tid``), ns: ASTRA-sim runs
+    them all on one CPU, one at a time, while the run had a thread each."""
+    from ..traces import chakra_io as cio
+    from ..traces.files import find_rank_files
+
+    files = find_rank_files(prefix)
+    if rank not in files:
+        return {}
+    _, nodes = cio.read_et(files[rank])
+    out: dict[int, int] = {}
+    for n in nodes:
+        attrs = cio.node_attrs(n)
+        if attrs.get("is_cpu_op") and n.duration_micros:
+            tid = int(attrs.get("tid", 0))
+            out[tid] = out.get(tid, 0) + int(n.duration_micros) * 1000
+    return out
