@@ -3,7 +3,7 @@ dependencies, so that ASTRA-sim runs the set as the GPU ran it.
 
 A converted PyTorch trace makes every GPU node depend on the CPU operator that launched it and
 nothing on a GPU node, so ASTRA-sim overlaps all GPU work with everything. The GPU-faithful
-semantics (docs/measured.md) add, in node id order (the launch order):
+semantics (docs/time-models.md, "Measured runs and the GPU-faithful model") add, in node id order (the launch order):
 
 1. **stream order**: a GPU node waits for the previous GPU node of its CUDA stream (``stream``);
 2. **a collective waits for the compute before it**: a collective's stream first waits for the
