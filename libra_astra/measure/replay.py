@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 
 from ..errors import LibraError
 from .collectives import MeasuredCollective, match
-from .comms import RankComm, rank_comms
+from .comms import rank_comms
 from .kineto import RankProfile
 from .step import step_windows
 
@@ -53,8 +53,7 @@ class _Node:
 class ReplayedRank:
     rank: int
     step_ns: int
-    start_ns: int            # relative to the rank's recorded step start: 0
-    comm_ends_ns: tuple[int, ...]
+    comm_ends_ns: tuple[int, ...]    # each collective kernel's end, from the rank's step start
 
 
 def _is_sync(name: str) -> bool:
@@ -179,6 +178,6 @@ def replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCollec
         nodes, (lo, hi), last = graphs[p.rank]
         start, end = results[p.rank]
         step_end = (end[last] + (hi - nodes[last].rec_end)) if last is not None else hi
-        out.append(ReplayedRank(p.rank, step_end - lo, 0, tuple(end[k] - lo for k, n in nodes.items()
+        out.append(ReplayedRank(p.rank, step_end - lo, tuple(end[k] - lo for k, n in nodes.items()
                                                                 if n.coll is not None)))
     return out
