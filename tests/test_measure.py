@@ -174,3 +174,19 @@ def test_several_steps_are_averaged_and_spanned_per_step(tmp_path):
     assert [r.steps for r in m.ranks] == [2, 2] and m.ranks[0].step_ns == 1_000_000
     assert m.span_ns == 1_010_000        # per step: rank 0's start to rank 1's end, not first to last step
     assert len(m.collectives) == 4
+
+
+def test_a_cpu_gloo_run_measures_its_gloo_operators(tmp_path):
+    def rank(r, start):
+        ev = [_event("ProfilerStep#2", "user_annotation", 0, 500),
+              _event("aten::addmm", "cpu_op", 10, 100),
+              _event("c10d::allreduce_", "cpu_op", start - 5, 200 - start + 10),
+              _event("gloo:all_reduce", "cpu_op", start, 200 - start, **{"Input Dims": [[64, 64]],
+                                                                        "Input type": ["float"]})]
+        return {"distributedInfo": {"rank": r, "world_size": 2, "backend": "gloo"}, "traceEvents": ev}
+
+    m = measure([_write(tmp_path, {0: rank(0, 120), 1: rank(1, 170)})])
+    (c,) = m.collectives
+    assert (c.kind, c.size_bytes, c.transfer_ns, c.transfer_rank) == ("ALL_REDUCE", 16384, 30_000, 1)
+    r0 = m.ranks[0]
+    assert (r0.gpu_compute_ns, r0.exposed_comm_ns, r0.cpu_bound_ns) == (0, 80_000, 100_000)

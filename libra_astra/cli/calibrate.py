@@ -36,7 +36,7 @@ def calibrate_command(kineto: tuple[str, ...], network: str, out_dir: str | None
 
     \b
     Example (PARAM's 8-GPU DLRM run):
-      libra-astra calibrate tests/fixtures/real/param_dlrm8/param_dlrm8 -n tests/fixtures/real/ring8.yml -o cal
+      libra-astra calibrate tests/fixtures/real/param_dlrm8/param_dlrm8 -n tests/fixtures/real/ring8.yml -o cal --force
     """
     from ..measure.calibrate import calibrate, calibration_to_dict
     from ..measure.calibrate_files import write_calibration
