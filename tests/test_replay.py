@@ -124,3 +124,31 @@ def test_loop_measured_sets_the_simulated_ranks_beside_the_run(tmp_path):
     # ASTRA-sim's ranks differ (the slowest CPU chain is rank 1's); all far above the measured mean
     assert len(set(simulated)) > 1 and cmp["mean"]["astra_error"] > 0.3
     assert "ASTRA-sim (simulated)" in res.output
+
+
+def test_several_steps_replay_to_their_mean():
+    ev = []
+    raw = {"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": []}
+    base = [_ev("ProfilerStep#1", "user_annotation", 0, 300),
+            _ev("nccl:all_reduce", "user_annotation", 95, 4, **{"Input Dims": [[1024]], "Input type": ["float"]}),
+            _ev("cudaLaunchKernel", "cuda_runtime", 96, 2, correlation=1),
+            _ev("ncclKernel_AllReduce", "kernel", 100, 50, tid=20, stream=20, correlation=1),
+            _ev("cudaLaunchKernel", "cuda_runtime", 102, 2, correlation=2),
+            _ev("gemm", "kernel", 150, 100, tid=7, stream=7, correlation=2),
+            _ev("cudaDeviceSynchronize", "cuda_runtime", 106, 144, correlation=3),
+            _ev("aten::add", "cpu_op", 270, 10)]
+    for k, shift in enumerate((0, 400)):       # two steps of 300 us, 100 us apart
+        for e in base:
+            e = dict(e, ts=e["ts"] + shift, args=dict(e["args"]))
+            if "correlation" in e["args"]:
+                e["args"]["correlation"] += 10 * k
+            if e["name"].startswith("ProfilerStep"):
+                e["name"] = f"ProfilerStep#{k + 1}"
+            ev.append(e)
+    raw["traceEvents"] = ev
+    prof = parse_profile(raw, "two", 0)
+    assert len(prof.steps) == 2
+    m, steps = _replayed([prof], lambda c: c.transfer_ns)
+    assert steps == [m.ranks[0].step_ns] == [300_000]
+    _, slower = _replayed([prof], lambda c: c.transfer_ns + 100_000)
+    assert slower == [400_000]

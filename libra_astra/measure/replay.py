@@ -52,7 +52,7 @@ class _Node:
 @dataclass(frozen=True)
 class ReplayedRank:
     rank: int
-    step_ns: int
+    step_ns: int                     # the mean over the rank's profiled steps
     comm_ends_ns: tuple[int, ...]    # each collective kernel's end, from the rank's step start
 
 
@@ -61,8 +61,9 @@ def _is_sync(name: str) -> bool:
     return low.endswith(_SYNC) or low in ("cudamemcpy", "cudamemcpy2d")
 
 
-def _rank_graph(prof: RankProfile, coll_of: dict[tuple[int, str], int], notes: list[str]) -> tuple[dict, tuple, int]:
-    """The rank's replay graph, its step window and the key of the step's last host call."""
+def _rank_graph(prof: RankProfile, coll_of: dict[tuple[int, str], int], notes: list[str]) -> tuple[dict, tuple, list]:
+    """The rank's replay graph, the span of its steps, and per step (start, end, first and last
+    host call of the step's thread)."""
     windows, tid = step_windows(prof, notes)
     lo, hi = windows[0][0], windows[-1][1]
     calls = [c for c in prof.runtime if lo <= c.start_ns <= hi]
@@ -115,9 +116,12 @@ def _rank_graph(prof: RankProfile, coll_of: dict[tuple[int, str], int], notes: l
                 e, k = max(done)
                 nodes[key] = _Node(key, n.deps + (k,), n.rec_start, n.rec_end, n.lag_ns,
                                    max(0, n.rec_end - max(e, n.rec_start)), sync=True)
-    main = [k for k, c in zip((("h", i) for i in range(len(calls))), calls) if c.tid == tid] if tid is not None else []
-    last = main[-1] if main else (("h", len(calls) - 1) if calls else None)
-    return nodes, (lo, hi), last
+    # each step: its first and last call on the step's thread (any thread without a step annotation)
+    bounds = []
+    for w_lo, w_hi in windows:
+        inside = [("h", i) for i, c in enumerate(calls) if w_lo <= c.start_ns <= w_hi and (tid is None or c.tid == tid)]
+        bounds.append((w_lo, w_hi, inside[0] if inside else None, inside[-1] if inside else None))
+    return nodes, (lo, hi), bounds
 
 
 def _times(nodes: dict, lo: int, release: dict[int, int], transfer: dict[int, int]) -> tuple[dict, dict, dict]:
@@ -164,7 +168,7 @@ def replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCollec
     for _ in range(len(collectives) + 2):
         ready_all: dict[int, list[int]] = {}
         results = {}
-        for r, (nodes, (lo, _), last) in graphs.items():
+        for r, (nodes, (lo, _), _) in graphs.items():
             start, end, ready = _times(nodes, lo, {i: t + off[r] for i, t in release.items()}, transfer)
             results[r] = (start, end)
             for i, t in ready.items():
@@ -175,9 +179,14 @@ def replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCollec
         release = new
     out = []
     for p in profiles:
-        nodes, (lo, hi), last = graphs[p.rank]
+        nodes, (lo, hi), bounds = graphs[p.rank]
         start, end = results[p.rank]
-        step_end = (end[last] + (hi - nodes[last].rec_end)) if last is not None else hi
-        out.append(ReplayedRank(p.rank, step_end - lo, tuple(end[k] - lo for k, n in nodes.items()
+        steps = []
+        for w_lo, w_hi, first, last in bounds:
+            # a step starts as long before its first call, and ends as long after its last, as recorded
+            s0 = start[first] - (nodes[first].rec_start - w_lo) if first is not None else w_lo
+            s1 = end[last] + (w_hi - nodes[last].rec_end) if last is not None else w_hi
+            steps.append(s1 - s0)
+        out.append(ReplayedRank(p.rank, round(sum(steps) / len(steps)), tuple(end[k] - lo for k, n in nodes.items()
                                                                 if n.coll is not None)))
     return out
