@@ -105,7 +105,9 @@ def test_missing_rank_is_a_stated_assumption(tmp_path):
 def test_no_profiler_step_takes_the_whole_profile(tmp_path):
     prefix = _write(tmp_path, {0: _rank_trace(0, 2, step=False), 1: _rank_trace(1, 2, step=False)}, gz=False)
     m = measure([prefix])
-    assert any("no ProfilerStep" in a for a in m.assumptions)
+    assert [a for a in m.assumptions if "no ProfilerStep" in a] == [
+        "no ProfilerStep annotation on rank(s) 0, 1: their step is the whole profile (profile with torch.profiler's "
+        "schedule and call prof.step() each step)"]
     assert m.ranks[0].step_ns == (1420 - 1010) * 1000    # first event (aten::mm) to last end (the 2nd kernel)
 
 

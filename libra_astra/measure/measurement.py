@@ -17,7 +17,7 @@ from ..model.network import Network
 from .collectives import MeasuredCollective, clock_offsets, match, measured_collectives
 from .comms import rank_comms
 from .kineto import RankProfile, read_profiles
-from .step import RankStep, rank_step
+from .step import RankStep, no_step_note, rank_step
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,9 @@ def measure_profiles(profiles: list[RankProfile], notes: list[str], network: Net
     if any(not c.complete for c in colls):
         notes.append("collectives with missing members: their transfer is the shortest instance among the "
                      "ranks present (an upper bound)")
-    steps = tuple(rank_step(p, comms[p.rank], offsets[p.rank], notes) for p in profiles)
+    steps = tuple(rank_step(p, comms[p.rank], offsets[p.rank]) for p in profiles)
+    if (note := no_step_note(profiles)) is not None:
+        notes.append(note)
     counts = {s.steps for s in steps}
     if len(counts) > 1:
         notes.append(f"the ranks profiled {min(counts)}..{max(counts)} steps; each rank's step is its mean")

@@ -61,10 +61,10 @@ def _is_sync(name: str) -> bool:
     return low.endswith(_SYNC) or low in ("cudamemcpy", "cudamemcpy2d")
 
 
-def _rank_graph(prof: RankProfile, coll_of: dict[tuple[int, str], int], notes: list[str]) -> tuple[dict, tuple, list]:
+def _rank_graph(prof: RankProfile, coll_of: dict[tuple[int, str], int]) -> tuple[dict, tuple, list]:
     """The rank's replay graph, the span of its steps, and per step (start, end, first and last
     host call of the step's thread)."""
-    windows, tid = step_windows(prof, notes)
+    windows, tid = step_windows(prof)
     lo, hi = windows[0][0], windows[-1][1]
     calls = [c for c in prof.runtime if lo <= c.start_ns <= hi]
     calls.sort(key=lambda c: (c.start_ns, c.end_ns))
@@ -160,7 +160,7 @@ def replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCollec
         for r, c in inst:
             coll_of[r][(c.start_ns, c.name)] = i
     transfer = {i: int(transfer_ns(c)) for i, c in enumerate(collectives)}
-    graphs = {p.rank: _rank_graph(p, coll_of[p.rank], notes) for p in profiles}
+    graphs = {p.rank: _rank_graph(p, coll_of[p.rank]) for p in profiles}
     # the release of a collective is when its last member is ready; iterate to the fixed point
     # each rank starts its step when it did; a release is on the shared (corrected) clock
     off = dict(zip((p.rank for p in profiles), offsets_ns or [0] * len(profiles)))

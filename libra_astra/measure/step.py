@@ -73,17 +73,25 @@ def breakdown(window: tuple[int, int], comp, comm, cpu, sync) -> tuple[float, fl
     return g, x, c, float(hi - lo) - g - x - c, float(width[a_comm].sum())
 
 
-def step_windows(prof: RankProfile, notes: list[str]) -> tuple[list[tuple[int, int]], int | None]:
-    """The rank's step windows and the thread that ran them (None: the whole profile)."""
+def step_windows(prof: RankProfile) -> tuple[list[tuple[int, int]], int | None]:
+    """The rank's step windows and the thread that ran them (None: no ProfilerStep, the whole profile)."""
     if prof.steps:
         return [(s.start_ns, s.end_ns) for s in prof.steps], prof.steps[0].tid
-    notes.append(f"{prof.source}: no ProfilerStep annotation; the step is the whole profile "
-                 "(profile with torch.profiler's schedule and call prof.step() each step)")
     return [(prof.first_ns, prof.last_ns)], None
 
 
-def rank_step(prof: RankProfile, comms: list[RankComm], offset_ns: int, notes: list[str]) -> RankStep:
-    windows, tid = step_windows(prof, notes)
+def no_step_note(profiles: list[RankProfile]) -> str | None:
+    """The assumption made for the ranks whose profile has no ProfilerStep, in one line."""
+    ranks = [p.rank for p in profiles if not p.steps]
+    if not ranks:
+        return None
+    shown = ", ".join(map(str, ranks[:8])) + (" ..." if len(ranks) > 8 else "")
+    return (f"no ProfilerStep annotation on rank(s) {shown}: their step is the whole profile (profile with "
+            "torch.profiler's schedule and call prof.step() each step)")
+
+
+def rank_step(prof: RankProfile, comms: list[RankComm], offset_ns: int) -> RankStep:
+    windows, tid = step_windows(prof)
     comp = [(d.start_ns, d.end_ns) for d in prof.device if not d.name.lower().startswith("nccl")]
     comm = [(c.start_ns, c.end_ns) for c in comms]
     main = tid if tid is not None else _busiest_thread(prof)
