@@ -295,3 +295,38 @@ def plot_loop(data: Mapping[str, Any], path: str | Path, *, subtitle: str = "", 
     ax.legend(frameon=False, fontsize=8, loc="upper right")
     _titles(fig, "", subtitle)
     return _save(fig, path, overwrite)
+
+
+# ------------------------------------------------------------------ measured timeline (measure)
+
+
+def plot_timeline(measurement: Mapping[str, Any], path: str | Path, *, overwrite: bool = False) -> Path:
+    """Each rank's measured step on a shared clock, with every collective's wait and transfer.
+
+    ``measurement``: the dictionary ``measure --json`` prints (measurement_to_dict)."""
+    ranks = measurement["ranks"]
+    t0 = min(r["start_ns"] for r in ranks)
+    fig = _figure(9, 0.45 * len(ranks) + 1.6)
+    ax = fig.add_subplot()
+    row = {r["rank"]: i for i, r in enumerate(ranks)}
+    for r in ranks:
+        bar = ax.broken_barh([(_ms(r["start_ns"] - t0), _ms(r["end_ns"] - r["start_ns"]))],
+                             (row[r["rank"]] - 0.35, 0.7), color="#e0e0e0", label="step" if r is ranks[0] else None)
+        bar.set_gid(f"series:timeline:step:{r['rank']}")
+    for c in measurement["collectives"]:
+        color = PALETTE[c["index"] % len(PALETTE)]
+        for rank, start, dur in zip(c["ranks"], c["starts_ns"], c["durations_ns"]):
+            wait = dur - c["transfer_ns"]
+            x = _ms(start - t0)
+            if wait > 0:
+                w = ax.broken_barh([(x, _ms(wait))], (row[rank] - 0.3, 0.6), color=color, alpha=0.35)
+                w.set_gid(f"series:timeline:wait:{c['index']}:{rank}")
+            t = ax.broken_barh([(x + _ms(wait), _ms(c["transfer_ns"]))], (row[rank] - 0.3, 0.6), color=color)
+            t.set_gid(f"series:timeline:transfer:{c['index']}:{rank}")
+    ax.set_yticks(range(len(ranks)), [f"rank {r['rank']}" for r in ranks])
+    ax.invert_yaxis()
+    ax.set_xlabel("time since the first rank's step start (ms)")
+    ax.set_title(f"measured: {measurement.get('source', '')} (collectives: light = waiting, dark = transfer)",
+                 fontsize=9)
+    ax.ticklabel_format(axis="x", style="plain", useOffset=False)
+    return _save(fig, path, overwrite)

@@ -41,7 +41,7 @@ NOT_RUN = {
     "export ASTRA_SIM_BIN": "a path to fill in",
     "eval ": "shell set-up (completion is tested below)",
 }
-COMMAND_ORDER = ["generate", "demand", "optimize", "pareto", "emit", "simulate", "predict", "loop", "show", "plot"]
+COMMAND_ORDER = ["generate", "demand", "measure", "calibrate", "optimize", "pareto", "emit", "simulate", "predict", "loop", "show", "plot"]
 
 
 def commands(text: str) -> list[str]:

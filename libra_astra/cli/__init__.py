@@ -9,10 +9,12 @@ from :mod:`.options`, output helpers from :mod:`.format`) and add one ``main.add
 
 from .app import main
 from .astra import emit_command, simulate_command
+from .calibrate import calibrate_command
 from .demand import demand_command
 from .doctor import doctor_command
 from .generate import generate_command
 from .loop import loop_command
+from .measure import measure_command
 from .optimize import optimize_command, pareto_command
 from .predict import predict_command
 from .show import plot_command, show_command
@@ -29,6 +31,8 @@ main.add_command(loop_command)
 main.add_command(show_command)
 main.add_command(plot_command)
 main.add_command(doctor_command)
+main.add_command(measure_command)
+main.add_command(calibrate_command)
 main.add_command(search_command)
 main.add_command(sweep_command)
 

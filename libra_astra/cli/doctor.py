@@ -70,14 +70,17 @@ def _summary(d: "Diagnosis") -> str:
 @click.option("--fix", "do_fix", is_flag=True, help="Write a fixed copy at --out (the input is never modified).")
 @click.option("--out", "out_prefix", default=None, metavar="NEWPREFIX",
               help="Prefix of the fixed copy: NEWPREFIX.RANK.et (plain) and NEWPREFIX.groups.json if groups are used.")
+@click.option("--gpu-order", is_flag=True,
+              help="With --fix: also write the GPU-faithful dependencies (stream order, collectives after the compute "
+                   "before them, compute after collectives, CPU syncs after the GPU) as control dependencies.")
 @click.option("--force", is_flag=True, help="Replace an existing fixed copy at --out.")
 @click.option("--strict", is_flag=True, help="Exit 1 also when ASTRA-sim would run the set but simulate something "
               "else (WRONG findings).")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings (and the fix) as JSON.")
 @click.pass_context
 def doctor_command(ctx: click.Context, prefix: str, network_path: str | None, comm_groups: str | None,
-                   splits: int | None, system_path: str | None, do_fix: bool, out_prefix: str | None, force: bool,
-                   strict: bool, as_json: bool) -> None:
+                   splits: int | None, system_path: str | None, do_fix: bool, out_prefix: str | None,
+                   gpu_order: bool, force: bool, strict: bool, as_json: bool) -> None:
     """Check the trace set PREFIX.RANK.et[.gz] against every way ASTRA-sim is known to crash or
     silently misbehave, with the nodes, what the simulator would do and the fix.
 
@@ -98,6 +101,8 @@ def doctor_command(ctx: click.Context, prefix: str, network_path: str | None, co
         raise click.UsageError("--fix needs --out NEWPREFIX (the input is never modified)")
     if out_prefix and not do_fix:
         raise click.UsageError("--out is the prefix of the fixed copy; give it with --fix")
+    if gpu_order and not do_fix:
+        raise click.UsageError("--gpu-order writes dependencies into the fixed copy; give it with --fix --out NEWPREFIX")
     with Progress(f"checking {prefix}") as p:
         d = diagnose(prefix, network=network_path, groups=comm_groups, splits=splits, system=system_path,
                      on_progress=p)
@@ -105,7 +110,7 @@ def doctor_command(ctx: click.Context, prefix: str, network_path: str | None, co
     if do_fix:
         with Progress(f"fixing into {out_prefix}") as p:
             res = fix(prefix, out_prefix, network=network_path, groups=comm_groups, splits=splits,
-                      system=system_path, overwrite=force, on_progress=p)
+                      system=system_path, overwrite=force, on_progress=p, gpu_order=gpu_order)
     if as_json:
         out = d.to_dict()
         if res is not None:

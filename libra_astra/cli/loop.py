@@ -7,11 +7,13 @@ from pathlib import Path
 
 import click
 
+from ..errors import LibraError
 from ..timing.settings import DEFAULT_LOCAL_MEM_BW_GBPS, DEFAULT_SPLITS, OBJECTIVES
 from .numbers import FiniteFloat
 from .app import Command
 from .common import check_plot, draw, plot_option
 from .optimize import OBJECTIVE_HELP
+from .measured import design_comparison, echo_comparison, measured_option
 from .options import SharedOptions, power_options, workload_options
 from .progress import Progress
 from .show import format_loop
@@ -46,9 +48,10 @@ from .show import format_loop
 @click.option("--force", is_flag=True, help="Reuse an existing --out directory, replacing its runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @plot_option("predicted and simulated time of every run")
+@measured_option
 @click.pass_obj
 def loop_command(shared: SharedOptions, objective, budget, time_target, binary, out_dir, splits, calibrate,
-                 local_mem_bw, system_path, overlap, timeout, force, as_json, plot_out):
+                 local_mem_bw, system_path, overlap, timeout, force, as_json, plot_out, measured):
     """Optimize, emit, simulate with ASTRA-sim, compare predicted with simulated time, and calibrate.
 
     The optimized design and the baselines (EqualBW, TrafficProportional) are simulated; every
@@ -91,11 +94,27 @@ def loop_command(shared: SharedOptions, objective, budget, time_target, binary, 
                        system=None if user is None else user.to_dict(), on_progress=p.note,
                        power=shared.power(net), tco=shared.tco())
     data = res.to_dict(net)
+    cmp = None
+    if measured:
+        from ..astra.record import read_sim
+        from ..measure.compare import comparison_to_dict
+
+        if len(workloads) != 1:
+            raise LibraError(f"--measured compares one run; give one workload, not {len(workloads)}")
+        # the best design against the run, beside what ASTRA-sim simulated for each rank of it
+        sim = read_sim(res.best.run_dirs[0], net.npus_count) if res.best.run_dirs else None
+        per_rank = {r.rank: r.finished_ns for r in sim.ranks} if sim is not None else {}
+        other = [per_rank[r] for r in range(net.npus_count)] if len(per_rank) == net.npus_count else None
+        cmp = design_comparison(measured, net, res.best.bw_gbps, splits, local_mem_bw,
+                                None if user is None else user.to_dict(), other)
+        data["measured"] = comparison_to_dict(cmp)
     write_json_atomic(Path(out_dir) / "loop.json", data, overwrite=force)
     if as_json:
         click.echo(json.dumps(data, indent=1))
     else:
         click.echo("")
         click.echo(format_loop({**data, "time_model": None}))
+        if cmp is not None:
+            echo_comparison(cmp, "ASTRA-sim (simulated)")
         click.echo(f"wrote {Path(out_dir) / 'loop.json'}")
     draw("loop", data, plot_out, force, echo=not as_json)

@@ -12,11 +12,12 @@ import click
 
 from ..model.numbers import ratio
 from ..errors import LibraError
-from ..timing.settings import OBJECTIVES, header, model_settings
+from ..timing.settings import DEFAULT_LOCAL_MEM_BW_GBPS, OBJECTIVES, header, model_settings
 from .numbers import FiniteFloat
 from .app import Command
 from .common import check_plot, draw, plot_option
 from .format import fmt_time, fmt_usd
+from .measured import design_comparison, echo_comparison, measured_option
 from .options import SharedOptions, power_options, time_model_options, workload_options
 from .progress import Progress
 from .show import format_energy, format_frontier, format_tco
@@ -167,9 +168,10 @@ def _x(v: float | None, why: str = "time 0") -> str:
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the design JSON here (for 'emit').")
 @plot_option("bandwidth per dimension and the time breakdown, optimum vs baselines")
 @click.option("--force", is_flag=True, help="Overwrite an existing --output or --plot file.")
+@measured_option
 @click.pass_obj
 def optimize_command(shared: SharedOptions, objective, budget, time_target, algorithms, as_json, output, plot_out,
-                     force):
+                     force, measured):
     """Find the bandwidth per dimension that minimizes training time (or time x cost, or cost).
 
     Workloads are Chakra ET trace prefixes (PREFIX.0.et ...) and/or --demand files.
@@ -228,6 +230,17 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, algo
         data["energy"] = energy_dict(workloads, net, power, r, shared)
         if shared.tco() is not None:
             data["tco"] = tco_dict(workloads, net, cost, power, r, shared)
+    cmp = None
+    if measured:
+        if len(workloads) != 1:
+            raise LibraError(f"--measured compares one run; give one workload, not {len(workloads)}")
+        # the optimum as emit would simulate it, beside the optimizer's own time of the workload
+        cmp = design_comparison(measured, net, r.bw_gbps, tm.splits, tm.local_mem_bw_gbps or DEFAULT_LOCAL_MEM_BW_GBPS,
+                                system_record,
+                                [r.best.time_ns] * net.npus_count)
+        from ..measure.compare import comparison_to_dict
+
+        data["measured"] = comparison_to_dict(cmp)
     from ..demand.workload import demand_warnings
     warnings = demand_warnings(workloads)
     if as_json:
@@ -240,6 +253,8 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, algo
         _print_result(r, net, cost if shared.cost_path else None, len(workloads), data)
         if choice is not None:
             _print_choice(choice, net)
+        if cmp is not None:
+            echo_comparison(cmp, f"optimizer ({tm.kind})")
     if output:
         design = Design(Path(output).stem, net, r.bw_gbps, objective, tm.kind, r.best.time_ns, r.best.cost_usd,
                         tuple(WorkloadRef.of(w) for w in workloads), data, model_settings(tm), system_record)

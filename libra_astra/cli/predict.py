@@ -10,6 +10,7 @@ import click
 
 from .app import Command
 from .format import fmt_ms, fmt_ranges, table
+from .measured import measured_option
 from .progress import Progress
 
 
@@ -40,13 +41,14 @@ def _bandwidths(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--astra-format", is_flag=True,
               help="Print only ASTRA-sim's line per rank: 'sys[R] finished, T cycles, exposed communication E "
                    "cycles.'")
+@measured_option
 @click.option("--json", "as_json", is_flag=True, help="Print the prediction as JSON (every rank and class).")
 @click.option("--backend", type=click.Choice(["unaware", "aware"]), default="unaware", show_default=True,
               help="The analytical binary to predict: AstraSim_Analytical_Congestion_Unaware, or "
                    "..._Congestion_Aware (one-dimensional networks; messages share links).")
 def predict_command(source: str | None, workload: str | None, network: str | None, system: str | None,
                     comm_groups: str | None, queues: int, bandwidth: tuple[float, ...] | None, astra_format: bool,
-                    as_json: bool, backend: str) -> None:
+                    measured: tuple[str, ...], as_json: bool, backend: str) -> None:
     """Predict what ASTRA-sim (518bd51, analytical congestion-unaware, or congestion-aware with
     --backend aware) prints for these inputs, without running it: every rank's finish time and
     exposed communication (1 cycle = 1 ns).
@@ -61,6 +63,11 @@ def predict_command(source: str | None, workload: str | None, network: str | Non
       libra-astra predict runs/gpt3 --astra-format
       libra-astra predict runs/gpt3/workload/gpt3 --network-configuration runs/gpt3/network.yml \\
           --system-configuration runs/gpt3/system.json --json
+
+    \b
+    Against a measured run (the network and system.json from `libra-astra calibrate -o cal`):
+      libra-astra predict tests/fixtures/real/param_dlrm8/param_dlrm8 --network-configuration cal/astra-network.yml \\
+          --system-configuration cal/system.json --measured tests/fixtures/real/param_dlrm8/param_dlrm8
     """
     from ..astra.predict_inputs import SimInputs, inputs_from_run_dir, predict_inputs, prediction_to_dict, skew_notes
     from ..errors import LibraError
@@ -82,8 +89,27 @@ def predict_command(source: str | None, workload: str | None, network: str | Non
     with Progress(f"predict {inputs.workload}") as p:
         res = predict_inputs(inputs, on_progress=p)
     pred = res.prediction
+    cmp = None
+    if measured:
+        from ..measure.compare import compare
+        from ..measure.kineto import read_profiles
+        from ..measure.measurement import measure_profiles
+
+        profiles, notes = read_profiles(measured)
+        m = measure_profiles(profiles, notes, res.network, measured[0])
+        cmp = compare(m, profiles, res.network, res.system.links, res.system.settings,
+                      [r.finished_ns for r in pred.ranks])
+        from ..measure.compare import host_thread_ns
+
+        threads = host_thread_ns(inputs.workload, slow.rank) if (slow := pred.slowest) else {}
     if as_json:
-        click.echo(json.dumps(prediction_to_dict(res), indent=1))
+        out = prediction_to_dict(res)
+        if cmp is not None:
+            from ..measure.compare import comparison_to_dict
+
+            out["measured"] = comparison_to_dict(cmp)
+            out["measured"]["astra_slowest_rank_host_threads_ns"] = {str(t): v for t, v in threads.items()}
+        click.echo(json.dumps(out, indent=1))
         return
     if astra_format:
         for line in pred.astra_lines():
@@ -110,3 +136,12 @@ def predict_command(source: str | None, workload: str | None, network: str | Non
                    "binary trees); --astra-format or --json give every rank")
     for note in (*res.notes, *skew_notes(pred)):
         click.echo(f"note: {note}")
+    if cmp is not None:
+        from .measured import echo_comparison
+
+        echo_comparison(cmp)
+        if len(threads) > 1:
+            parts = " + ".join(f"thread {t} {fmt_ms(v)}" for t, v in sorted(threads.items()))
+            click.echo(f"ASTRA-sim runs the host threads' CPU operators one at a time on one CPU: rank {slow.rank}'s "
+                       f"{parts} = {fmt_ms(sum(threads.values()))} (its finish {fmt_ms(slow.finished_ns)}); the run "
+                       "had a thread each")

@@ -109,15 +109,16 @@ def _diagnosis(prefix, network, groups, splits: int, sysfile: SystemFile | None,
 
 def fix(prefix: str | Path, out_prefix: str | Path, *, network: str | Path | None = None,
         groups: str | Path | None = None, splits: int | None = None, system: str | Path | None = None,
-        overwrite: bool = False, on_progress: Callable[[int, int], None] | None = None) -> FixResult:
+        overwrite: bool = False, on_progress: Callable[[int, int], None] | None = None,
+        gpu_order: bool = False) -> FixResult:
     """Write a fixed copy of the set at ``out_prefix`` (the input is only read) and diagnose it.
     ``system`` is only read, never rewritten: its splits round the sizes, and the copy's diagnosis
-    includes its findings."""
+    includes its findings. ``gpu_order``: also write the GPU-faithful dependencies (gpu_order.py)."""
     sysfile = load_system(system) if system is not None else None
     k = _splits(splits, sysfile)
     ranks, target, gfile = _inputs(prefix, network, groups, on_progress)
     files, gout, actions = fix_set(prefix, ranks, out_prefix, target=target, groups=gfile, splits=k,
-                                   overwrite=overwrite)
+                                   overwrite=overwrite, gpu_order=gpu_order)
     # the copy is checked against the groups written with it (PREFIX.groups.json is the default)
     after = _diagnosis(out_prefix, network, gout, k, sysfile)
     return FixResult(str(out_prefix), tuple(map(str, files)), str(gout) if gout else None, tuple(actions), after)

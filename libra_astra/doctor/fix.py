@@ -21,6 +21,7 @@ from ..files import write_json_atomic, write_text_atomic
 from ..traces import chakra_io as cio
 from ..traces.files import find_rank_files
 from ..traces.schema import COMM_NODE_TYPES, INVALID_NODE, MEM_NODE_TYPES, METADATA_NODE, pb
+from .gpu_order import add_gpu_order
 from .attrs import attr_kind, convertible_int, first_attrs, int_attr, is_cpu_op, stoi
 from .groups import file_groups, metadata_group_table
 from .load import GroupFile, RankFile, Target
@@ -107,7 +108,7 @@ def _fix_node(n, rank: int, target: Target | None, groups: dict[int, tuple[int, 
 
 
 def fixed_rank(rf: RankFile, target: Target | None, groups: dict[int, tuple[int, ...]], splits: int,
-               act: _Actions) -> bytes:
+               act: _Actions, gpu_order: bool = False) -> bytes:
     """Bytes of the fixed copy of one rank file (rf.nodes are changed in place)."""
     nodes = rf.nodes
     stats = WorkloadStats()
@@ -121,6 +122,11 @@ def fixed_rank(rf: RankFile, target: Target | None, groups: dict[int, tuple[int,
         act.note(f"{name} nodes removed (their dependents inherit their dependencies)", k)
     for n in kept:
         _fix_node(n, rf.rank, target, groups, splits, act)
+    if gpu_order:
+        added: Counter = Counter()
+        add_gpu_order(kept, added)
+        for what, k in added.items():
+            act.note(what, k)
     if not kept:
         act.note("empty ranks given one zero-duration compute node")
         kept = [cio.comp_node(0, "empty", 0)]
@@ -137,8 +143,8 @@ def _outputs(out_prefix: Path, num_ranks: int) -> tuple[list[Path], list[Path]]:
 
 
 def fix_set(prefix: str | Path, ranks: Sequence[RankFile], out_prefix: str | Path, *, target: Target | None = None,
-            groups: GroupFile | None = None, splits: int = 1, overwrite: bool = False) -> tuple[list[Path], Path | None,
-                                                                                              list[tuple[str, int]]]:
+            groups: GroupFile | None = None, splits: int = 1, overwrite: bool = False,
+            gpu_order: bool = False) -> tuple[list[Path], Path | None, list[tuple[str, int]]]:
     """Write the fixed copy of ``ranks`` (read from ``prefix``) at ``out_prefix``; returns the rank
     files, the groups file (or None) and the actions."""
     out = Path(out_prefix)
@@ -163,7 +169,7 @@ def fix_set(prefix: str | Path, ranks: Sequence[RankFile], out_prefix: str | Pat
     act = _Actions()
     if any(rf.gzipped for rf in ranks):
         act.note("rank files written plain (ASTRA-sim cannot read gzip)", sum(rf.gzipped for rf in ranks))
-    data = [fixed_rank(rf, target, table, splits, act) for rf in ranks]
+    data = [fixed_rank(rf, target, table, splits, act, gpu_order) for rf in ranks]
     used = _used_groups(ranks)
     # the copy carries every valid group of the given file, and the METADATA groups its collectives use
     out_groups = dict(loaded)

@@ -1,0 +1,73 @@
+"""``measure`` command: what a real run's Kineto profiles measured."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from .app import Command
+from .common import check_plot, plot_option
+from .format import fmt_bytes, fmt_time, table
+
+
+@click.command("measure", cls=Command)
+@click.argument("kineto", nargs=-1, required=True, metavar="KINETO...")
+@click.option("-n", "--network", type=click.Path(exists=True, dir_okay=False),
+              help="The network the job ran on: names the dimensions each collective crosses.")
+@click.option("--json", "as_json", is_flag=True, help="Print the measurement as JSON.")
+@plot_option("each rank's step with every collective's wait and transfer")
+@click.option("--force", is_flag=True, help="Overwrite the --plot file.")
+def measure_command(kineto: tuple[str, ...], network: str | None, as_json: bool, plot_out: str | None,
+                    force: bool) -> None:
+    """Measure a real run from its ranks' Kineto traces (torch.profiler's JSON, plain or gzipped).
+
+    KINETO is a PREFIX (files PREFIX.RANK.json[.gz]), a directory of them, or the files. Prints
+    the step of every rank (its ProfilerStep) with what filled it (GPU compute, exposed
+    communication, CPU-bound, idle), start to end across the ranks, and each collective with
+    its size, group and dimension: the shortest instance across the ranks is its transfer, the
+    rest of each rank's instance is waiting for the slowest rank. Assumptions made on partial
+    or odd profiles are printed as notes.
+
+    \b
+    Example (PARAM's 8-GPU DLRM run):
+      libra-astra measure tests/fixtures/real/param_dlrm8/param_dlrm8 -n tests/fixtures/real/ring8.yml
+    """
+    from ..measure.measurement import measure, measurement_to_dict
+    from ..model.network import load_network
+
+    check_plot(plot_out, force)
+    m = measure(kineto, load_network(network) if network else None)
+    content = measurement_to_dict(m)
+    if plot_out:
+        from ..plot import plot_timeline
+
+        plot_timeline(content, plot_out, overwrite=force)
+    if as_json:
+        click.echo(json.dumps(content, indent=1))
+        return
+    slow = max(m.ranks, key=lambda r: r.step_ns)
+    click.echo(f"measured (Kineto): {m.source}, {len(m.ranks)} of {m.world_size} ranks, "
+               f"{m.ranks[0].steps} step(s) each")
+    click.echo(f"step: mean {fmt_time(m.mean_step_ns)}, max {fmt_time(m.max_step_ns)} (rank {slow.rank}); "
+               f"start to end across ranks {fmt_time(m.span_ns)}")
+    first = min(r.start_ns for r in m.ranks)
+    rows = [["rank", "step", "GPU compute", "exposed comm", "CPU-bound", "idle", "starts after first"]]
+    for r in m.ranks:
+        rows.append([str(r.rank), fmt_time(r.step_ns, 3), fmt_time(r.gpu_compute_ns, 3),
+                     fmt_time(r.exposed_comm_ns, 3), fmt_time(r.cpu_bound_ns, 3), fmt_time(r.idle_ns, 3),
+                     fmt_time(r.start_ns - first, 3)])
+    for line in table(rows, right={1, 2, 3, 4, 5, 6}):
+        click.echo(line)
+    click.echo("collectives (transfer: the shortest instance across the ranks; wait: the rest, per rank):")
+    rows = [["#", "kind", "size", "group", "dimension", "transfer", "on rank", "wait mean", "wait max"]]
+    for c, d in zip(m.collectives, m.dims):
+        group = c.group_name or ("world" if len(c.group) == m.world_size else ",".join(map(str, c.group)))
+        rows.append([str(c.index), c.kind, fmt_bytes(c.size_bytes), group, d or "-", fmt_time(c.transfer_ns, 1),
+                     str(c.transfer_rank), fmt_time(c.wait_mean_ns, 1), fmt_time(c.wait_max_ns, 1)])
+    for line in table(rows, right={2, 5, 6, 7, 8}):
+        click.echo(line)
+    for note in m.assumptions:
+        click.echo(f"note: {note}")
+    if plot_out:
+        click.echo(f"wrote {plot_out}")

@@ -1,0 +1,1 @@
+"""Measured runs: Kineto profiles read, steps and collectives measured, the network calibrated."""

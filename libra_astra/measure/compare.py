@@ -1,0 +1,142 @@
+"""A prediction set against what the cluster measured, rank by rank.
+
+Two predictions of each rank's step:
+
+- **GPU-faithful** (replay.py): the measured step replayed as the GPU runs it, each collective's
+  transfer given by ASTRA-sim's own time of it on the prediction's network and system.json;
+- **ASTRA-sim's semantics**: the simulator's finish time of the rank for the converted trace.
+
+What the GPU-faithful residual is made of: the replay's rules (the replay with the measured
+transfers against the measurement) and the network (the modelled transfers against the
+measured ones).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..model.collectives import COLLECTIVE_TYPES
+from ..model.network import Network
+from ..timing.astra_collective import Link, collective_time_ns
+from ..timing.astra_settings import SystemSettings
+from .kineto import RankProfile
+from .measurement import Measurement, collective_dims
+from .replay import MODEL_NAME, replay
+
+
+@dataclass(frozen=True)
+class RankComparison:
+    rank: int
+    measured_ns: float
+    gpu_faithful_ns: float
+    replay_measured_transfers_ns: float
+    astra_ns: float | None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    source: str
+    model: str
+    ranks: tuple[RankComparison, ...]
+    transfer_measured_ns: int           # sum over the collectives
+    transfer_modelled_ns: int
+    notes: tuple[str, ...]
+
+    def mean(self, field: str) -> float | None:
+        vals = [getattr(r, field) for r in self.ranks]
+        return None if any(v is None for v in vals) else sum(vals) / len(vals)
+
+    def max(self, field: str) -> float | None:
+        vals = [getattr(r, field) for r in self.ranks]
+        return None if any(v is None for v in vals) else max(vals)
+
+
+def modelled_transfers(m: Measurement, net: Network, links: Sequence[Link], settings: SystemSettings,
+                       notes: list[str]) -> list[int]:
+    """ASTRA-sim's time of each measured collective on these links; the measured transfer where
+    ASTRA-sim has no such collective."""
+    out = []
+    kept = 0
+    for c in m.collectives:
+        dims = collective_dims(net, c.group, m.source)
+        if c.kind in COLLECTIVE_TYPES and dims:
+            involved = tuple(d in dims for d in range(net.num_dims))
+            out.append(collective_time_ns(c.kind, c.size_bytes, involved, links, settings))
+        else:
+            kept += 1
+            out.append(c.transfer_ns)
+    if kept:
+        notes.append(f"{kept} collective(s) ASTRA-sim does not time keep their measured transfer")
+    return out
+
+
+def compare(m: Measurement, profiles: Sequence[RankProfile], net: Network, links: Sequence[Link],
+            settings: SystemSettings, astra_finish_ns: Sequence[float] | None = None) -> Comparison:
+    """``astra_finish_ns``: another prediction of every rank's step, by rank (ASTRA-sim's)."""
+    notes: list[str] = list(m.assumptions)
+    modelled = modelled_transfers(m, net, links, settings, notes)
+    by_index = {c.index: t for c, t in zip(m.collectives, modelled)}
+    predicted = replay(profiles, m.collectives, lambda c: by_index[c.index], m.world_size, m.clock_offsets_ns)
+    baseline = replay(profiles, m.collectives, lambda c: c.transfer_ns, m.world_size, m.clock_offsets_ns)
+    rows = []
+    for s, p, b in zip(m.ranks, predicted, baseline):
+        astra = float(astra_finish_ns[s.rank]) if astra_finish_ns is not None else None
+        rows.append(RankComparison(s.rank, s.step_ns, float(p.step_ns), float(b.step_ns), astra))
+    return Comparison(m.source, MODEL_NAME, tuple(rows), sum(c.transfer_ns for c in m.collectives), sum(modelled),
+                      tuple(notes))
+
+
+def compare_design(inputs: Sequence[str], net: Network, bw_gbps: Sequence[float], settings: SystemSettings,
+                   other_ns: Sequence[float] | None = None) -> Comparison:
+    """The measured run (Kineto ``inputs``) against a design: the GPU-faithful replay with ASTRA-sim's
+    transfers on the design's bandwidths, beside ``other_ns`` per rank (another model's times)."""
+    from .kineto import read_profiles
+    from .measurement import measure_profiles
+
+    profiles, notes = read_profiles(inputs)
+    m = measure_profiles(profiles, notes, net, str(inputs[0]))
+    links = [Link(d.topology, d.npus, float(b), d.latency_ns) for d, b in zip(net.dims, bw_gbps)]
+    return compare(m, profiles, net, links, settings, other_ns)
+
+
+def _err(p: float | None, m: float) -> float | None:
+    return None if p is None else (p - m) / m
+
+
+def comparison_to_dict(c: Comparison) -> dict[str, Any]:
+    out: dict[str, Any] = {"source": c.source, "gpu_faithful_model": c.model, "ranks": [], "notes": list(c.notes),
+                           "transfer_measured_ns": c.transfer_measured_ns,
+                           "transfer_modelled_ns": c.transfer_modelled_ns}
+    for r in c.ranks:
+        out["ranks"].append({"rank": r.rank, "measured_ns": r.measured_ns, "gpu_faithful_ns": r.gpu_faithful_ns,
+                             "gpu_faithful_error": _err(r.gpu_faithful_ns, r.measured_ns),
+                             "replay_measured_transfers_ns": r.replay_measured_transfers_ns,
+                             "astra_ns": r.astra_ns, "astra_error": _err(r.astra_ns, r.measured_ns)})
+    for agg in ("mean", "max"):
+        meas = getattr(c, agg)("measured_ns")
+        out[agg] = {"measured_ns": meas}
+        for f in ("gpu_faithful_ns", "astra_ns", "replay_measured_transfers_ns"):
+            v = getattr(c, agg)(f)
+            out[agg][f] = v
+            out[agg][f.replace("_ns", "_error")] = _err(v, meas)
+    return out
+
+
+def host_thread_ns(prefix: str, rank: int) -> dict[int, int]:
+    """The ET's CPU operators of one rank, summed per host thread (``tid``), ns: ASTRA-sim runs
+    them all on one CPU, one at a time, while the run had a thread each."""
+    from ..traces import chakra_io as cio
+    from ..traces.files import find_rank_files
+
+    files = find_rank_files(prefix)
+    if rank not in files:
+        return {}
+    _, nodes = cio.read_et(files[rank])
+    out: dict[int, int] = {}
+    for n in nodes:
+        attrs = cio.node_attrs(n)
+        if attrs.get("is_cpu_op") and n.duration_micros:
+            tid = int(attrs.get("tid", 0))
+            out[tid] = out.get(tid, 0) + int(n.duration_micros) * 1000
+    return out
