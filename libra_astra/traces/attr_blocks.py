@@ -123,10 +123,12 @@ class AttrBlocks:
             return a
 
         if _kernel is not None:  # every block in node order, each key decoded once: the same ids and errors
-            return _kernel.block_ids(arr, bs, be, wire.TAGS.attr, _WANTED_NAMES, self.keyed, _BLOCK_CACHE_LIMIT,
-                                     lambda j, key: self.block(buf[int(bs[j]):int(be[j])],
-                                                               lambda i=int(idx[j]): where(i)),
-                                     lookup)
+            def decode(j: int, key: bytes) -> int:
+                return self.block(buf[int(bs[j]):int(be[j])], lambda i=int(idx[j]): where(i))
+
+            return _kernel.block_ids(arr, np.ascontiguousarray(bs, dtype=np.int64),
+                                     np.ascontiguousarray(be, dtype=np.int64), wire.TAGS.attr, _WANTED_NAMES,
+                                     self.keyed, _BLOCK_CACHE_LIMIT, decode, lookup)
         # Look blocks up in node order, so attribute ids (and errors) come in first-seen order.
         first, inv = _distinct(arr, bs, length)
         order = np.sort(first)
