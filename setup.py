@@ -1,8 +1,9 @@
-"""The compiled kernels: the solver's Newton system (libra_astra/optimize/_newton_kernel.pyx) and
-the replay's fixed-order pass (libra_astra/timing/_fixed_pass.pyx). Everything else is in
-pyproject.toml. Both are optional: without Cython or a C compiler the package installs without
-them and runs their Python versions instead (the numpy Newton system: same method, same results to
-round-off; the Python pass: the same ends to the last bit)."""
+"""The compiled kernels: the solver's Newton system (libra_astra/optimize/_newton_kernel.pyx),
+the replay's fixed-order pass (libra_astra/timing/_fixed_pass.pyx) and the trace reader's
+attribute-block ids (libra_astra/traces/_attr_keys.pyx). Everything else is in pyproject.toml.
+All are optional: without Cython or a C compiler the package installs without them and runs
+their Python versions instead (the numpy Newton system: same method, same results to round-off;
+the Python pass: the same ends to the last bit; the numpy block ids: the same ids and errors)."""
 
 from setuptools import Extension, setup
 
@@ -14,7 +15,9 @@ else:
     ext_modules = cythonize([Extension("libra_astra.optimize._newton_kernel",
                                        ["libra_astra/optimize/_newton_kernel.pyx"]),
                              Extension("libra_astra.timing._fixed_pass",
-                                       ["libra_astra/timing/_fixed_pass.pyx"])],
+                                       ["libra_astra/timing/_fixed_pass.pyx"]),
+                             Extension("libra_astra.traces._attr_keys",
+                                       ["libra_astra/traces/_attr_keys.pyx"])],
                             language_level=3, quiet=True)
     for ext in ext_modules:
         ext.optional = True  # a failed compile leaves the Python versions (cythonize drops the flag)

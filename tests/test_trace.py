@@ -14,6 +14,7 @@ from libra_astra.errors import LibraError
 from libra_astra.traces.files import find_rank_files, is_trace_prefix, rank_files
 from libra_astra.traces.graph import topological_order
 from libra_astra.traces.process_groups import parse_pg_metadata
+from libra_astra.traces import attr_blocks
 from libra_astra.traces.reader import TraceReader
 
 
@@ -135,8 +136,13 @@ def _outcome(reader, bufs):
     return arrays, list(reader.attrs.rows)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("seed", range(12))
-def test_bulk_attribute_decode_equals_the_per_block_decode(seed):
+def test_bulk_attribute_decode_equals_the_per_block_decode(seed, compiled, monkeypatch):
+    # the numpy bulk decode, or the compiled block keys where built, against the per-block decode
+    if compiled and attr_blocks._kernel is None:
+        pytest.skip("the compiled block keys are not built here")
+    kernel = attr_blocks._kernel if compiled else None
     # several files in one batch; odd seeds damage one attribute block (a length, a tag, a value)
     rng = random.Random(1000 + seed)
     bufs = []
@@ -154,7 +160,10 @@ def test_bulk_attribute_decode_equals_the_per_block_decode(seed):
                 raw[at] = rng.choice([0x80, 0xFF, 0x0A, 0x52, 0x00, raw[at] ^ 1])
             frames.append(framed(bytes(raw)) if raw else framed(b"\x08\x01"))
         bufs.append(b"".join(frames))
-    assert _outcome(TraceReader(), bufs) == _outcome(_per_block_reader(), bufs)
+    monkeypatch.setattr(attr_blocks, "_kernel", kernel)
+    got = _outcome(TraceReader(), bufs)
+    monkeypatch.setattr(attr_blocks, "_kernel", None)
+    assert got == _outcome(_per_block_reader(), bufs)
 
 
 def _unshared_outcome(bufs, monkeypatch):
@@ -212,7 +221,8 @@ def test_template_files_share_most_messages_and_step_aside_on_a_moved_boundary(m
     assert _outcome(TraceReader(), [one, two]) == _unshared_outcome([one, two], monkeypatch)
 
 
-def test_bulk_attribute_decode_runs_on_plain_traces_and_steps_aside_otherwise():
+def test_bulk_attribute_decode_runs_on_plain_traces_and_steps_aside_otherwise(monkeypatch):
+    monkeypatch.setattr(attr_blocks, "_kernel", None)   # the numpy path (the compiled keys skip bulk)
     calls = []
     reader = TraceReader()
     bulk = reader.blocks.bulk

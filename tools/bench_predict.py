@@ -7,7 +7,9 @@ emitted as a run directory (a design at fixed bandwidths), then the binary and `
 each run as a child process under /usr/bin/time -v: their CPU time (user + system) and peak
 memory (maximum resident set) side by side, the ratios binary / predict, and predict's error
 against the simulated time. Sizes the binary would not finish in --max-binary-s (estimated from
-the emitted node count: about 107 s and 1.5 KB per million nodes) are predicted only.
+the emitted node count: about 107 s and 1.5 KB per million nodes) are predicted only. The
+project's bytecode is compiled once before the runs (into its __pycache__ directories, as pip
+does on install), so predict is timed as an installed package runs, not compiling its sources.
 
 ``--prefix P --groups G --network N`` adds an existing set (such as the 96-layer 4,096-rank set
 of traces/large/gpt3_175b_4096.yml), predicted from its own files with --bandwidth; the binary's
@@ -66,10 +68,24 @@ def network(ranks: int):
         {"name": "pod", "topology": "Switch", "npus": dp, "latency_ns": 1000}]})
 
 
-def timed(cmd: list[str], cwd: Path | None = None, timeout: float | None = None) -> tuple[str, float, float]:
+def child_env() -> dict[str, str]:
+    """The children's environment: the project on the path, and bytecode read from (and written
+    to) the usual __pycache__ directories even where PYTHONDONTWRITEBYTECODE is set, as an
+    installed package has it: no timed run pays for compiling the project's sources."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPATH": str(ROOT)}
+
+
+def compile_sources(env: dict[str, str]) -> None:
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "libra_astra")], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def timed(cmd: list[str], cwd: Path | None = None, timeout: float | None = None,
+          env: dict[str, str] | None = None) -> tuple[str, float, float]:
     """(stdout, CPU seconds, peak RSS in MB) of one child under /usr/bin/time -v."""
     proc = subprocess.run(["/usr/bin/time", "-v", *cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env=env or {**os.environ, "PYTHONPATH": str(ROOT)})
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[0]} exited {proc.returncode}: {proc.stderr[-800:]}")
     field = {k: float(v) for k, v in re.findall(r"^\s*(User time \(seconds\)|System time \(seconds\)|"
@@ -113,6 +129,8 @@ def main() -> int:
         return 2
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_predict_"))
     work.mkdir(parents=True, exist_ok=True)
+    env = child_env()
+    compile_sources(env)
     print(f"{'set':<24} {'ranks':>5} {'ET nodes':>10} {'CPU s: sim':>10} {'predict':>9} {'ratio':>9} "
           f"{'RSS MB: sim':>11} {'predict':>9} {'ratio':>8}  predicted vs simulated")
     for ranks in args.sizes:
@@ -125,7 +143,7 @@ def main() -> int:
         emit(Design(f"gpt3-{ranks}", net, BW_GBPS, workloads=(WorkloadRef("gpt3", traces=str(prefix),
                     comm_groups=str(groups) if groups.is_file() else None),)), run, overwrite=True)
         nodes = node_count(run)
-        out, pcpu, prss = timed([*PY, "predict", str(run), "--json"])
+        out, pcpu, prss = timed([*PY, "predict", str(run), "--json"], env=env)
         pred = json.loads(out)
         sim, err = None, "binary not run (estimate)"
         if nodes / 1e6 * SEC_PER_MNODE <= args.max_binary_s:
@@ -139,7 +157,7 @@ def main() -> int:
         out, pcpu, prss = timed([*PY, "predict", args.prefix, "--network-configuration", args.network,
                                  "--bandwidth", ",".join(map(str, BW_GBPS)), "--system-configuration",
                                  str(_system(work)), *(["--comm-group-configuration", args.groups] if args.groups else []),
-                                 "--json"])
+                                 "--json"], env=env)
         pred = json.loads(out)
         nodes = pred["et_nodes"]
         row(Path(args.prefix).name + " (given)", len(pred["ranks"]), nodes, None, (pred["time_ns"], pcpu, prss),

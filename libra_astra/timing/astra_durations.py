@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -283,7 +284,8 @@ def _node_durations(d: Demand, plan, system: AstraSystem) -> Durations:
         times = t.class_times(rc, [int(rc.dag.nodes[i][1]) for i in nodes])
         ranks = rc.ranks or range(rc.num_ranks)
         # a collective timed on every rank (the full network) takes the class's slowest rank's time
-        dur[[off + i for i in nodes]] = [max(x[r] for r in ranks) if len(x) == t.npus else max(x) for _, x in times]
+        pick = itemgetter(*ranks) if len(ranks) > 1 else (lambda x: [x[r] for r in ranks])  # one call per node
+        dur[[off + i for i in nodes]] = [max(pick(x)) if len(x) == t.npus else max(x) for _, x in times]
         trees.update((off + i, (spec, x)) for i, (spec, x) in zip(nodes, times) if spec is not None)
     return Durations(dur, trees)
 

