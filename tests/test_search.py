@@ -24,6 +24,7 @@ from libra_astra.search.space import factorizations, parallelizations, placement
 from libra_astra.timing.model import simulator_model
 from libra_astra.tracegen import load_spec
 from libra_astra.tracegen.placement import place_axes
+from libra_astra.tracegen.spec import Parallel
 
 FIX = Path(__file__).parent / "fixtures" / "search"
 SPEC = FIX / "tiny_spec.yml"
@@ -103,7 +104,7 @@ def test_catalog_levels_and_errors():
 def test_memory_closed_form():
     spec = load_spec("traces/large/gpt3_175b_4096.yml")
     m = spec.model
-    mu = transformer_memory(m, 16, 8, 32, True, 1)
+    mu = transformer_memory(m, Parallel(tp=16, pp=8, dp=32, sequence_parallel=True))
     h, V = 12288, 51200
     layer = math.ceil((12 * h * h + 7 * h) / 16) + 6 * h      # (4h^2 + 2hf + 3h + f) / tp + 6h, f = 4h
     params = 12 * layer + (3200 * h + 2048 * h)       # first stage: embeddings are larger than the output layer
