@@ -71,19 +71,19 @@ def test_placement_infos_agree_with_the_placement_rules(shape):
     dims: participants per axis (axis_participants) and far pipeline sends (p2p_far_dims); the
     count by degree multiset equals the layouts' number."""
     from libra_astra.search.engine import axis_participants
-    from libra_astra.search.space import Parallelization, p2p_far_dims, placement_count, placement_infos
+    from libra_astra.search.space import AXES, Parallelization, p2p_far_dims, placement_count, placement_infos
     N = math.prod(shape)
     for tp, pp in itertools.product([d for d in range(1, N + 1) if N % d == 0], repeat=2):
         if N % (tp * pp):
             continue
         par = Parallelization(tp, pp, N // (tp * pp))
-        infos = placement_infos(shape, par.tp, par.pp, par.dp)
+        infos = placement_infos(shape, par.degree_tuple())
         pls = placements(shape, par)
         assert [dict((a, list(d)) for a, d in i.order) for i in infos] == pls
-        assert placement_count(shape, par.tp, par.pp, par.dp) == len(pls)
+        assert placement_count(shape, par.degree_tuple()) == len(pls)
         for info, pl in zip(infos, pls):
             parts = axis_participants(shape, info.order, par.degrees())
-            assert info.participants == tuple(parts.get(a, (1,) * len(shape)) for a in ("tp", "pp", "dp"))
+            assert info.participants == tuple(parts.get(a, (1,) * len(shape)) for a in AXES)
             assert list(info.p2p_far) == p2p_far_dims(shape, pl, par)
 
 
@@ -397,3 +397,34 @@ def test_cli_search_reports_a_failed_simulation_in_one_line_and_keeps_the_result
     line = [x for x in r.output.splitlines() if x.startswith("simulation of design 1 failed:")]
     assert len(line) == 1 and "exit code 3" in line[0] and "simulator says no" in line[0]
     assert list(csv.DictReader(open(out / "ranked.csv")))[0]["simulated_ns"] == ""
+
+
+def test_job_axes_search_returns_the_brute_force_optimum():
+    """Schedules, ZeRO stages, recomputation, EP and CP as search axes on a small MoE: the best
+    design equals brute force over every candidate, and every bound holds."""
+    from dataclasses import replace as _replace
+    from libra_astra.search.space import JobOptions
+    from libra_astra.tracegen import spec_from_dict
+    raw = {"name": "moe", "model": {"type": "transformer", "layers": 2, "hidden_size": 256, "heads": 8,
+                                    "seq_length": 128, "vocab_size": 1000, "micro_batch": 1, "global_batch": 8,
+                                    "bytes_per_element": 2, "experts": 4, "top_k": 2, "kv_heads": 4,
+                                    "gated_mlp": True},
+           "parallel": {"tp": 1, "dp": 8}, "placement": {"dp": [0]}, "network": {"npus_per_dim": [8]},
+           "compute": {"tflops": 100}}
+    problem = _replace(_problem(), spec=spec_from_dict(raw, "moe.yml"))
+    job = JobOptions(schedules=("gpipe", "1f1b"), zero=(0, 3), recompute=("none", "full"), cp=(1, 2), ep=())
+    st = Settings(npus=8, max_dims=2, top=2, sp="on", job=job, shapes=((2, 4),))
+    space = enumerate_space(problem, st, lambda fn, items: [fn(problem, i) for i in items])
+    pars = {c.par for c in space.candidates}
+    assert {p.ep for p in pars} == {1, 2, 4} and {p.cp for p in pars} == {1, 2}
+    assert {p.zero for p in pars} == {0, 3} and {p.recompute for p in pars} == {"none", "full"}
+    assert {p.schedule for p in pars} == {"gpipe", "1f1b"}
+    submit, wait_any = _serial_runner(problem)
+    res = run_search(problem, space, st, submit, wait_any)
+    brute = [evaluate(problem, c) for c in space.candidates]
+    ok = sorted(o.objective_value for o in brute if o.status == "ok")
+    assert res.ranked()[0].objective_value == pytest.approx(ok[0], rel=1e-9)
+    for c, o in zip(space.candidates, brute):
+        if o.status == "ok":
+            assert o.objective_value >= c.bound * (1 - 1e-9)
+    assert res.counts.evaluated < len(brute)

@@ -14,6 +14,7 @@ from .dask_engine import Runner, cluster
 from .engine import Settings, check_problem, enumerate_space, run_search, SearchResult
 from .evaluate import Problem, evaluate_chunk
 from .results import write_results
+from .space import JobOptions
 from .upstream import Constraints, CostModel, LibraError, TimeModel, TraceSpec
 
 
@@ -35,7 +36,7 @@ def run(spec: TraceSpec, spec_path: str, npus: int, cost: CostModel, catalog_pat
         max_evals: int | None, time_limit: float | None, n_sim: int, binary: str | None, timeout: float,
         local_mem_bw: float, scheduler: str | None, workers: int | None, out: Path, overwrite: bool,
         progress: Callable, on_note: Callable[[str], None] = lambda _m: None, threads: bool = False,
-        shapes: Sequence[tuple[int, ...]] | None = None) -> Report:
+        shapes: Sequence[tuple[int, ...]] | None = None, job: JobOptions = JobOptions()) -> Report:
     catalog = load_catalog(catalog_path)
     problem = Problem(spec, catalog, cost, objective, cons, model)
     check_problem(problem)
@@ -45,7 +46,7 @@ def run(spec: TraceSpec, spec_path: str, npus: int, cost: CostModel, catalog_pat
     st = Settings(npus=npus, max_dims=max_dims, blocks=tuple(blocks), sp=sp, micro_batches=tuple(micro_batches),
                   top=top, hbm_bytes=hbm_bytes, optimizer_bytes_per_param=optimizer_bytes,
                   max_evaluations=max_evals, time_limit_s=time_limit,
-                  shapes=tuple(tuple(s) for s in shapes) if shapes else None)
+                  shapes=tuple(tuple(s) for s in shapes) if shapes else None, job=job)
     notes: list[str] = []
     sims: dict = {}
     with cluster(scheduler, workers, threads=threads) as client:
@@ -88,6 +89,7 @@ def _summary(problem: Problem, st: Settings, res: SearchResult, spec_path: str, 
     m = problem.model
     return {"spec": str(spec_path), "catalog": str(catalog_path), "cost": problem.cost.name,
             "npus": st.npus, "max_dims": st.max_dims, "blocks": list(st.blocks), "objective": problem.objective,
+            "job_axes": {k: (list(v) if v is not None else "spec") for k, v in vars(st.job).items()},
             "constraints": {"total_bw_gbps": c.total_bw_gbps, "total_bw_is_upper_bound": c.total_bw_is_upper_bound,
                             "budget_usd": c.budget_usd, "time_target_ns": c.time_target_ns},
             "time_model": {"kind": m.kind, "splits": m.splits, "local_mem_bw_gbps": m.local_mem_bw_gbps,
@@ -106,12 +108,13 @@ def print_report(rep: Report, echo: Callable[[str], None]) -> None:
     ranked = res.ranked()
     c = res.counts
     obj = prob.objective
-    echo(f"{'#':>3} {'shape':<12} {'blocks':<12} {'parallel':<22} {'placement':<18} {'GB/s per dim':<26} "
+    w = max([22] + [len(o.candidate.par.label) for o in ranked[:rep.settings.top]])
+    echo(f"{'#':>3} {'shape':<12} {'blocks':<12} {'parallel':<{w}} {'placement':<18} {'GB/s per dim':<26} "
          f"{'cost':>13} {'predicted':>12} {'gap':>8}")
     for i, o in enumerate(ranked[:rep.settings.top]):
         k = o.candidate
         blocks = "x".join({"Ring": "R", "FullyConnected": "F", "Switch": "S"}[b] for b in k.blocks)
-        echo(f"{i + 1:>3} {'x'.join(map(str, k.shape)):<12} {blocks:<12} {k.par.label:<22} {k.placement_text:<18} "
+        echo(f"{i + 1:>3} {'x'.join(map(str, k.shape)):<12} {blocks:<12} {k.par.label:<{w}} {k.placement_text:<18} "
              f"{' '.join(f'{b:.1f}' for b in o.bw_gbps):<26} {_usd(o.cost_usd):>13} {_t(o.time_ns):>12} "
              f"{o.rel_gap:>8.1e}")
     pruned = sum(c.pruned_bound.values())

@@ -21,7 +21,7 @@ import itertools
 import math
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -29,8 +29,8 @@ import numpy as np
 from . import bounds as bnd
 from .evaluate import Candidate, Outcome, Problem, plan_for
 from .memory import transformer_memory
-from .space import (Parallelization, PlacementInfo, blocks_for, factorizations, parallelizations, placement_count,
-                    placement_infos, undominated_blocks)
+from .space import (AXES, JobOptions, Parallelization, PlacementInfo, blocks_for, factorizations, parallelizations,
+                    placement_count, placement_infos, spec_parallel, undominated_blocks)
 from .upstream import LibraError, TransformerModel, hierarchical_traffic_bytes, ring_steps
 
 
@@ -50,6 +50,7 @@ class Settings:
     chunk: int = 4
     in_flight: int = 4
     shapes: tuple[tuple[int, ...], ...] | None = None   # restrict the shapes (tests, sweeps)
+    job: JobOptions = JobOptions()                       # schedules, ZeRO, recomputation, CP, EP to try
 
 
 @dataclass
@@ -168,7 +169,7 @@ def par_info(problem: Problem, par: Parallelization) -> ParInfo:
     return ParInfo(par, tuple(paths) + tuple(bnd.collective_chains(programs)))
 
 
-_AXIS = {"tp": 0, "pp": 1, "dp": 2}
+_AXIS = {a: i for i, a in enumerate(AXES)}
 
 
 def _path_sums(info: ParInfo, participants: tuple, with_lat: bool, cache: dict) -> tuple:
@@ -202,14 +203,15 @@ def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
     spec, cat = problem.spec, problem.catalog
     counts = Counts()
     shapes = list(st.shapes) if st.shapes else factorizations(st.npus, st.max_dims)
-    pc = parallelizations(spec, st.npus, sp=st.sp, micro_batches=st.micro_batches or None)
+    pc = parallelizations(spec, st.npus, sp=st.sp, micro_batches=st.micro_batches or None, job=st.job)
     counts.parallelizations_valid = len(pc.valid)
     counts.rejected_rules = dict(pc.rejected)
     counts.parallelizations_total = len(pc.valid) + sum(pc.rejected.values())
     memory, fits = {}, []
     for p in pc.valid:
         if isinstance(spec.model, TransformerModel):
-            m = transformer_memory(spec.model, p.tp, p.pp, p.dp, p.sp, p.micro_batch, st.optimizer_bytes_per_param)
+            m = transformer_memory(replace(spec.model, micro_batch=p.micro_batch), spec_parallel(p, spec),
+                                   st.optimizer_bytes_per_param)
             memory[p.label] = m.total_bytes
             if m.total_bytes > st.hbm_bytes * (1 - st.hbm_reserve):
                 counts.memory_pruned_parallelizations += 1
@@ -242,13 +244,14 @@ def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
         for p in pc.valid:
             fits_p = p in infos
             if not transformer:
-                pls = (PlacementInfo((("dp", tuple(range(D))),), ((1,) * D, (1,) * D, tuple(shape)), (False,) * D),)
+                pls = (PlacementInfo((("dp", tuple(range(D))),), ((1,) * D,) * (len(AXES) - 1) + (tuple(shape),),
+                                     (False,) * D),)
                 n_pl = 1
             elif fits_p and nb:
-                pls = placement_infos(shape, p.tp, p.pp, p.dp)
+                pls = placement_infos(shape, p.degree_tuple())
                 n_pl = len(pls)
             else:
-                n_pl = placement_count(shape, p.tp, p.pp, p.dp)
+                n_pl = placement_count(shape, p.degree_tuple())
             counts.candidates_total += nb_all * n_pl
             counts.pruned_block_limit += (nb_all - nb) * n_pl
             if nb == 0:
