@@ -17,6 +17,7 @@ from libra_astra.optimize.problem import Constraints
 from libra_astra.search.catalog import catalog_from_dict, load_catalog
 from libra_astra.search.dask_engine import Runner, cluster
 from libra_astra.search.engine import Settings, enumerate_space, run_search
+from libra_astra.search.space import JobOptions
 from libra_astra.search.evaluate import Candidate, Problem, evaluate, evaluate_chunk
 from libra_astra.search.memory import transformer_memory
 from libra_astra.search.results import pareto_front, write_results
@@ -428,3 +429,31 @@ def test_job_axes_search_returns_the_brute_force_optimum():
         if o.status == "ok":
             assert o.objective_value >= c.bound * (1 - 1e-9)
     assert res.counts.evaluated < len(brute)
+
+
+@pytest.mark.parametrize("objective,cons", [
+    ("perf", Constraints(total_bw_gbps=200, total_bw_is_upper_bound=True)),
+    ("perf-per-cost", Constraints(total_bw_gbps=200)),
+])
+def test_lazy_search_equals_the_eager_one(objective, cons):
+    """Building a parallelization's programs only when its stage-compute bound is below the K-th
+    best gives the same top K; the stage bound is a proven lower bound of its candidates."""
+    problem = _problem(objective, cons)
+    job = JobOptions(schedules=("gpipe", "1f1b"), recompute=("none", "full"))
+    eager = Settings(npus=8, max_dims=2, top=2, sp="both", job=job)
+    lazy = Settings(npus=8, max_dims=2, top=2, sp="both", job=job, lazy=True)
+    mapper = lambda fn, items: [fn(problem, i) for i in items]  # noqa: E731
+    submit, wait_any = _serial_runner(problem)
+    space_e = enumerate_space(problem, eager, mapper)
+    space_l = enumerate_space(problem, lazy, mapper)
+    assert not space_l.candidates and space_l.size == len(space_e.candidates)
+    res_e = run_search(problem, space_e, eager, submit, wait_any)
+    res_l = run_search(problem, space_l, lazy, submit, wait_any)
+    assert [o.objective_value for o in res_l.ranked()[:2]] == pytest.approx(
+        [o.objective_value for o in res_e.ranked()[:2]], rel=1e-12)
+    n = res_l.counts
+    assert n.evaluated + sum(n.pruned_bound.values()) + n.not_reached == space_l.size
+    stage = {d[2]: d[0] for d in space_l.deferred}
+    for c in space_e.candidates:
+        assert stage[c.par] <= c.bound * (1 + 1e-12)
+    assert n.expanded_parallelizations <= len(stage)

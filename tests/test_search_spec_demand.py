@@ -110,3 +110,20 @@ def test_training_job_features_equal_their_traces(tmp_path, job):
     assert got == want
     other = demand_from_spec(spec, net, programs=prepare(spec), labels=False)
     assert [rc.dag for rc in other.rank_classes] == [rc.dag for rc in want.rank_classes]
+
+
+@pytest.mark.parametrize("job", sorted(JOBS))
+def test_stage_compute_closed_form_equals_the_programs(job):
+    """The search's cheap bound per parallelization: each stage's compute sum without building it."""
+    from libra_astra.tracegen.generate import build_plan
+    from libra_astra.tracegen.transformer import stage_compute_ns
+    par, place, shape, model = JOBS[job]
+    raw = _gpt(par, place, shape)
+    raw["model"].update(model)
+    if job == "interleaved":
+        raw["model"]["global_batch"] = 8
+    raw["compute"]["tflops"] = 0.01    # durations of a few microseconds: the rounding matters
+    spec = spec_from_dict(raw, "t.yml")
+    plan = build_plan(spec)
+    for st, ops in plan.programs.items():
+        assert stage_compute_ns(spec, st) == sum(op.duration_micros for op in ops if op.kind == "comp") * 1000.0

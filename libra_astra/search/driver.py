@@ -46,7 +46,7 @@ def run(spec: TraceSpec, spec_path: str, npus: int, cost: CostModel, catalog_pat
     st = Settings(npus=npus, max_dims=max_dims, blocks=tuple(blocks), sp=sp, micro_batches=tuple(micro_batches),
                   top=top, hbm_bytes=hbm_bytes, optimizer_bytes_per_param=optimizer_bytes,
                   max_evaluations=max_evals, time_limit_s=time_limit,
-                  shapes=tuple(tuple(s) for s in shapes) if shapes else None, job=job)
+                  shapes=tuple(tuple(s) for s in shapes) if shapes else None, job=job, lazy=True)
     notes: list[str] = []
     sims: dict = {}
     with cluster(scheduler, workers, threads=threads) as client:
@@ -55,8 +55,8 @@ def run(spec: TraceSpec, spec_path: str, npus: int, cost: CostModel, catalog_pat
         t0 = time.perf_counter()
         space = enumerate_space(problem, st, runner.map)
         t_enum = time.perf_counter() - t0
-        on_note(f"space: {space.counts.candidates_total:,} candidates; {len(space.candidates):,} after rules, "
-                f"memory and block dominance ({t_enum:.1f} s)")
+        on_note(f"space: {space.counts.candidates_total:,} candidates; {space.size:,} after rules, memory and "
+                f"block dominance, in {len(space.deferred):,} parallelizations ({t_enum:.1f} s)")
         res = run_search(problem, space, st, lambda ch, thr: runner.submit(evaluate_chunk, ch, thr),
                          runner.wait_any, on_progress=progress)
         ranked = res.ranked()
@@ -126,6 +126,10 @@ def print_report(rep: Report, echo: Callable[[str], None]) -> None:
     by = ", ".join(f"{n:,} by the {k} bound" for k, n in sorted(c.pruned_bound.items())) or "none"
     echo(f"  of {res.space_size:,} left: evaluated {c.evaluated:,} ({c.infeasible:,} infeasible), pruned {pruned:,} "
          f"({by}), not reached {c.not_reached:,}")
+    if c.memory_pruned_parallelizations or c.parallelizations_valid:
+        fit = c.parallelizations_valid - c.memory_pruned_parallelizations
+        echo(f"  programs built for {c.expanded_parallelizations:,} of the {fit:,} parallelizations that fit; the "
+             f"others' busiest pipeline stage computes longer than the best design takes")
     echo(f"  {res.stop_reason}; {rep.enumerate_s:.1f} s enumerating, {res.elapsed_s:.1f} s searching")
     if res.counts.not_reached:
         echo(f"  proven: the best design is within {res.proven_gap:.2%} of the optimum over the whole space "

@@ -31,7 +31,8 @@ from .evaluate import Candidate, Outcome, Problem, plan_for
 from .memory import transformer_memory
 from .space import (AXES, JobOptions, Parallelization, PlacementInfo, blocks_for, factorizations, parallelizations,
                     placement_count, placement_infos, spec_parallel, undominated_blocks)
-from .upstream import LibraError, TransformerModel, hierarchical_traffic_bytes, ring_steps
+from .candidates import STAGE_BOUND, Context
+from .upstream import LibraError, TransformerModel
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Settings:
     in_flight: int = 4
     shapes: tuple[tuple[int, ...], ...] | None = None   # restrict the shapes (tests, sweeps)
     job: JobOptions = JobOptions()                       # schedules, ZeRO, recomputation, CP, EP to try
+    lazy: bool = False       # build a parallelization's programs only when its stage bound is below the K-th best
 
 
 @dataclass
@@ -70,6 +72,7 @@ class Counts:
     evaluated: int = 0
     infeasible: int = 0
     not_reached: int = 0                  # left when a limit or an interruption stopped the search
+    expanded_parallelizations: int = 0    # lazy search: parallelizations whose programs were built
 
     def to_dict(self) -> dict:
         return {"networks_total": self.networks_total, "networks_within_block_limits": self.networks_valid,
@@ -81,7 +84,8 @@ class Counts:
                 "candidates_total": self.candidates_total, "pruned_block_limit": self.pruned_block_limit,
                 "pruned_memory": self.pruned_memory, "pruned_dominated_block": self.pruned_dominated,
                 "pruned_by_bound": dict(self.pruned_bound), "evaluated": self.evaluated,
-                "infeasible": self.infeasible, "not_reached": self.not_reached}
+                "infeasible": self.infeasible, "not_reached": self.not_reached,
+                "expanded_parallelizations": self.expanded_parallelizations}
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,13 @@ class Space:
     candidates: tuple[Candidate, ...]      # sorted by bound
     counts: Counts
     memory: dict                           # parallelization label -> bytes per NPU
+    # lazy: parallelizations not expanded yet, (stage bound, order, parallelization, candidates), by bound
+    deferred: tuple = ()
+    expand: Callable | None = None         # parallelizations -> their candidates (programs built then)
+
+    @property
+    def size(self) -> int:
+        return len(self.candidates) + sum(d[3] for d in self.deferred)
 
 
 @dataclass
@@ -169,33 +180,6 @@ def par_info(problem: Problem, par: Parallelization) -> ParInfo:
     return ParInfo(par, tuple(paths) + tuple(bnd.collective_chains(programs)))
 
 
-_AXIS = {a: i for i, a in enumerate(AXES)}
-
-
-def _path_sums(info: ParInfo, participants: tuple, with_lat: bool, cache: dict) -> tuple:
-    """The bound paths of a parallelization under one placement: names, compute, per-dimension
-    traffic (one list per path) and ring steps (paths x dimensions; None without latency).
-
-    Traffic and steps are linear in the collectives' counts: (paths x keys) @ (keys x dimensions),
-    the keys being the distinct (kind, size, axis) of all the paths."""
-    keys, counts = info.path_keys
-    D = len(participants[0])
-    T = np.empty((len(keys), D))
-    R = np.empty((len(keys), D)) if with_lat else None
-    for j, (kind, size, axis) in enumerate(keys):
-        part = participants[_AXIS[axis]]
-        ck = (kind, size, part)
-        t = cache.get(ck)
-        if t is None:
-            t = cache[ck] = hierarchical_traffic_bytes(kind, float(size), part)
-        T[j] = t
-        if with_lat:
-            R[j] = [ring_steps(kind, n) for n in part]
-    S = (counts @ T).tolist() if keys else [[0.0] * D for _ in info.paths]
-    steps = (counts @ R if keys else np.zeros((len(info.paths), D))) if with_lat else None
-    return [ps.name for ps in info.paths], [ps.compute_ns for ps in info.paths], S, steps
-
-
 def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
     """All candidates with their bounds, and the counts of what was pruned before evaluation.
 
@@ -217,18 +201,11 @@ def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
                 counts.memory_pruned_parallelizations += 1
                 continue
         fits.append(p)
-    infos = {i.par: i for i in mapper(par_info, fits)} if fits else {}
-    prices_cache: dict = {}
-    traffic_cache: dict = {}
-    path_cache: dict = {}      # (parallelization, participants) -> the paths' traffic and ring steps
-    bound_cache: dict = {}
-    keep_cache: dict = {}      # (shape, p2p_far) -> block choices left after dominance
-    cands: list[Candidate] = []
+    ctx = Context(problem)
     transformer = isinstance(spec.model, TransformerModel)
-    priced = bnd.needs_prices(problem.objective, problem.constraints)
-    with_lat = bool(problem.model.kind == "pipelined" and problem.model.latency and problem.model.efficiency is None)
-    # the bound depends on the blocks only through prices and hop latencies
-    per_blocks = priced or with_lat
+    fit_set = set(fits)
+    work: dict = {p: [] for p in fits}    # parallelization -> (shape, levels, placement info, block combos)
+    keep_cache: dict = {}      # (shape, p2p_far) -> block choices left after dominance
     for shape in shapes:
         D = len(shape)
         nb_all = len(st.blocks) ** D
@@ -242,7 +219,7 @@ def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
         nb = math.prod(len(o) for o in opts)
         counts.networks_valid += nb
         for p in pc.valid:
-            fits_p = p in infos
+            fits_p = p in fit_set
             if not transformer:
                 pls = (PlacementInfo((("dp", tuple(range(D))),), ((1,) * D,) * (len(AXES) - 1) + (tuple(shape),),
                                      (False,) * D),)
@@ -259,37 +236,24 @@ def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
             if not fits_p:
                 counts.pruned_memory += nb * n_pl
                 continue
-            info = infos[p]
             for pi in pls:
                 combos = keep_cache.get((shape, pi.p2p_far))
                 if combos is None:
                     combos = keep_cache[(shape, pi.p2p_far)] = list(_product(undominated_blocks(opts, pi.p2p_far)))
                 counts.pruned_dominated += nb - len(combos)
-                pkey = (p, pi.participants)
-                path_s = path_cache.get(pkey)
-                if path_s is None:
-                    path_s = path_cache[pkey] = _path_sums(info, pi.participants, with_lat, traffic_cache)
-                for blocks in combos:
-                    bkey = (pkey, shape, blocks) if per_blocks else pkey
-                    got = bound_cache.get(bkey)
-                    if got is None:
-                        nkey = (shape, blocks)
-                        prices = prices_cache.get(nkey)
-                        if prices is None:
-                            net = cat.network(shape, blocks, levels)
-                            prices = prices_cache[nkey] = (
-                                problem.cost.price_usd_per_gbps(net) if priced else (),
-                                [(2.0 if dm.topology == "Switch" else 1.0) * dm.latency_ns for dm in net.dims])
-                        price, hop_ns = prices
-                        names, comps, S, steps = path_s
-                        lat = (steps @ np.asarray(hop_ns)).tolist() if with_lat else [0.0] * len(names)
-                        paths_b = list(zip(names, comps, S, lat))
-                        got = bound_cache[bkey] = bnd.bound(
-                            problem.objective, paths_b, price, problem.constraints, problem.model.splits,
-                            bnd.min_cost_usd(price, problem.constraints) if priced else 0.0)
-                    cands.append(Candidate(shape, blocks, levels, p, pi.order, got[0], got[1]))
-    cands.sort(key=lambda c: c.bound)
-    return Space(tuple(cands), counts, memory)
+                work[p].append((shape, levels, pi, combos))
+    if not st.lazy:
+        infos = {i.par: i for i in mapper(par_info, fits)} if fits else {}
+        cands = [c for p in fits for c in ctx.candidates(infos[p], work[p])]
+        cands.sort(key=lambda c: c.bound)
+        return Space(tuple(cands), counts, memory)
+    deferred = sorted(((ctx.stage_bound(p, work[p]), i, p, sum(len(w[3]) for w in work[p]))
+                       for i, p in enumerate(fits) if work[p]), key=lambda d: (d[0], d[1]))
+
+    def expand(pars: Sequence[Parallelization]) -> list[Candidate]:
+        return [c for i in mapper(par_info, list(pars)) for c in ctx.candidates(i, work[i.par])]
+
+    return Space((), counts, memory, tuple(deferred), expand)
 
 
 def _product(options: Sequence[Sequence[str]]):
@@ -305,11 +269,16 @@ def run_search(problem: Problem, space: Space, st: Settings, submit: Callable, w
     (done futures, results of each). KeyboardInterrupt ends the search with what has finished.
     """
     t0 = time.perf_counter()
-    cands = space.candidates
     counts = space.counts
+    # candidates by bound (a sorted list is a heap); parallelizations not expanded yet join it once
+    # their stage bound is below the next candidate's bound and the current K-th best
+    heap = [(c.bound, j, c) for j, c in enumerate(space.candidates)]
+    seq = len(heap)
+    deferred = list(space.deferred)
+    di = 0
+    size = space.size
     top: list[float] = []          # max-heap (negated) of the K best objective values
     outcomes: list[Outcome] = []
-    i = 0
     pending: dict = {}
     stop = "every candidate evaluated or pruned by a proven bound"
     budget_hit = False
@@ -334,16 +303,37 @@ def run_search(problem: Problem, space: Space, st: Settings, submit: Callable, w
                 counts.evaluated += 1
             on_outcome(o)
 
+    def expand_below(limit: float) -> None:
+        nonlocal di, seq
+        while di < len(deferred) and deferred[di][0] < limit:
+            batch = [d for d in deferred[di:di + st.in_flight] if d[0] < limit]
+            di += len(batch)
+            counts.expanded_parallelizations += len(batch)
+            for c in space.expand([d[2] for d in batch]):
+                heapq.heappush(heap, (c.bound, seq, c))
+                seq += 1
+            limit = min(limit, heap[0][0]) if heap else limit
+
+    def open_count() -> int:
+        return len(heap) + sum(d[3] for d in deferred[di:])
+
+    def lowest() -> float:
+        vals = ([heap[0][0]] if heap else []) + ([deferred[di][0]] if di < len(deferred) else [])
+        return min(vals, default=math.inf)
+
     lowest_open = math.inf
     try:
-        while i < len(cands) or pending:
-            while i < len(cands) and len(pending) < st.in_flight and not budget_hit:
+        while heap or di < len(deferred) or pending:
+            while len(pending) < st.in_flight and not budget_hit:
                 thr = threshold()
-                if cands[i].bound >= thr:
-                    # sorted by bound: every remaining candidate is pruned too
-                    for c in cands[i:]:
+                expand_below(min(thr, heap[0][0] if heap else math.inf))
+                if not heap or heap[0][0] >= thr:
+                    # by bound order every remaining candidate (and parallelization) is pruned too
+                    for _, _, c in heap:
                         counts.pruned_bound[c.bound_name] += 1
-                    i = len(cands)
+                    for d in deferred[di:]:
+                        counts.pruned_bound[STAGE_BOUND] += d[3]
+                    heap, di = [], len(deferred)
                     break
                 if st.max_evaluations is not None and counts.evaluated + _in_flight(pending) >= st.max_evaluations:
                     budget_hit, stop = True, f"candidate limit reached ({st.max_evaluations} evaluations)"
@@ -351,8 +341,7 @@ def run_search(problem: Problem, space: Space, st: Settings, submit: Callable, w
                 if st.time_limit_s is not None and time.perf_counter() - t0 > st.time_limit_s:
                     budget_hit, stop = True, f"time limit reached ({st.time_limit_s:g} s)"
                     break
-                chunk = cands[i:i + st.chunk]
-                i += len(chunk)
+                chunk = [heapq.heappop(heap)[2] for _ in range(min(st.chunk, len(heap)))]
                 pending[submit(chunk, thr)] = (len(chunk), chunk[0].bound)
             if not pending:
                 break
@@ -360,21 +349,21 @@ def run_search(problem: Problem, space: Space, st: Settings, submit: Callable, w
             for f, res in zip(done, results):
                 pending.pop(f, None)
                 record(res)
-            on_progress(counts.evaluated + sum(counts.pruned_bound.values()), len(cands), threshold())
-        if budget_hit and i < len(cands):
-            counts.not_reached = len(cands) - i
-            lowest_open = cands[i].bound
+            on_progress(counts.evaluated + sum(counts.pruned_bound.values()), size, threshold())
+        if budget_hit and open_count():
+            counts.not_reached = open_count()
+            lowest_open = lowest()
     except KeyboardInterrupt:
         stop = "interrupted; results of finished evaluations kept"
-        counts.not_reached = len(cands) - i + _in_flight(pending)
-        open_bounds = [c.bound for c in cands[i:i + 1]] + [b for _, b in pending.values()]
-        lowest_open = min(open_bounds) if open_bounds else math.inf
+        counts.not_reached = open_count() + _in_flight(pending)
+        open_bounds = [lowest()] + [b for _, b in pending.values()]
+        lowest_open = min(open_bounds)
         for f in pending:
             try:
                 f.cancel()
             except Exception:  # noqa: BLE001 - a future that already finished cannot be cancelled
                 pass
-    return SearchResult(outcomes, counts, len(cands), stop, lowest_open, time.perf_counter() - t0, space.memory)
+    return SearchResult(outcomes, counts, size, stop, lowest_open, time.perf_counter() - t0, space.memory)
 
 
 def _in_flight(pending: dict) -> int:

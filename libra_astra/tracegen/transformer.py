@@ -180,7 +180,6 @@ class _Stage:
     def layer_fwd(self, pre: str, g: int, x, w):
         b, m = self.b, self.m
         f_attn, f_mlp, _ = block_flops(m, self.p.tp, self.p.cp)
-        e = m.bytes_per_element
         if self.sp:
             x = self.tp(f"{pre}.attn_ag", AG, x)
         x = self.on("cp", f"{pre}.kv_ag", AG, self.kv_shard, x)
@@ -198,7 +197,6 @@ class _Stage:
         first compute also waits for ``w`` (ZeRO 3's weight gather)."""
         b, m, tp = self.b, self.m, self.p.tp
         router, experts, shared = moe_flops(m, tp, self.p.cp)
-        e = m.bytes_per_element
         w_exp = (m.experts // self.p.ep) * mlp_bytes(m, m.f_expert, tp)
         if mult == 2 and m.shared_experts:
             x, w = self.shared(pre, x, shared, mult, w), None
@@ -223,7 +221,6 @@ class _Stage:
     def layer_bwd(self, pre: str, g: int, x, grads: GradReducer, reduce: bool, fwd_pre: str):
         b, m, p = self.b, self.m, self.p
         f_attn, f_mlp, _ = block_flops(m, p.tp, p.cp)
-        e = m.bytes_per_element
         w = self.zero3_gather(pre, g)
         if p.recompute == "full":
             x = self.layer_fwd(f"{fwd_pre}.rec", g, x, w)
@@ -304,6 +301,35 @@ class _Stage:
             grads.flush()
             grads.gather_weights()
         return b
+
+
+def stage_compute_ns(spec: TraceSpec, stage: int) -> float:
+    """Sum of the compute durations of ``stage``'s program, without building it: the same ops, the
+    same rounding (a stage's compute forms one chain, so this is a lower bound on its time)."""
+    from .program import micros
+    m, p = spec.model, spec.parallel
+    rate = spec.tflops * 1e12
+    f_attn, f_mlp, f_logits = block_flops(m, p.tp, p.cp)
+    router, experts, shared = moe_flops(m, p.tp, p.cp)
+    core = attention_core_flops(m, p.tp, p.cp) if p.recompute == "selective" else 0.0
+
+    def t(*flops: float) -> int:
+        return sum(micros(f / rate) for f in flops)
+
+    fwd_dense, fwd_moe = t(f_attn, f_mlp), t(f_attn, router, experts) + (t(shared) if m.shared_experts else 0)
+    bwd_dense = t(2 * f_mlp, 2 * f_attn + core)
+    bwd_moe = t(2 * experts, 2 * router, 2 * f_attn + core) + (t(2 * shared) if m.shared_experts else 0)
+    per = m.layers // (p.pp * p.virtual_stages)
+    total = 0
+    for c in range(p.virtual_stages):
+        for g in range((c * p.pp + stage) * per, (c * p.pp + stage + 1) * per):
+            moe = m.is_moe(g)
+            total += (fwd_moe if moe else fwd_dense) * (2 if p.recompute == "full" else 1)
+            total += bwd_moe if moe else bwd_dense
+    if stage == p.pp - 1:
+        total += t(f_logits, 2 * f_logits)
+    mbs = m.global_batch // (m.micro_batch * p.dp * p.ep)
+    return total * mbs * spec.iterations * 1000.0
 
 
 def _stage_key(spec: TraceSpec, stage: int) -> tuple:
