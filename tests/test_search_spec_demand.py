@@ -127,3 +127,42 @@ def test_stage_compute_closed_form_equals_the_programs(job):
     plan = build_plan(spec)
     for st, ops in plan.programs.items():
         assert stage_compute_ns(spec, st) == sum(op.duration_micros for op in ops if op.kind == "comp") * 1000.0
+
+
+@pytest.mark.parametrize("job", sorted(JOBS))
+def test_pipeline_compute_is_a_path_of_the_programs(job):
+    """The lazy search's bound is the length of a compute-only path: at most the longest one."""
+    from libra_astra.search.bounds import longest_paths
+    from libra_astra.search.candidates import pipeline_compute_ns
+    from libra_astra.tracegen.generate import build_plan
+    par, place, shape, model = JOBS[job]
+    raw = _gpt(par, place, shape)
+    raw["model"].update(model)
+    raw["model"]["global_batch"] = 8 if job == "interleaved" else 16
+    raw["compute"]["tflops"] = 0.01
+    spec = spec_from_dict(raw, "t.yml")
+    plan = build_plan(spec, names=False)
+    longest = longest_paths(plan.programs, lambda k, s, a: 0.0, None)[0].compute_ns
+    got = pipeline_compute_ns(spec)
+    assert got <= longest
+    # with a total bandwidth: at most the longest path weighting each collective by bytes / W
+    from libra_astra.search.engine import _collective_bytes
+    deg = {a.name: a.degree for a in spec.layout.axes}
+    cb = lambda k, size, a: _collective_bytes(k, size, deg.get(a, 1))  # noqa: E731
+    w = 50.0
+    bpath = longest_paths(plan.programs, cb, w)[1]
+    longest_w = bpath.compute_ns + sum(n * cb(*k) for k, n in bpath.colls) / w
+    with_comm = pipeline_compute_ns(spec, w)
+    assert with_comm <= longest_w * (1 + 1e-12)
+    assert with_comm >= got
+    # the collectives chain_bytes counts are some of each stage's chain (any rank of the stage)
+    from libra_astra.search.bounds import collective_chains
+    from libra_astra.tracegen.transformer import chain_bytes
+    mbs = spec.model.global_batch // (spec.model.micro_batch * spec.parallel.dp * spec.parallel.ep)
+    for st, ops in build_plan(spec).programs.items():
+        chain = collective_chains({0: ops})[0]
+        per_mb, per_step = chain_bytes(spec, st)
+        assert per_mb * mbs + per_step <= sum(n * cb(*k) for k, n in chain.colls) * (1 + 1e-12) + 1e-6
+    if spec.parallel.pp > 1 and spec.parallel.schedule != "interleaved":
+        from libra_astra.tracegen.transformer import stage_compute_ns
+        assert got > max(stage_compute_ns(spec, s) for s in range(spec.parallel.pp))   # the bubble counts

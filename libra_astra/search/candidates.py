@@ -15,9 +15,34 @@ import numpy as np
 from . import bounds as bnd
 from .evaluate import Candidate, Problem
 from .space import AXES, Parallelization, spec_parallel
-from .upstream import TransformerModel, hierarchical_traffic_bytes, ring_steps, stage_compute_ns
+from .upstream import (TransformerModel, chain_bytes, hierarchical_traffic_bytes, path_bytes, ring_steps,
+                       stage_compute_ns, stage_pass_ns)
 
 STAGE_BOUND = "stage compute"
+
+
+def pipeline_compute_ns(spec, total_bw_gbps: float | None = None) -> float:
+    """The longest of these paths through the pipeline: for each stage s, the first micro-batch's
+    forwards on stages 0..s-1, all of stage s's compute (one chain), then the last micro-batch's
+    backwards on stages s-1..0 (with gpipe and 1f1b a stage's first pass is the first micro-batch's
+    forward and its last the last one's backward; each waits for its neighbour's send). The
+    interleaved schedule takes the busiest stage alone. With a total bandwidth W (GB/s per NPU),
+    stage s's chain also holds the collectives of ``path_bytes``, which
+    take at least their bytes / W (section "bytes path" of ``bounds``); and each stage's chain of
+    collectives takes at least the bytes of those in ``chain_bytes`` / W."""
+    p = spec.parallel
+    mbs = spec.model.global_batch // (spec.model.micro_batch * p.dp * p.ep)
+    best = edge = 0.0
+    for s in range(p.pp):
+        comm = path_bytes(spec, s) * mbs * spec.iterations / total_bw_gbps if total_bw_gbps else 0.0
+        best = max(best, edge + stage_compute_ns(spec, s) + comm)
+        if total_bw_gbps:
+            # the stage's collectives run one at a time: some of them already take this long
+            per_mb, per_step = chain_bytes(spec, s)
+            best = max(best, (per_mb * mbs + per_step) * spec.iterations / total_bw_gbps)
+        if p.schedule != "interleaved" and spec.iterations == 1:
+            edge += sum(stage_pass_ns(spec, s))
+    return best
 
 _AXIS = {a: i for i, a in enumerate(AXES)}
 
@@ -95,14 +120,15 @@ class Context:
         return out
 
     def stage_bound(self, p: Parallelization, entries) -> float:
-        """A proven lower bound on every candidate of ``p`` without its programs: the busiest pipeline
-        stage's compute (one chain per rank), its traffic taken as zero, and for a priced objective
-        the cheapest network among ``entries``."""
+        """A proven lower bound on every candidate of ``p`` without its programs: the compute of
+        ``pipeline_compute_ns``, its traffic taken as zero, and for a priced objective the cheapest
+        network among ``entries``."""
         problem = self.problem
         spec = problem.spec
         if isinstance(spec.model, TransformerModel):
             sp = replace(spec, model=replace(spec.model, micro_batch=p.micro_batch), parallel=spec_parallel(p, spec))
-            comp = max(stage_compute_ns(sp, s) for s in range(p.pp))
+            perf_w = problem.constraints.total_bw_gbps if problem.objective == "perf" else None
+            comp = pipeline_compute_ns(sp, perf_w)
         else:
             comp = 0.0
         c_min = 0.0

@@ -304,7 +304,11 @@ def run_search(problem: Problem, space: Space, st: Settings, submit: Callable, w
             on_outcome(o)
 
     def expand_below(limit: float) -> None:
+        """Expand the parallelizations whose stage bound is below ``limit``; before the first K
+        results, only when no candidate is waiting (to get a threshold from a few early)."""
         nonlocal di, seq
+        if len(top) < st.top and heap:
+            return
         while di < len(deferred) and deferred[di][0] < limit:
             batch = [d for d in deferred[di:di + st.in_flight] if d[0] < limit]
             di += len(batch)
@@ -313,6 +317,8 @@ def run_search(problem: Problem, space: Space, st: Settings, submit: Callable, w
                 heapq.heappush(heap, (c.bound, seq, c))
                 seq += 1
             limit = min(limit, heap[0][0]) if heap else limit
+            if len(top) < st.top:
+                break
 
     def open_count() -> int:
         return len(heap) + sum(d[3] for d in deferred[di:])

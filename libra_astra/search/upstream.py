@@ -28,15 +28,16 @@ from ..tracegen.program import COLL, COMP, RECV, SEND, Plan
 from ..tracegen.schedule import in_flight
 from ..tracegen.spec import (DlrmModel, Parallel, ResNet50Model, TraceSpec, TransformerModel, load_spec,
                              transformer_problem)
-from ..tracegen.transformer import embedding_params, h_kv, layer_params, model_flops_per_step, stage_compute_ns
+from ..tracegen.transformer import (chain_bytes, embedding_params, h_kv, layer_params, model_flops_per_step, path_bytes,
+                                     stage_compute_ns, stage_pass_ns)
 
 __all__ = [
     "COLL", "COMP", "Collective", "Constraints", "CostModel", "Dag", "Demand", "Design", "Dimension", "DlrmModel",
     "InfeasibleError", "Layout", "LibraError", "Network", "OBJECTIVES", "OptimizeResult", "Parallel", "Plan",
     "RECV", "RankClass", "ResNet50Model", "SEND", "TOPOLOGIES", "TimeModel", "TraceSpec", "TransformerModel",
-    "UnitPrices", "Workload", "WorkloadRef", "assign_groups", "build_plan", "check_writable", "default_hops",
+    "UnitPrices", "Workload", "WorkloadRef", "assign_groups", "build_plan", "chain_bytes", "check_writable", "default_hops",
     "demand_from_traces", "embedding_params", "emit", "h_kv", "in_flight", "layer_params",
     "model_flops_per_step", "generate", "group_label", "hierarchical_traffic_bytes", "load_cost", "load_demand", "ring_steps", "load_network", "load_spec", "load_yaml",
-    "make_collective", "optimize", "p2p_collective", "p2p_dims", "place_axes", "predict", "resolve_binary",
-    "simulate", "simulator_model", "stage_compute_ns", "transformer_problem", "write_json_atomic", "write_text_atomic",
+    "make_collective", "optimize", "p2p_collective", "p2p_dims", "path_bytes", "place_axes", "predict", "resolve_binary",
+    "simulate", "simulator_model", "stage_compute_ns", "stage_pass_ns", "transformer_problem", "write_json_atomic", "write_text_atomic",
 ]

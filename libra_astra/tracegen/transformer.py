@@ -306,6 +306,13 @@ class _Stage:
 def stage_compute_ns(spec: TraceSpec, stage: int) -> float:
     """Sum of the compute durations of ``stage``'s program, without building it: the same ops, the
     same rounding (a stage's compute forms one chain, so this is a lower bound on its time)."""
+    fwd, bwd = stage_pass_ns(spec, stage)
+    mbs = spec.model.global_batch // (spec.model.micro_batch * spec.parallel.dp * spec.parallel.ep)
+    return (fwd + bwd) * mbs * spec.iterations
+
+
+def stage_pass_ns(spec: TraceSpec, stage: int) -> tuple[float, float]:
+    """Compute of ``stage`` for one micro-batch: (forwards, backwards with their recomputation), ns."""
     from .program import micros
     m, p = spec.model, spec.parallel
     rate = spec.tflops * 1e12
@@ -320,16 +327,84 @@ def stage_compute_ns(spec: TraceSpec, stage: int) -> float:
     bwd_dense = t(2 * f_mlp, 2 * f_attn + core)
     bwd_moe = t(2 * experts, 2 * router, 2 * f_attn + core) + (t(2 * shared) if m.shared_experts else 0)
     per = m.layers // (p.pp * p.virtual_stages)
-    total = 0
+    fwd = bwd = 0
     for c in range(p.virtual_stages):
         for g in range((c * p.pp + stage) * per, (c * p.pp + stage + 1) * per):
             moe = m.is_moe(g)
-            total += (fwd_moe if moe else fwd_dense) * (2 if p.recompute == "full" else 1)
-            total += bwd_moe if moe else bwd_dense
+            fwd += fwd_moe if moe else fwd_dense
+            bwd += (bwd_moe if moe else bwd_dense) + ((fwd_moe if moe else fwd_dense) if p.recompute == "full" else 0)
     if stage == p.pp - 1:
-        total += t(f_logits, 2 * f_logits)
-    mbs = m.global_batch // (m.micro_batch * p.dp * p.ep)
-    return total * mbs * spec.iterations * 1000.0
+        fwd, bwd = fwd + t(f_logits), bwd + t(2 * f_logits)
+    return fwd * 1000.0, bwd * 1000.0
+
+
+def _stage_layers(spec: TraceSpec, stage: int) -> list[int]:
+    p = spec.parallel
+    per = spec.model.layers // (p.pp * p.virtual_stages)
+    return [g for c in range(p.virtual_stages) for g in range((c * p.pp + stage) * per, (c * p.pp + stage + 1) * per)]
+
+
+def _dispatch_bytes(m: TransformerModel, p) -> int:
+    tokens = m.micro_batch * (m.seq_length // p.cp) // (p.tp if p.sequence_parallel and p.tp > 1 else 1)
+    return int(round(tokens * m.top_k * m.capacity_factor * m.hidden_size * m.bytes_per_element))
+
+
+def path_bytes(spec: TraceSpec, stage: int) -> float:
+    """Bytes per NPU (summed over dimensions, as a hierarchical collective moves them) of the
+    collectives of ``stage`` for one micro-batch that lie on its compute chain (the next compute
+    waits for each): the TP collectives at the attention blocks' outputs (all-reduce, or sequence
+    parallelism's reduce-scatter and all-gather: 2 act (tp - 1) / tp), the MoE all-to-alls
+    (d (ep - 1) / ep each), in every forward, backward and full recomputation's second forward;
+    and with tp > 1 ZeRO 3's weight gathers (issued right after the previous layer's last TP
+    collective, waited for by the layer's compute)."""
+    m, p = spec.model, spec.parallel
+    passes = 3 if p.recompute == "full" else 2
+    act = m.micro_batch * (m.seq_length // p.cp) * m.hidden_size * m.bytes_per_element
+    out = 0.0
+    d = _dispatch_bytes(m, p)
+    n_d, n_e = p.cp * p.ep * p.dp, p.cp * p.dp
+    for g in _stage_layers(spec, stage):
+        if p.tp > 1:
+            out += passes * 2.0 * act * (p.tp - 1) / p.tp
+            if p.zero == 3:
+                dense, expert = layer_params(m, g, p.tp, p.ep)
+                out += 2 * (dense * (1 - 1 / n_d) + expert * (1 - 1 / n_e)) * m.bytes_per_element
+        if m.is_moe(g) and p.ep > 1:
+            out += 2 * passes * d * (p.ep - 1) / p.ep
+    return out
+
+
+def chain_bytes(spec: TraceSpec, stage: int) -> tuple[float, float]:
+    """Bytes per NPU (summed over dimensions) of some of ``stage``'s collectives, all on its one
+    chain of collectives: (per micro-batch: the attention blocks' TP collectives, the MoE
+    all-to-alls, ZeRO 2's reduce-scatters and ZeRO 3's gathers; per step: the other gradient
+    reductions and weight gathers). A hierarchical collective over replicas N moves m (1 - 1/N)
+    (all-gather of m, reduce-scatter of m) or 2 m (1 - 1/N) (all-reduce) per NPU."""
+    m, p = spec.model, spec.parallel
+    passes = 3 if p.recompute == "full" else 2
+    act = m.micro_batch * (m.seq_length // p.cp) * m.hidden_size * m.bytes_per_element
+    layers = _stage_layers(spec, stage)
+    per_mb = len(layers) * passes * 2.0 * act * (p.tp - 1) / p.tp
+    d = _dispatch_bytes(m, p)
+    n_d, n_e = p.cp * p.ep * p.dp, p.cp * p.dp
+    frac_d, frac_e = 1 - 1 / n_d, 1 - 1 / n_e
+    e, ge = m.bytes_per_element, m.grad_bytes_per_element
+    dense = expert = 0
+    for g in layers:
+        a, x = layer_params(m, g, p.tp, p.ep)
+        dense, expert = dense + a, expert + x
+        if m.is_moe(g) and p.ep > 1:
+            per_mb += 2 * passes * d * (p.ep - 1) / p.ep
+    outer = sum(w for w, on in zip(embedding_params(m, p.tp), (stage == 0, stage == p.pp - 1)) if on)
+    grads = (dense + outer) * frac_d + expert * frac_e
+    if p.zero == 0:
+        per_step = 2 * grads * ge
+    elif p.zero == 1:
+        per_step = grads * (ge + e)
+    else:
+        per_mb += grads * ge if p.zero == 2 else (dense * frac_d + expert * frac_e) * (ge + 2 * e)
+        per_step = grads * e if p.zero == 2 else outer * frac_d * e
+    return per_mb, per_step
 
 
 def _stage_key(spec: TraceSpec, stage: int) -> tuple:
