@@ -303,21 +303,19 @@ def run_search(problem: Problem, space: Space, st: Settings, submit: Callable, w
                 counts.evaluated += 1
             on_outcome(o)
 
-    def expand_below(limit: float) -> None:
-        """Expand the parallelizations whose stage bound is below ``limit``; before the first K
-        results, only when no candidate is waiting (to get a threshold from a few early)."""
+    def expand(limit: float, every: bool) -> None:
+        """Expand the next parallelizations whose stage bound is below ``limit``: one batch (the
+        stage bound is loose, so candidates of the most promising parallelizations are evaluated
+        early and set the threshold), or ``every`` one of them (before pruning the rest)."""
         nonlocal di, seq
-        if len(top) < st.top and heap:
-            return
         while di < len(deferred) and deferred[di][0] < limit:
-            batch = [d for d in deferred[di:di + st.in_flight] if d[0] < limit]
+            batch = [d for d in deferred[di:di + max(1, st.in_flight // 2)] if d[0] < limit]
             di += len(batch)
             counts.expanded_parallelizations += len(batch)
             for c in space.expand([d[2] for d in batch]):
                 heapq.heappush(heap, (c.bound, seq, c))
                 seq += 1
-            limit = min(limit, heap[0][0]) if heap else limit
-            if len(top) < st.top:
+            if not every:
                 break
 
     def open_count() -> int:
@@ -332,7 +330,9 @@ def run_search(problem: Problem, space: Space, st: Settings, submit: Callable, w
         while heap or di < len(deferred) or pending:
             while len(pending) < st.in_flight and not budget_hit:
                 thr = threshold()
-                expand_below(min(thr, heap[0][0] if heap else math.inf))
+                expand(thr, False)
+                if not heap or heap[0][0] >= thr:
+                    expand(thr, True)
                 if not heap or heap[0][0] >= thr:
                     # by bound order every remaining candidate (and parallelization) is pruned too
                     for _, _, c in heap:
