@@ -34,7 +34,8 @@ def test_activations_reproduce_korthikanti_table_2(t):
     m = GPT3
     s, b, h, a = m.seq_length, m.micro_batch, m.hidden_size, m.heads
     sbh = s * b * h
-    assert layer_activation_bytes(m, False, t, False, "none") == pytest.approx(sbh * (10 + 24 / t + 5 * a * s / (h * t)))
+    assert layer_activation_bytes(m, False, t, False, "none") == pytest.approx(
+        sbh * (10 + 24 / t + 5 * a * s / (h * t)))
     assert layer_activation_bytes(m, False, t, True, "none") == pytest.approx(
         sbh * (34 + 5 * a * s / h) / t if t > 1 else sbh * (34 + 5 * a * s / h))
     assert layer_activation_bytes(m, False, t, False, "selective") == pytest.approx(sbh * (10 + 24 / t))

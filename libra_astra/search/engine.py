@@ -315,8 +315,11 @@ def run_search(problem: Problem, space: Space, st: Settings, submit: Callable, w
             for c in space.expand([d[2] for d in batch]):
                 heapq.heappush(heap, (c.bound, seq, c))
                 seq += 1
-            if not every:
+            if not every or over_time():
                 break
+
+    def over_time() -> bool:
+        return st.time_limit_s is not None and time.perf_counter() - t0 > st.time_limit_s
 
     def open_count() -> int:
         return len(heap) + sum(d[3] for d in deferred[di:])
@@ -333,6 +336,9 @@ def run_search(problem: Problem, space: Space, st: Settings, submit: Callable, w
                 expand(thr, False)
                 if not heap or heap[0][0] >= thr:
                     expand(thr, True)
+                    if di < len(deferred) and deferred[di][0] < thr:    # stopped by the time limit
+                        budget_hit, stop = True, f"time limit reached ({st.time_limit_s:g} s)"
+                        break
                 if not heap or heap[0][0] >= thr:
                     # by bound order every remaining candidate (and parallelization) is pruned too
                     for _, _, c in heap:
@@ -344,7 +350,7 @@ def run_search(problem: Problem, space: Space, st: Settings, submit: Callable, w
                 if st.max_evaluations is not None and counts.evaluated + _in_flight(pending) >= st.max_evaluations:
                     budget_hit, stop = True, f"candidate limit reached ({st.max_evaluations} evaluations)"
                     break
-                if st.time_limit_s is not None and time.perf_counter() - t0 > st.time_limit_s:
+                if over_time():
                     budget_hit, stop = True, f"time limit reached ({st.time_limit_s:g} s)"
                     break
                 chunk = [heapq.heappop(heap)[2] for _ in range(min(st.chunk, len(heap)))]
