@@ -97,8 +97,7 @@ def main() -> int:
         return 1
     pred, sim = res["emit_predicted_ns"], res["simulated_ns"]
     layers = f"{args.layers} of {full_layers} layers" if args.layers else "all layers"
-    print(f"design {args.rank}: {row['shape']} {row['blocks']} {row['tp']}/{row['pp']}/{row['dp']} "
-          f"{row['placement']}, {layers}")
+    print(f"design {args.rank}: {row['shape']} {row['blocks']} {cand.par.label} {row['placement']}, {layers}")
     print(f"predicted {pred / 1e6:,.4f} ms, simulated {sim / 1e6:,.4f} ms, error {pred / sim - 1:+.4%} "
           f"(generate {res['generate_s']:.0f} s, emit {res['emit_s']:.0f} s, simulate {res['simulate_s']:.0f} s)")
     print(f"search's prediction for the whole model: {float(row['time_ns']) / 1e6:,.4f} ms; run in {res['run_dir']}")
