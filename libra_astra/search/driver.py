@@ -129,7 +129,7 @@ def print_report(rep: Report, echo: Callable[[str], None]) -> None:
     if c.memory_pruned_parallelizations or c.parallelizations_valid:
         fit = c.parallelizations_valid - c.memory_pruned_parallelizations
         echo(f"  programs built for {c.expanded_parallelizations:,} of the {fit:,} parallelizations that fit; the "
-             f"others' busiest pipeline stage computes longer than the best design takes")
+             "others' closed-form bound is at least the K-th best")
     echo(f"  {res.stop_reason}; {rep.enumerate_s:.1f} s enumerating, {res.elapsed_s:.1f} s searching")
     if res.counts.not_reached:
         echo(f"  proven: the best design is within {res.proven_gap:.2%} of the optimum over the whole space "
