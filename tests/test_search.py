@@ -17,6 +17,7 @@ from libra_astra.optimize.problem import Constraints
 from libra_astra.search.catalog import catalog_from_dict, load_catalog
 from libra_astra.search.dask_engine import Runner, cluster
 from libra_astra.search.engine import Settings, enumerate_space, run_search
+from libra_astra.search.space import JobOptions
 from libra_astra.search.evaluate import Candidate, Problem, evaluate, evaluate_chunk
 from libra_astra.search.memory import transformer_memory
 from libra_astra.search.results import pareto_front, write_results
@@ -24,6 +25,7 @@ from libra_astra.search.space import factorizations, parallelizations, placement
 from libra_astra.timing.model import simulator_model
 from libra_astra.tracegen import load_spec
 from libra_astra.tracegen.placement import place_axes
+from libra_astra.tracegen.spec import Parallel
 
 FIX = Path(__file__).parent / "fixtures" / "search"
 SPEC = FIX / "tiny_spec.yml"
@@ -70,19 +72,19 @@ def test_placement_infos_agree_with_the_placement_rules(shape):
     dims: participants per axis (axis_participants) and far pipeline sends (p2p_far_dims); the
     count by degree multiset equals the layouts' number."""
     from libra_astra.search.engine import axis_participants
-    from libra_astra.search.space import Parallelization, p2p_far_dims, placement_count, placement_infos
+    from libra_astra.search.space import AXES, Parallelization, p2p_far_dims, placement_count, placement_infos
     N = math.prod(shape)
     for tp, pp in itertools.product([d for d in range(1, N + 1) if N % d == 0], repeat=2):
         if N % (tp * pp):
             continue
         par = Parallelization(tp, pp, N // (tp * pp))
-        infos = placement_infos(shape, par.tp, par.pp, par.dp)
+        infos = placement_infos(shape, par.degree_tuple())
         pls = placements(shape, par)
         assert [dict((a, list(d)) for a, d in i.order) for i in infos] == pls
-        assert placement_count(shape, par.tp, par.pp, par.dp) == len(pls)
+        assert placement_count(shape, par.degree_tuple()) == len(pls)
         for info, pl in zip(infos, pls):
             parts = axis_participants(shape, info.order, par.degrees())
-            assert info.participants == tuple(parts.get(a, (1,) * len(shape)) for a in ("tp", "pp", "dp"))
+            assert info.participants == tuple(parts.get(a, (1,) * len(shape)) for a in AXES)
             assert list(info.p2p_far) == p2p_far_dims(shape, pl, par)
 
 
@@ -103,7 +105,7 @@ def test_catalog_levels_and_errors():
 def test_memory_closed_form():
     spec = load_spec("traces/large/gpt3_175b_4096.yml")
     m = spec.model
-    mu = transformer_memory(m, 16, 8, 32, True, 1)
+    mu = transformer_memory(m, Parallel(tp=16, pp=8, dp=32, sequence_parallel=True))
     h, V = 12288, 51200
     layer = math.ceil((12 * h * h + 7 * h) / 16) + 6 * h      # (4h^2 + 2hf + 3h + f) / tp + 6h, f = 4h
     params = 12 * layer + (3200 * h + 2048 * h)       # first stage: embeddings are larger than the output layer
@@ -464,3 +466,62 @@ def test_sweep_file_errors_name_the_key(tmp_path):
         (tmp_path / "s.yml").write_text(base + extra)
         with pytest.raises(LibraError, match=message):
             load_sweep(tmp_path / "s.yml")
+
+
+def test_job_axes_search_returns_the_brute_force_optimum():
+    """Schedules, ZeRO stages, recomputation, EP and CP as search axes on a small MoE: the best
+    design equals brute force over every candidate, and every bound holds."""
+    from dataclasses import replace as _replace
+    from libra_astra.search.space import JobOptions
+    from libra_astra.tracegen import spec_from_dict
+    raw = {"name": "moe", "model": {"type": "transformer", "layers": 2, "hidden_size": 256, "heads": 8,
+                                    "seq_length": 128, "vocab_size": 1000, "micro_batch": 1, "global_batch": 8,
+                                    "bytes_per_element": 2, "experts": 4, "top_k": 2, "kv_heads": 4,
+                                    "gated_mlp": True},
+           "parallel": {"tp": 1, "dp": 8}, "placement": {"dp": [0]}, "network": {"npus_per_dim": [8]},
+           "compute": {"tflops": 100}}
+    problem = _replace(_problem(), spec=spec_from_dict(raw, "moe.yml"))
+    job = JobOptions(schedules=("gpipe", "1f1b"), zero=(0, 3), recompute=("none", "full"), cp=(1, 2), ep=())
+    st = Settings(npus=8, max_dims=2, top=2, sp="on", job=job, shapes=((2, 4),))
+    space = enumerate_space(problem, st, lambda fn, items: [fn(problem, i) for i in items])
+    pars = {c.par for c in space.candidates}
+    assert {p.ep for p in pars} == {1, 2, 4} and {p.cp for p in pars} == {1, 2}
+    assert {p.zero for p in pars} == {0, 3} and {p.recompute for p in pars} == {"none", "full"}
+    assert {p.schedule for p in pars} == {"gpipe", "1f1b"}
+    submit, wait_any = _serial_runner(problem)
+    res = run_search(problem, space, st, submit, wait_any)
+    brute = [evaluate(problem, c) for c in space.candidates]
+    ok = sorted(o.objective_value for o in brute if o.status == "ok")
+    assert res.ranked()[0].objective_value == pytest.approx(ok[0], rel=1e-9)
+    for c, o in zip(space.candidates, brute):
+        if o.status == "ok":
+            assert o.objective_value >= c.bound * (1 - 1e-9)
+    assert res.counts.evaluated < len(brute)
+
+
+@pytest.mark.parametrize("objective,cons", [
+    ("perf", Constraints(total_bw_gbps=200, total_bw_is_upper_bound=True)),
+    ("perf-per-cost", Constraints(total_bw_gbps=200)),
+])
+def test_lazy_search_equals_the_eager_one(objective, cons):
+    """Building a parallelization's programs only when its stage-compute bound is below the K-th
+    best gives the same top K; the stage bound is a proven lower bound of its candidates."""
+    problem = _problem(objective, cons)
+    job = JobOptions(schedules=("gpipe", "1f1b"), recompute=("none", "full"))
+    eager = Settings(npus=8, max_dims=2, top=2, sp="both", job=job)
+    lazy = Settings(npus=8, max_dims=2, top=2, sp="both", job=job, lazy=True)
+    mapper = lambda fn, items: [fn(problem, i) for i in items]  # noqa: E731
+    submit, wait_any = _serial_runner(problem)
+    space_e = enumerate_space(problem, eager, mapper)
+    space_l = enumerate_space(problem, lazy, mapper)
+    assert not space_l.candidates and space_l.size == len(space_e.candidates)
+    res_e = run_search(problem, space_e, eager, submit, wait_any)
+    res_l = run_search(problem, space_l, lazy, submit, wait_any)
+    assert [o.objective_value for o in res_l.ranked()[:2]] == pytest.approx(
+        [o.objective_value for o in res_e.ranked()[:2]], rel=1e-12)
+    n = res_l.counts
+    assert n.evaluated + sum(n.pruned_bound.values()) + n.not_reached == space_l.size
+    stage = {d[2]: d[0] for d in space_l.deferred}
+    for c in space_e.candidates:
+        assert stage[c.par] <= c.bound * (1 + 1e-12)
+    assert n.expanded_parallelizations <= len(stage)

@@ -247,18 +247,28 @@ def test_network_file_relative_to_spec(tmp_path):
 @pytest.mark.parametrize("changes, message", [
     ({"parallel__dp": 4},
      "parallel: tp*pp*dp = 2*1*4 = 8 but the network has 4 NPUs; make the product equal the NPU count"),
-    ({"model__hidden": 3}, "model: unknown key(s) ['hidden']; allowed: ['bytes_per_element', 'ffn_hidden_size', "
-                           "'global_batch', 'grad_bytes_per_element', 'heads', 'hidden_size', 'layers', "
-                           "'micro_batch', 'seq_length', 'type', 'vocab_size']"),
+    ({"model__hidden": 3}, "model: unknown key(s) ['hidden']; allowed: ['bytes_per_element', 'capacity_factor', "
+                           "'expert_hidden_size', 'experts', 'ffn_hidden_size', 'first_dense_layers', 'gated_mlp', "
+                           "'global_batch', 'grad_bytes_per_element', 'heads', 'hidden_size', 'kv_heads', 'layers', "
+                           "'micro_batch', 'moe_layer_freq', 'seq_length', 'shared_experts', 'top_k', 'type', "
+                           "'vocab_size']"),
     ({"placement": {"tp": [0], "dp": [2]}},
      "placement: dp: no network dimension 2; use an index 0..1 or one of ['dim0', 'dim1']"),
     ({"placement": {"tp": [0]}}, "placement: dp has degree 2 but no dimensions; add e.g. dp: [0] under placement"),
     ({"parallel": {"tp": 2, "pp": 2}, "placement": {"tp": [0], "pp": [1]}, "model__layers": 3},
-     "parallel: pp 2 must divide model.layers 3 (equal stages); change pp or layers"),
+     "parallel: pp x virtual_stages = 2 x 1 must divide model.layers 3 (equal stages); change the parallel "
+     "degrees or the model"),
     ({"model__global_batch": 6},
-     "model: global_batch 6 must be a multiple of micro_batch * dp = 2 * 2; change global_batch"),
+     "parallel: model.global_batch 6 must be a multiple of micro_batch * dp * ep; change the parallel degrees or "
+     "the model"),
     ({"parallel": {"tp": 3}, "network__npus_per_dim": [3, 2]},
-     "parallel: tp 3 must divide model.heads 4; change tp or heads"),
+     "parallel: tp 3 must divide model.kv_heads 4 (and heads 4); change the parallel degrees or the model"),
+    ({"parallel__schedule": "zb"}, "parallel: schedule must be one of ['gpipe', '1f1b', 'interleaved'], got 'zb'"),
+    ({"parallel__zero": 4}, "parallel: zero must be 0, 1, 2 or 3 (the ZeRO stage), got 4"),
+    ({"parallel__ep": 2, "parallel__dp": 1, "placement": {"tp": [0], "ep": [1]}},
+     "parallel: ep > 1 needs an MoE model (model.experts); change the parallel degrees or the model"),
+    ({"model__kv_heads": 3}, "model: kv_heads 3 must divide heads 4 (query heads share K/V heads in equal groups); "
+                             "change kv_heads"),
     ({"parallel": {}, "placement": {"tp": [0]}},
      "placement: dimension(s) [1] keep [2] NPUs unused by any axis; list them under an axis (e.g. dp) or raise "
      "its degree"),

@@ -63,7 +63,8 @@ def main() -> int:
         if args.layers is not None:
             if raw["model"].get("type") != "transformer":
                 raise LibraError("--layers applies to transformer specs only")
-            pps = sorted({int(row["pp"]), int((raw.get("parallel") or {}).get("pp", 1))})
+            pps = sorted({int(row["pp"]) * int(row.get("virtual_stages", 1)),
+                          int((raw.get("parallel") or {}).get("pp", 1))})
             if args.layers < 1 or any(args.layers % pp for pp in pps):
                 raise LibraError(f"--layers {args.layers}: give a positive multiple of the pipeline depths {pps} "
                                  "(the design's and the spec's)")
@@ -83,7 +84,10 @@ def main() -> int:
         cand = Candidate(tuple(int(x) for x in row["shape"].split("x")), tuple(row["blocks"].split("x")),
                          tuple(level_index[n] for n in row["levels"].split("x")),
                          Parallelization(int(row["tp"]), int(row["pp"]), int(row["dp"]), bool(row["sp"]),
-                                         int(row["micro_batch"]), int(row["micro_batches"])),
+                                         int(row["micro_batch"]), int(row["micro_batches"]), int(row.get("cp", 1)),
+                                         int(row.get("ep", 1)), row.get("schedule", "gpipe"),
+                                         int(row.get("virtual_stages", 1)), int(row.get("zero", 0)),
+                                         row.get("recompute", "none")),
                          _placement(row["placement"]))
         bw = tuple(float(x) for x in row["bandwidth_gbps"].split())
         res = confirm(problem, cand, bw, float(row["time_ns"]), str(out), str(spec_path), args.binary,
@@ -93,8 +97,7 @@ def main() -> int:
         return 1
     pred, sim = res["emit_predicted_ns"], res["simulated_ns"]
     layers = f"{args.layers} of {full_layers} layers" if args.layers else "all layers"
-    print(f"design {args.rank}: {row['shape']} {row['blocks']} {row['tp']}/{row['pp']}/{row['dp']} "
-          f"{row['placement']}, {layers}")
+    print(f"design {args.rank}: {row['shape']} {row['blocks']} {cand.par.label} {row['placement']}, {layers}")
     print(f"predicted {pred / 1e6:,.4f} ms, simulated {sim / 1e6:,.4f} ms, error {pred / sim - 1:+.4%} "
           f"(generate {res['generate_s']:.0f} s, emit {res['emit_s']:.0f} s, simulate {res['simulate_s']:.0f} s)")
     print(f"search's prediction for the whole model: {float(row['time_ns']) / 1e6:,.4f} ms; run in {res['run_dir']}")

@@ -7,7 +7,7 @@ against a real ASTRA-sim binary; and ``predict`` over tools/predict_grid.py's co
 system settings (``--only predict-grid``, ``--grid-size``).
 
 Usage: ASTRA_SIM_BIN=/path/to/AstraSim_Analytical_Congestion_Unaware python tools/validate_sim.py [--out DIR]
-       [--only samples|real|collectives|astra-examples|predict-grid] [--grid-size pairs] [--examples ASTRA_SIM_CHECKOUT]
+       [--only samples|real|collectives|astra-examples|jobs|predict-grid] [--grid-size pairs] [--examples ASTRA_SIM_CHECKOUT]
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from libra_astra.loop import run_loop
 from libra_astra.model.network import load_network, network_from_dict
 from libra_astra.optimize.optimizer import Constraints
 from libra_astra.timing.model import TimeModel, collective_time_ns
+from libra_astra.tracegen import generate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from astra_examples import EXAMPLES_ENV, example_networks, find_examples  # noqa: E402
@@ -59,6 +60,45 @@ COLLECTIVES = [
     ([("Ring", 4, 200), ("Switch", 4, 700), ("Ring", 2, 300)], "ALL_TO_ALL", (4, 4, 2)),
 ]
 
+# Generated traces of each training-job feature (docs/tracegen.md), small enough to simulate in seconds.
+_JOB_MODEL = {"type": "transformer", "layers": 4, "hidden_size": 1024, "heads": 16, "seq_length": 1024,
+              "vocab_size": 32000, "micro_batch": 1, "global_batch": 16, "bytes_per_element": 2}
+_MOE = {"experts": 8, "top_k": 2, "capacity_factor": 1.25, "shared_experts": 1, "expert_hidden_size": 1024,
+        "gated_mlp": True, "kv_heads": 4, "first_dense_layers": 1}
+JOBS = [
+    ("1f1b", {"tp": 2, "pp": 4, "dp": 2, "schedule": "1f1b"}, {"tp": [0], "pp": [1], "dp": [2]}, [2, 4, 2], {}),
+    ("interleaved", {"tp": 2, "pp": 2, "dp": 4, "schedule": "interleaved", "virtual_stages": 2},
+     {"tp": [0], "pp": [1], "dp": [2]}, [2, 2, 4], {}),
+    ("zero1", {"tp": 2, "dp": 8, "zero": 1}, {"tp": [0], "dp": [1]}, [2, 8], {}),
+    ("zero2-1f1b", {"tp": 2, "pp": 2, "dp": 4, "zero": 2, "schedule": "1f1b"}, {"tp": [0], "pp": [1], "dp": [2]},
+     [2, 2, 4], {}),
+    ("zero3", {"tp": 2, "dp": 8, "zero": 3}, {"tp": [0], "dp": [1]}, [2, 8], {}),
+    ("recompute-full", {"tp": 4, "pp": 2, "dp": 2, "recompute": "full", "sequence_parallel": True},
+     {"tp": [0], "pp": [1], "dp": [1]}, [4, 4], {}),
+    ("selective-gqa", {"tp": 4, "dp": 4, "recompute": "selective"}, {"tp": [0], "dp": [1]}, [4, 4], {"kv_heads": 4}),
+    ("cp", {"tp": 2, "cp": 4, "dp": 2, "sequence_parallel": True}, {"tp": [0], "cp": [1], "dp": [2]}, [2, 4, 2],
+     {"kv_heads": 4}),
+    ("moe-ep", {"tp": 2, "ep": 4, "dp": 2, "sequence_parallel": True}, {"tp": [0], "ep": [1], "dp": [2]}, [2, 4, 2],
+     _MOE),
+    ("moe-all", {"tp": 2, "cp": 2, "ep": 2, "pp": 2, "sequence_parallel": True, "zero": 1,
+                 "schedule": "interleaved", "virtual_stages": 2, "recompute": "selective"},
+     {"tp": [0], "cp": [1], "ep": [2], "pp": [2]}, [2, 2, 4], _MOE),
+]
+
+
+def _job_rows(base: Path, cost, total_bw: float, binary: str, errors: list[float]) -> None:
+    """Generate each feature's traces and run the closed loop on a Ring x Switch x FullyConnected network."""
+    for name, par, place, shape, model in JOBS:
+        spec = {"name": name, "model": {**_JOB_MODEL, **model}, "parallel": par, "placement": place,
+                "network": {"npus_per_dim": shape}, "compute": {"tflops": 200}}
+        generate(spec, base / f"job-{name}" / "traces" / name, overwrite=True)
+        net = network_from_dict({"name": "n", "dimensions": [
+            {"name": f"d{j}", "topology": ("Ring", "Switch", "FullyConnected")[j % 3], "npus": n,
+             "latency_ns": 500.0 * (j + 1), "cost_class": ("InterPackage", "InterNode", "InterPod")[j % 3]}
+            for j, n in enumerate(shape)]})
+        _loop_rows(name, 15, base / f"job-{name}" / "traces" / name, net, cost, base / f"job-{name}" / "loop",
+                   total_bw, binary, errors, column=" 1")
+
 
 def _loop_rows(label: str, width: int, prefix: Path, net, cost, out_dir: Path, total_bw: float, binary: str,
                errors: list[float], splits: int = 1, typed: bool = False, column: str = "") -> None:
@@ -76,7 +116,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="Keep the runs here (default: a temporary directory).")
     ap.add_argument("--total-bw", type=float, default=400.0, help="GB/s per NPU for the sample loops.")
-    ap.add_argument("--only", choices=("samples", "real", "collectives", "astra-examples", "predict-grid"),
+    ap.add_argument("--only", choices=("samples", "real", "collectives", "astra-examples", "jobs", "predict-grid"),
                     action="append",
                     help="Run only these parts (repeatable; default: all).")
     ap.add_argument("--real-total-bw", type=float, default=100.0, help="GB/s per NPU for the real-trace loops.")
@@ -96,7 +136,7 @@ def main() -> int:
     cost = load_cost(ROOT / "network_configs/cost.yml")
     errors = []
     print(f"{'sample':<15} {'k':>2} {'design':<20} {'predicted ns':>14} {'simulated ns':>14} {'error':>8}")
-    parts = set(args.only or ("samples", "real", "collectives", "astra-examples", "predict-grid"))
+    parts = set(args.only or ("samples", "real", "collectives", "astra-examples", "jobs", "predict-grid"))
     for name, prefix, network in (SAMPLES if "samples" in parts else []):
         net = load_network(ROOT / network)
         for k in (1, 4):
@@ -137,6 +177,10 @@ def main() -> int:
                 for net in example_networks(ex.npus):
                     _loop_rows(ex.label, 28, ex.prefix, net, cost, base / f"astra-{ex.label}-{net.name}",
                                args.real_total_bw, binary, errors, column=f"{net.name:<22}")
+    if "jobs" in parts:
+        print()
+        print(f"{'training job':<15} {'k':>2} {'design':<20} {'predicted ns':>14} {'simulated ns':>14} {'error':>8}")
+        _job_rows(base, cost, args.total_bw, binary, errors)
     wrong = 0
     if "predict-grid" in parts:
         import predict_grid

@@ -57,6 +57,30 @@ def _shapes(_ctx, _param, values):
     return tuple(out)
 
 
+def _degrees(values, option: str):
+    """Degrees of a repeatable option: integers >= 1, or "all" (every divisor: an empty tuple)."""
+    if not values:
+        return None
+    if "all" in values:
+        return ()
+    out = []
+    for v in values:
+        if not str(v).isdigit() or int(v) < 1:
+            raise click.BadParameter(f"{v!r}: give an integer >= 1 or all", param_hint=option)
+        out.append(int(v))
+    return tuple(out)
+
+
+def _job_options(schedules, virtual_stages, zeros, recomputes, cps, eps):
+    from ..search.space import JobOptions
+    return JobOptions(
+        schedules=(("gpipe", "1f1b", "interleaved") if "all" in schedules else tuple(schedules)) or None,
+        virtual_stages=tuple(virtual_stages) or None,
+        zero=((0, 1, 2, 3) if "all" in zeros else tuple(int(z) for z in zeros)) or None,
+        recompute=(("none", "selective", "full") if "all" in recomputes else tuple(recomputes)) or None,
+        cp=cps, ep=eps)
+
+
 def _default_catalog(cost_path: str) -> str:
     p = Path(cost_path).parent / "catalog.yml"
     if p.is_file():
@@ -113,6 +137,20 @@ def _model(kind: str, splits: int, local_mem_bw: float, overlap: bool):
               help="Sequence parallelism: try both, always, never, or as in the spec.")
 @click.option("--micro-batch", "micro_batches", type=click.IntRange(min=1), multiple=True,
               help="Micro-batch sizes to try (repeatable) [default: the spec's].")
+@click.option("--schedule", "schedules", type=click.Choice(("gpipe", "1f1b", "interleaved", "all")), multiple=True,
+              help="Pipeline schedules to try (repeatable; all: the three) [default: the spec's].")
+@click.option("--virtual-stages", type=click.IntRange(min=2), multiple=True,
+              help="Model chunks per pipeline rank for the interleaved schedule (repeatable) [default: the spec's, "
+                   "at least 2].")
+@click.option("--zero", "zeros", type=click.Choice(("0", "1", "2", "3", "all")), multiple=True,
+              help="ZeRO stages to try (repeatable) [default: the spec's].")
+@click.option("--recompute", "recomputes", type=click.Choice(("none", "selective", "full", "all")), multiple=True,
+              help="Activation recomputation modes to try (repeatable) [default: the spec's].")
+@click.option("--cp", "cps", multiple=True, callback=lambda c, p, v: _degrees(v, "--cp"),
+              help="Context-parallel degrees to try (repeatable; all: every divisor) [default: the spec's].")
+@click.option("--ep", "eps", multiple=True, callback=lambda c, p, v: _degrees(v, "--ep"),
+              help="Expert-parallel degrees to try (repeatable; all: every divisor of the experts) "
+                   "[default: the spec's].")
 @click.option("--hbm-gb", type=click.FloatRange(min=0, min_open=True),
               help="Device memory per NPU, GB (1e9 B); 10% is kept free [default: the spec's compute: hbm_gb, "
                    "else 80].")
@@ -142,9 +180,10 @@ def _model(kind: str, splits: int, local_mem_bw: float, overlap: bool):
 @click.option("--force", is_flag=True, help="Replace the results in an existing output directory.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress line.")
 def search_command(spec_path, npus, cost_path, catalog_path, total_bw, total_bw_max, budget, time_target, objective,
-                   power_path, usd_per_kwh, lifetime_years, run_steps, npu_usd, usd_per_provisioned_w, blocks, shapes, max_dims, sp, micro_batches, hbm_gb, optimizer_bytes, model_kind, splits, local_mem_bw,
-                   overlap, top, max_evals, time_limit, n_sim, binary, timeout, scheduler, workers, in_process, out_dir,
-                   force, quiet):
+                   power_path, usd_per_kwh, lifetime_years, run_steps, npu_usd, usd_per_provisioned_w, blocks, shapes,
+                   max_dims, sp, micro_batches, schedules, virtual_stages, zeros, recomputes, cps, eps,
+                   hbm_gb, optimizer_bytes, model_kind, splits, local_mem_bw, overlap, top, max_evals, time_limit, n_sim,
+                   binary, timeout, scheduler, workers, in_process, out_dir, force, quiet):
     """Search network shape, building blocks, parallelization and placement, with exact bandwidths.
 
     Every candidate's bandwidth per dimension comes from the exact optimizer; proven lower bounds
@@ -190,7 +229,8 @@ def search_command(spec_path, npus, cost_path, catalog_path, total_bw, total_bw_
                      _model(model_kind, splits, local_mem_bw, overlap), names, max_dims, sp, micro_batches,
                      (hbm_gb or spec.hbm_gb or 80.0) * 1e9, optimizer_bytes, top, max_evals, time_limit, n_sim, binary, timeout,
                      local_mem_bw, scheduler, workers, out, force, progress, on_note=lambda m: echo(m, err=True),
-                     threads=in_process, shapes=shapes or None, power=power, tco=tco)
+                     threads=in_process, shapes=shapes or None, power=power, tco=tco,
+                     job=_job_options(schedules, virtual_stages, zeros, recomputes, cps, eps))
     progress.end()
     driver.print_report(res, echo)
 

@@ -118,11 +118,13 @@ def longest_paths(programs: dict, collective_bytes, total_bw_gbps: float | None)
     pos = {s: i for i, s in enumerate(stages)}
     for si, s in enumerate(stages):
         c = comp[si]
-        if s - 1 in pos:
-            o = pos[s - 1]
+        # stage 0 receives from the last stage (and the last from stage 0) only in the
+        # interleaved schedule, whose chunks wrap around the pipeline
+        if (s - 1) % S in pos:
+            o = pos[(s - 1) % S]
             ext[si].update((r, (o, u)) for r, u in zip(c.recv_prev, comp[o].send_next))
-        if s + 1 in pos:
-            o = pos[s + 1]
+        if (s + 1) % S in pos:
+            o = pos[(s + 1) % S]
             ext[si].update((r, (o, u)) for r, u in zip(c.recv_next, comp[o].send_prev))
     d0, d1 = [0.0] * n, [0.0] * n
     a0, a1 = [-1] * n, [-1] * n

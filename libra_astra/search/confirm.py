@@ -23,7 +23,13 @@ def candidate_raw_spec(raw: Mapping[str, Any], cand: Candidate) -> dict:
     if model.get("type") == "transformer":
         model["micro_batch"] = cand.par.micro_batch
         par = dict(raw.get("parallel") or {})
-        par.update(tp=cand.par.tp, pp=cand.par.pp, dp=cand.par.dp, sequence_parallel=cand.par.sp)
+        par.update(tp=cand.par.tp, pp=cand.par.pp, dp=cand.par.dp, cp=cand.par.cp, ep=cand.par.ep,
+                   sequence_parallel=cand.par.sp, schedule=cand.par.schedule, zero=cand.par.zero,
+                   recompute=cand.par.recompute)
+        if cand.par.virtual_stages > 1:
+            par["virtual_stages"] = cand.par.virtual_stages
+        else:
+            par.pop("virtual_stages", None)
         out["parallel"] = par
         out["placement"] = {a: list(d) for a, d in cand.placement} or {"dp": [0]}
     elif raw.get("parallel") is not None:

@@ -14,6 +14,7 @@ from .dask_engine import Runner, cluster
 from .engine import Settings, check_problem, enumerate_space, run_search, SearchResult
 from .evaluate import Problem, evaluate_chunk
 from .results import write_results
+from .space import JobOptions
 from .upstream import Constraints, CostModel, LibraError, PowerModel, TcoSettings, TimeModel, TraceSpec
 
 
@@ -36,7 +37,7 @@ def run(spec: TraceSpec, spec_path: str, npus: int, cost: CostModel, catalog_pat
         local_mem_bw: float, scheduler: str | None, workers: int | None, out: Path, overwrite: bool,
         progress: Callable, on_note: Callable[[str], None] = lambda _m: None, threads: bool = False,
         shapes: Sequence[tuple[int, ...]] | None = None, power: PowerModel | None = None,
-        tco: TcoSettings | None = None) -> Report:
+        tco: TcoSettings | None = None, job: JobOptions = JobOptions()) -> Report:
     catalog = load_catalog(catalog_path)
     problem = Problem(spec, catalog, cost, objective, cons, model, power, tco)
     check_problem(problem)
@@ -46,7 +47,7 @@ def run(spec: TraceSpec, spec_path: str, npus: int, cost: CostModel, catalog_pat
     st = Settings(npus=npus, max_dims=max_dims, blocks=tuple(blocks), sp=sp, micro_batches=tuple(micro_batches),
                   top=top, hbm_bytes=hbm_bytes, optimizer_bytes_per_param=optimizer_bytes,
                   max_evaluations=max_evals, time_limit_s=time_limit,
-                  shapes=tuple(tuple(s) for s in shapes) if shapes else None)
+                  shapes=tuple(tuple(s) for s in shapes) if shapes else None, job=job, lazy=True)
     notes: list[str] = []
     sims: dict = {}
     with cluster(scheduler, workers, threads=threads) as client:
@@ -55,8 +56,8 @@ def run(spec: TraceSpec, spec_path: str, npus: int, cost: CostModel, catalog_pat
         t0 = time.perf_counter()
         space = enumerate_space(problem, st, runner.map)
         t_enum = time.perf_counter() - t0
-        on_note(f"space: {space.counts.candidates_total:,} candidates; {len(space.candidates):,} after rules, "
-                f"memory and block dominance ({t_enum:.1f} s)")
+        on_note(f"space: {space.counts.candidates_total:,} candidates; {space.size:,} after rules, memory and "
+                f"block dominance, in {len(space.deferred):,} parallelizations ({t_enum:.1f} s)")
         res = run_search(problem, space, st, lambda ch, thr: runner.submit(evaluate_chunk, ch, thr),
                          runner.wait_any, on_progress=progress)
         ranked = res.ranked()
@@ -89,6 +90,7 @@ def _summary(problem: Problem, st: Settings, res: SearchResult, spec_path: str, 
     m = problem.model
     return {"spec": str(spec_path), "catalog": str(catalog_path), "cost": problem.cost.name,
             "npus": st.npus, "max_dims": st.max_dims, "blocks": list(st.blocks), "objective": problem.objective,
+            "job_axes": {k: (list(v) if v is not None else "spec") for k, v in vars(st.job).items()},
             "constraints": {"total_bw_gbps": c.total_bw_gbps, "total_bw_is_upper_bound": c.total_bw_is_upper_bound,
                             "budget_usd": c.budget_usd, "time_target_ns": c.time_target_ns},
             "time_model": {"kind": m.kind, "splits": m.splits, "local_mem_bw_gbps": m.local_mem_bw_gbps,
@@ -121,12 +123,13 @@ def print_report(rep: Report, echo: Callable[[str], None]) -> None:
     c = res.counts
     obj = prob.objective
     unit = OBJECTIVE_UNITS.get(obj)
-    echo(f"{'#':>3} {'shape':<12} {'blocks':<12} {'parallel':<22} {'placement':<18} {'GB/s per dim':<26} "
+    w = max([22] + [len(o.candidate.par.label) for o in ranked[:rep.settings.top]])
+    echo(f"{'#':>3} {'shape':<12} {'blocks':<12} {'parallel':<{w}} {'placement':<18} {'GB/s per dim':<26} "
          f"{'cost':>13} {'predicted':>12} {'gap':>8}" + (f" {obj + ', ' + unit:>22}" if unit else ""))
     for i, o in enumerate(ranked[:rep.settings.top]):
         k = o.candidate
         blocks = "x".join({"Ring": "R", "FullyConnected": "F", "Switch": "S"}[b] for b in k.blocks)
-        echo(f"{i + 1:>3} {'x'.join(map(str, k.shape)):<12} {blocks:<12} {k.par.label:<22} {k.placement_text:<18} "
+        echo(f"{i + 1:>3} {'x'.join(map(str, k.shape)):<12} {blocks:<12} {k.par.label:<{w}} {k.placement_text:<18} "
              f"{' '.join(f'{b:.1f}' for b in o.bw_gbps):<26} {_usd(o.cost_usd):>13} {_t(o.time_ns):>12} "
              f"{o.rel_gap:>8.1e}" + (f" {o.objective_value:>22,.6g}" if unit else ""))
     pruned = sum(c.pruned_bound.values())
@@ -138,6 +141,10 @@ def print_report(rep: Report, echo: Callable[[str], None]) -> None:
     by = ", ".join(f"{n:,} by the {k} bound" for k, n in sorted(c.pruned_bound.items())) or "none"
     echo(f"  of {res.space_size:,} left: evaluated {c.evaluated:,} ({c.infeasible:,} infeasible), pruned {pruned:,} "
          f"({by}), not reached {c.not_reached:,}")
+    if c.memory_pruned_parallelizations or c.parallelizations_valid:
+        fit = c.parallelizations_valid - c.memory_pruned_parallelizations
+        echo(f"  programs built for {c.expanded_parallelizations:,} of the {fit:,} parallelizations that fit; the "
+             "others' closed-form bound is at least the K-th best")
     echo(f"  {res.stop_reason}; {rep.enumerate_s:.1f} s enumerating, {res.elapsed_s:.1f} s searching")
     if res.counts.not_reached:
         echo(f"  proven: the best design is within {res.proven_gap:.2%} of the optimum over the whole space "

@@ -21,7 +21,7 @@ import itertools
 import math
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -29,9 +29,10 @@ import numpy as np
 from . import bounds as bnd
 from .evaluate import Candidate, Outcome, Problem, plan_for
 from .memory import transformer_memory
-from .space import (Parallelization, PlacementInfo, blocks_for, factorizations, parallelizations, placement_count,
-                    placement_infos, undominated_blocks)
-from .upstream import LibraError, TransformerModel, hierarchical_traffic_bytes, ring_steps
+from .space import (AXES, JobOptions, Parallelization, PlacementInfo, blocks_for, factorizations, parallelizations,
+                    placement_count, placement_infos, spec_parallel, undominated_blocks)
+from .candidates import STAGE_BOUND, Context
+from .upstream import LibraError, TransformerModel
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class Settings:
     chunk: int = 4
     in_flight: int = 4
     shapes: tuple[tuple[int, ...], ...] | None = None   # restrict the shapes (tests, sweeps)
+    job: JobOptions = JobOptions()                       # schedules, ZeRO, recomputation, CP, EP to try
+    lazy: bool = False       # build a parallelization's programs only when its stage bound is below the K-th best
 
 
 @dataclass
@@ -69,6 +72,7 @@ class Counts:
     evaluated: int = 0
     infeasible: int = 0
     not_reached: int = 0                  # left when a limit or an interruption stopped the search
+    expanded_parallelizations: int = 0    # lazy search: parallelizations whose programs were built
 
     def to_dict(self) -> dict:
         return {"networks_total": self.networks_total, "networks_within_block_limits": self.networks_valid,
@@ -80,7 +84,8 @@ class Counts:
                 "candidates_total": self.candidates_total, "pruned_block_limit": self.pruned_block_limit,
                 "pruned_memory": self.pruned_memory, "pruned_dominated_block": self.pruned_dominated,
                 "pruned_by_bound": dict(self.pruned_bound), "evaluated": self.evaluated,
-                "infeasible": self.infeasible, "not_reached": self.not_reached}
+                "infeasible": self.infeasible, "not_reached": self.not_reached,
+                "expanded_parallelizations": self.expanded_parallelizations}
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,13 @@ class Space:
     candidates: tuple[Candidate, ...]      # sorted by bound
     counts: Counts
     memory: dict                           # parallelization label -> bytes per NPU
+    # lazy: parallelizations not expanded yet, (stage bound, order, parallelization, candidates), by bound
+    deferred: tuple = ()
+    expand: Callable | None = None         # parallelizations -> their candidates (programs built then)
+
+    @property
+    def size(self) -> int:
+        return len(self.candidates) + sum(d[3] for d in self.deferred)
 
 
 @dataclass
@@ -168,33 +180,6 @@ def par_info(problem: Problem, par: Parallelization) -> ParInfo:
     return ParInfo(par, tuple(paths) + tuple(bnd.collective_chains(programs)))
 
 
-_AXIS = {"tp": 0, "pp": 1, "dp": 2}
-
-
-def _path_sums(info: ParInfo, participants: tuple, with_lat: bool, cache: dict) -> tuple:
-    """The bound paths of a parallelization under one placement: names, compute, per-dimension
-    traffic (one list per path) and ring steps (paths x dimensions; None without latency).
-
-    Traffic and steps are linear in the collectives' counts: (paths x keys) @ (keys x dimensions),
-    the keys being the distinct (kind, size, axis) of all the paths."""
-    keys, counts = info.path_keys
-    D = len(participants[0])
-    T = np.empty((len(keys), D))
-    R = np.empty((len(keys), D)) if with_lat else None
-    for j, (kind, size, axis) in enumerate(keys):
-        part = participants[_AXIS[axis]]
-        ck = (kind, size, part)
-        t = cache.get(ck)
-        if t is None:
-            t = cache[ck] = hierarchical_traffic_bytes(kind, float(size), part)
-        T[j] = t
-        if with_lat:
-            R[j] = [ring_steps(kind, n) for n in part]
-    S = (counts @ T).tolist() if keys else [[0.0] * D for _ in info.paths]
-    steps = (counts @ R if keys else np.zeros((len(info.paths), D))) if with_lat else None
-    return [ps.name for ps in info.paths], [ps.compute_ns for ps in info.paths], S, steps
-
-
 def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
     """All candidates with their bounds, and the counts of what was pruned before evaluation.
 
@@ -202,33 +187,27 @@ def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
     spec, cat = problem.spec, problem.catalog
     counts = Counts()
     shapes = list(st.shapes) if st.shapes else factorizations(st.npus, st.max_dims)
-    pc = parallelizations(spec, st.npus, sp=st.sp, micro_batches=st.micro_batches or None)
+    pc = parallelizations(spec, st.npus, sp=st.sp, micro_batches=st.micro_batches or None, job=st.job)
     counts.parallelizations_valid = len(pc.valid)
     counts.rejected_rules = dict(pc.rejected)
     counts.parallelizations_total = len(pc.valid) + sum(pc.rejected.values())
     memory, fits = {}, []
     for p in pc.valid:
         if isinstance(spec.model, TransformerModel):
-            m = transformer_memory(spec.model, p.tp, p.pp, p.dp, p.sp, p.micro_batch, st.optimizer_bytes_per_param)
+            m = transformer_memory(replace(spec.model, micro_batch=p.micro_batch), spec_parallel(p, spec),
+                                   st.optimizer_bytes_per_param)
             memory[p.label] = m.total_bytes
             if m.total_bytes > st.hbm_bytes * (1 - st.hbm_reserve):
                 counts.memory_pruned_parallelizations += 1
                 continue
         fits.append(p)
-    infos = {i.par: i for i in mapper(par_info, fits)} if fits else {}
-    prices_cache: dict = {}
-    traffic_cache: dict = {}
-    path_cache: dict = {}      # (parallelization, participants) -> the paths' traffic and ring steps
-    bound_cache: dict = {}
-    keep_cache: dict = {}      # (shape, p2p_far) -> block choices left after dominance
-    cands: list[Candidate] = []
+    ctx = Context(problem)
     transformer = isinstance(spec.model, TransformerModel)
-    priced = bnd.needs_prices(problem.objective, problem.constraints)
-    floor = (bnd.time_multiplier_floor(problem.objective, st.npus, problem.power, problem.tco)
-             if problem.objective in bnd.ENERGY_OBJECTIVES else None)
-    with_lat = bool(problem.model.kind == "pipelined" and problem.model.latency and problem.model.efficiency is None)
-    # the bound depends on the blocks only through prices and hop latencies
-    per_blocks = priced or with_lat
+    ctx.floor = (bnd.time_multiplier_floor(problem.objective, st.npus, problem.power, problem.tco)
+                 if problem.objective in bnd.ENERGY_OBJECTIVES else None)
+    fit_set = set(fits)
+    work: dict = {p: [] for p in fits}    # parallelization -> (shape, levels, placement info, block combos)
+    keep_cache: dict = {}      # (shape, p2p_far) -> block choices left after dominance
     for shape in shapes:
         D = len(shape)
         nb_all = len(st.blocks) ** D
@@ -242,15 +221,16 @@ def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
         nb = math.prod(len(o) for o in opts)
         counts.networks_valid += nb
         for p in pc.valid:
-            fits_p = p in infos
+            fits_p = p in fit_set
             if not transformer:
-                pls = (PlacementInfo((("dp", tuple(range(D))),), ((1,) * D, (1,) * D, tuple(shape)), (False,) * D),)
+                pls = (PlacementInfo((("dp", tuple(range(D))),), ((1,) * D,) * (len(AXES) - 1) + (tuple(shape),),
+                                     (False,) * D),)
                 n_pl = 1
             elif fits_p and nb:
-                pls = placement_infos(shape, p.tp, p.pp, p.dp)
+                pls = placement_infos(shape, p.degree_tuple())
                 n_pl = len(pls)
             else:
-                n_pl = placement_count(shape, p.tp, p.pp, p.dp)
+                n_pl = placement_count(shape, p.degree_tuple())
             counts.candidates_total += nb_all * n_pl
             counts.pruned_block_limit += (nb_all - nb) * n_pl
             if nb == 0:
@@ -258,38 +238,24 @@ def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
             if not fits_p:
                 counts.pruned_memory += nb * n_pl
                 continue
-            info = infos[p]
             for pi in pls:
                 combos = keep_cache.get((shape, pi.p2p_far))
                 if combos is None:
                     combos = keep_cache[(shape, pi.p2p_far)] = list(_product(undominated_blocks(opts, pi.p2p_far)))
                 counts.pruned_dominated += nb - len(combos)
-                pkey = (p, pi.participants)
-                path_s = path_cache.get(pkey)
-                if path_s is None:
-                    path_s = path_cache[pkey] = _path_sums(info, pi.participants, with_lat, traffic_cache)
-                for blocks in combos:
-                    bkey = (pkey, shape, blocks) if per_blocks else pkey
-                    got = bound_cache.get(bkey)
-                    if got is None:
-                        nkey = (shape, blocks)
-                        prices = prices_cache.get(nkey)
-                        if prices is None:
-                            net = cat.network(shape, blocks, levels)
-                            prices = prices_cache[nkey] = (
-                                problem.cost.price_usd_per_gbps(net) if priced else (),
-                                [(2.0 if dm.topology == "Switch" else 1.0) * dm.latency_ns for dm in net.dims])
-                        price, hop_ns = prices
-                        names, comps, S, steps = path_s
-                        lat = (steps @ np.asarray(hop_ns)).tolist() if with_lat else [0.0] * len(names)
-                        paths_b = list(zip(names, comps, S, lat))
-                        got = bound_cache[bkey] = bnd.bound(
-                            problem.objective, paths_b, price, problem.constraints, problem.model.splits,
-                            floor if floor is not None else
-                            bnd.min_cost_usd(price, problem.constraints) if priced else 0.0)
-                    cands.append(Candidate(shape, blocks, levels, p, pi.order, got[0], got[1]))
-    cands.sort(key=lambda c: c.bound)
-    return Space(tuple(cands), counts, memory)
+                work[p].append((shape, levels, pi, combos))
+    if not st.lazy:
+        infos = {i.par: i for i in mapper(par_info, fits)} if fits else {}
+        cands = [c for p in fits for c in ctx.candidates(infos[p], work[p])]
+        cands.sort(key=lambda c: c.bound)
+        return Space(tuple(cands), counts, memory)
+    deferred = sorted(((ctx.stage_bound(p, work[p]), i, p, sum(len(w[3]) for w in work[p]))
+                       for i, p in enumerate(fits) if work[p]), key=lambda d: (d[0], d[1]))
+
+    def expand(pars: Sequence[Parallelization]) -> list[Candidate]:
+        return [c for i in mapper(par_info, list(pars)) for c in ctx.candidates(i, work[i.par])]
+
+    return Space((), counts, memory, tuple(deferred), expand)
 
 
 def _product(options: Sequence[Sequence[str]]):
@@ -305,11 +271,16 @@ def run_search(problem: Problem, space: Space, st: Settings, submit: Callable, w
     (done futures, results of each). KeyboardInterrupt ends the search with what has finished.
     """
     t0 = time.perf_counter()
-    cands = space.candidates
     counts = space.counts
+    # candidates by bound (a sorted list is a heap); parallelizations not expanded yet join it once
+    # their stage bound is below the next candidate's bound and the current K-th best
+    heap = [(c.bound, j, c) for j, c in enumerate(space.candidates)]
+    seq = len(heap)
+    deferred = list(space.deferred)
+    di = 0
+    size = space.size
     top: list[float] = []          # max-heap (negated) of the K best objective values
     outcomes: list[Outcome] = []
-    i = 0
     pending: dict = {}
     stop = "every candidate evaluated or pruned by a proven bound"
     budget_hit = False
@@ -334,25 +305,57 @@ def run_search(problem: Problem, space: Space, st: Settings, submit: Callable, w
                 counts.evaluated += 1
             on_outcome(o)
 
+    def expand(limit: float, every: bool) -> None:
+        """Expand the next parallelizations whose stage bound is below ``limit``: one batch (the
+        stage bound is loose, so candidates of the most promising parallelizations are evaluated
+        early and set the threshold), or ``every`` one of them (before pruning the rest)."""
+        nonlocal di, seq
+        while di < len(deferred) and deferred[di][0] < limit:
+            batch = [d for d in deferred[di:di + max(1, st.in_flight // 2)] if d[0] < limit]
+            di += len(batch)
+            counts.expanded_parallelizations += len(batch)
+            for c in space.expand([d[2] for d in batch]):
+                heapq.heappush(heap, (c.bound, seq, c))
+                seq += 1
+            if not every or over_time():
+                break
+
+    def over_time() -> bool:
+        return st.time_limit_s is not None and time.perf_counter() - t0 > st.time_limit_s
+
+    def open_count() -> int:
+        return len(heap) + sum(d[3] for d in deferred[di:])
+
+    def lowest() -> float:
+        vals = ([heap[0][0]] if heap else []) + ([deferred[di][0]] if di < len(deferred) else [])
+        return min(vals, default=math.inf)
+
     lowest_open = math.inf
     try:
-        while i < len(cands) or pending:
-            while i < len(cands) and len(pending) < st.in_flight and not budget_hit:
+        while heap or di < len(deferred) or pending:
+            while len(pending) < st.in_flight and not budget_hit:
                 thr = threshold()
-                if cands[i].bound >= thr:
-                    # sorted by bound: every remaining candidate is pruned too
-                    for c in cands[i:]:
+                expand(thr, False)
+                if not heap or heap[0][0] >= thr:
+                    expand(thr, True)
+                    if di < len(deferred) and deferred[di][0] < thr:    # stopped by the time limit
+                        budget_hit, stop = True, f"time limit reached ({st.time_limit_s:g} s)"
+                        break
+                if not heap or heap[0][0] >= thr:
+                    # by bound order every remaining candidate (and parallelization) is pruned too
+                    for _, _, c in heap:
                         counts.pruned_bound[c.bound_name] += 1
-                    i = len(cands)
+                    for d in deferred[di:]:
+                        counts.pruned_bound[STAGE_BOUND] += d[3]
+                    heap, di = [], len(deferred)
                     break
                 if st.max_evaluations is not None and counts.evaluated + _in_flight(pending) >= st.max_evaluations:
                     budget_hit, stop = True, f"candidate limit reached ({st.max_evaluations} evaluations)"
                     break
-                if st.time_limit_s is not None and time.perf_counter() - t0 > st.time_limit_s:
+                if over_time():
                     budget_hit, stop = True, f"time limit reached ({st.time_limit_s:g} s)"
                     break
-                chunk = cands[i:i + st.chunk]
-                i += len(chunk)
+                chunk = [heapq.heappop(heap)[2] for _ in range(min(st.chunk, len(heap)))]
                 pending[submit(chunk, thr)] = (len(chunk), chunk[0].bound)
             if not pending:
                 break
@@ -360,21 +363,21 @@ def run_search(problem: Problem, space: Space, st: Settings, submit: Callable, w
             for f, res in zip(done, results):
                 pending.pop(f, None)
                 record(res)
-            on_progress(counts.evaluated + sum(counts.pruned_bound.values()), len(cands), threshold())
-        if budget_hit and i < len(cands):
-            counts.not_reached = len(cands) - i
-            lowest_open = cands[i].bound
+            on_progress(counts.evaluated + sum(counts.pruned_bound.values()), size, threshold())
+        if budget_hit and open_count():
+            counts.not_reached = open_count()
+            lowest_open = lowest()
     except KeyboardInterrupt:
         stop = "interrupted; results of finished evaluations kept"
-        counts.not_reached = len(cands) - i + _in_flight(pending)
-        open_bounds = [c.bound for c in cands[i:i + 1]] + [b for _, b in pending.values()]
-        lowest_open = min(open_bounds) if open_bounds else math.inf
+        counts.not_reached = open_count() + _in_flight(pending)
+        open_bounds = [lowest()] + [b for _, b in pending.values()]
+        lowest_open = min(open_bounds)
         for f in pending:
             try:
                 f.cancel()
             except Exception:  # noqa: BLE001 - a future that already finished cannot be cancelled
                 pass
-    return SearchResult(outcomes, counts, len(cands), stop, lowest_open, time.perf_counter() - t0, space.memory)
+    return SearchResult(outcomes, counts, size, stop, lowest_open, time.perf_counter() - t0, space.memory)
 
 
 def _in_flight(pending: dict) -> int:

@@ -82,9 +82,9 @@ def _cached(base: TraceSpec, par: Parallelization) -> list:
     got = _CACHE.get(key)
     if got is None:
         from .upstream import Dimension
-        n = par.tp * par.pp * par.dp
+        n = math.prod(par.degree_tuple())
         flat = Network("flat", (Dimension("d0", "Ring", n),))
-        order = [(a, (0,)) for a in ("tp", "pp", "dp") if par.degrees()[a] > 1]
+        order = [(a, (0,)) for a, d in par.degrees().items() if d > 1]
         spec = candidate_spec(base, flat, par, order)
         if len(_CACHE) > 64:
             _CACHE.clear()

@@ -4,7 +4,8 @@ Files in the output directory (written atomically; an existing directory is refu
 ``overwrite``):
 
 - ``ranked.csv``: every evaluated design, best objective first (rank, shape, blocks,
-  parallelization, placement, GB/s per dimension, cost, predicted time, certificate, bound);
+  parallelization: TP, PP, DP, CP, EP, SP, micro-batches, schedule, virtual stages, ZeRO stage,
+  recomputation; placement, GB/s per dimension, cost, predicted time, certificate, bound);
 - ``search.json``: settings, counts (evaluated, pruned by which rule or bound, infeasible), the
   top designs, the Pareto front and, with ``--simulate``, predicted versus simulated times;
 - ``pareto.csv``: designs no other evaluated design beats in both time and cost;
@@ -25,7 +26,8 @@ from .upstream import write_json_atomic, write_text_atomic
 FORMAT = "libra_astra.search"
 VERSION = 1
 CSV_FIELDS = ("rank", "objective", "objective_value", "time_ns", "cost_usd", "shape", "blocks", "levels",
-              "tp", "pp", "dp", "sp", "micro_batch", "micro_batches", "placement", "bandwidth_gbps",
+              "tp", "pp", "dp", "cp", "ep", "sp", "micro_batch", "micro_batches", "schedule", "virtual_stages",
+              "zero", "recompute", "placement", "bandwidth_gbps",
               "compute_ns", "dual_bound", "rel_gap", "lower_bound", "bound", "solver", "eval_s",
               "simulated_ns", "sim_error")
 
@@ -36,7 +38,9 @@ def outcome_row(rank: int, o: Outcome, objective: str, level_names: Sequence[str
     return {"rank": rank, "objective": objective, "objective_value": o.objective_value, "time_ns": o.time_ns,
             "cost_usd": o.cost_usd, "shape": "x".join(map(str, c.shape)), "blocks": "x".join(c.blocks),
             "levels": "x".join(level_names[i] for i in c.levels), "tp": c.par.tp, "pp": c.par.pp, "dp": c.par.dp,
-            "sp": c.par.sp, "micro_batch": c.par.micro_batch, "micro_batches": c.par.micro_batches,
+            "cp": c.par.cp, "ep": c.par.ep, "sp": c.par.sp, "micro_batch": c.par.micro_batch,
+            "micro_batches": c.par.micro_batches, "schedule": c.par.schedule, "virtual_stages": c.par.virtual_stages,
+            "zero": c.par.zero, "recompute": c.par.recompute,
             "placement": c.placement_text, "bandwidth_gbps": " ".join(f"{b:.6g}" for b in o.bw_gbps),
             "compute_ns": o.compute_ns, "dual_bound": o.dual_bound, "rel_gap": o.rel_gap,
             "lower_bound": c.bound, "bound": c.bound_name, "solver": o.solver, "eval_s": round(o.eval_s, 6),

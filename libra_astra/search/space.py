@@ -16,10 +16,11 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import NamedTuple, Sequence
 
-from .upstream import Parallel, TraceSpec, TransformerModel
+from .upstream import Parallel, TraceSpec, TransformerModel, transformer_problem
 
 
 def divisors(n: int) -> list[int]:
@@ -46,6 +47,9 @@ def factorizations(n: int, max_dims: int, min_size: int = 2) -> list[tuple[int, 
     return sorted(out, key=lambda s: (len(s), s))
 
 
+AXES = ("tp", "cp", "ep", "pp", "dp")
+
+
 @dataclass(frozen=True)
 class Parallelization:
     tp: int = 1
@@ -54,13 +58,30 @@ class Parallelization:
     sp: bool = False
     micro_batch: int = 1
     micro_batches: int = 1     # per replica per step
+    cp: int = 1
+    ep: int = 1
+    schedule: str = "gpipe"
+    virtual_stages: int = 1
+    zero: int = 0
+    recompute: str = "none"
 
     @property
     def label(self) -> str:
-        return f"tp{self.tp}-pp{self.pp}-dp{self.dp}{'-sp' if self.sp else ''}-mb{self.micro_batch}"
+        extra = "".join(f"-{a}{getattr(self, a)}" for a in ("cp", "ep") if getattr(self, a) > 1)
+        job = ""
+        if self.schedule != "gpipe":
+            job += f"-{self.schedule}" + (f"{self.virtual_stages}" if self.virtual_stages > 1 else "")
+        if self.zero:
+            job += f"-z{self.zero}"
+        if self.recompute != "none":
+            job += f"-rc{self.recompute[0]}"
+        return f"tp{self.tp}-pp{self.pp}-dp{self.dp}{extra}{'-sp' if self.sp else ''}-mb{self.micro_batch}{job}"
 
     def degrees(self) -> dict[str, int]:
-        return {"tp": self.tp, "pp": self.pp, "dp": self.dp}
+        return {a: getattr(self, a) for a in AXES}
+
+    def degree_tuple(self) -> tuple[int, ...]:
+        return tuple(getattr(self, a) for a in AXES)
 
 
 @dataclass(frozen=True)
@@ -71,50 +92,91 @@ class ParallelCount:
     rejected: dict
 
 
+@dataclass(frozen=True)
+class JobOptions:
+    """The training-job axes to try; None: the spec's own setting."""
+
+    schedules: tuple[str, ...] | None = None
+    virtual_stages: tuple[int, ...] | None = None
+    zero: tuple[int, ...] | None = None
+    recompute: tuple[str, ...] | None = None
+    cp: tuple[int, ...] | None = None      # () = every divisor
+    ep: tuple[int, ...] | None = None
+
+
+def _reason(text: str) -> str:
+    """A rejection reason without its numbers, so that reasons count together."""
+    return re.sub(r"\d+", "N", text)
+
+
 def parallelizations(spec: TraceSpec, n: int, *, sp: str = "both",
-                     micro_batches: Sequence[int] | None = None) -> ParallelCount:
+                     micro_batches: Sequence[int] | None = None, job: JobOptions = JobOptions()) -> ParallelCount:
     """Every parallelization of ``spec``'s model over ``n`` NPUs (see the module docstring).
 
     ``sp``: "both", "on", "off" or "spec" (keep the spec's setting). ``micro_batches``: the
-    micro-batch sizes to try (default: the spec's).
+    micro-batch sizes to try (default: the spec's). ``job``: schedules, virtual stages, ZeRO stages,
+    recomputation, CP and EP degrees to try (default: the spec's).
     """
     m = spec.model
     if not isinstance(m, TransformerModel):
         return ParallelCount((Parallelization(dp=n, micro_batch=0, micro_batches=1),), {})
     rejected: dict = {}
+    base = spec.parallel
 
     def reject(why: str) -> None:
         rejected[why] = rejected.get(why, 0) + 1
 
+    def opts(given, spec_value, every):
+        if given is None:
+            return (spec_value,)
+        return tuple(given) if given else tuple(every)
+
     mbs = tuple(micro_batches) if micro_batches else (m.micro_batch,)
+    schedules = opts(job.schedules, base.schedule, ())
+    zeros = opts(job.zero, base.zero, ())
+    recomputes = opts(job.recompute, base.recompute, ())
     out = []
     for tp in divisors(n):
-        for pp in divisors(n // tp):
-            dp = n // (tp * pp)
-            if m.heads % tp or m.ffn_hidden_size % tp:
-                reject("tp does not divide heads or ffn_hidden_size")
-                continue
-            if m.layers % pp:
-                reject("pp does not divide layers")
-                continue
-            if sp == "spec":
-                sps = [spec.parallel.sequence_parallel and tp > 1]
-            elif sp == "on":
-                sps = [tp > 1]
-            elif sp == "off":
-                sps = [False]
-            else:
-                sps = [False, True] if tp > 1 else [False]
-            for b in mbs:
-                if m.global_batch % (b * dp):
-                    reject("micro_batch x dp does not divide global_batch")
-                    continue
-                for s in sps:
-                    if s and m.seq_length % tp:
-                        reject("sequence parallel needs tp to divide seq_length")
-                        continue
-                    out.append(Parallelization(tp, pp, dp, s, b, m.global_batch // (b * dp)))
+        for cp in (c for c in opts(job.cp, base.cp, divisors(n // tp)) if (n // tp) % c == 0):
+            eps = opts(job.ep, base.ep, [d for d in divisors(n // (tp * cp)) if m.experts and m.experts % d == 0]
+                       if m.experts else (1,))
+            for ep in (e for e in eps if (n // (tp * cp)) % e == 0):
+                for pp in divisors(n // (tp * cp * ep)):
+                    dp = n // (tp * cp * ep * pp)
+                    for par in _job_variants(spec, m, tp, cp, ep, pp, dp, sp, mbs, schedules, zeros, recomputes,
+                                             job, reject):
+                        out.append(par)
     return ParallelCount(tuple(out), rejected)
+
+
+def _job_variants(spec, m, tp, cp, ep, pp, dp, sp, mbs, schedules, zeros, recomputes, job, reject):
+    base = spec.parallel
+    if sp == "spec":
+        sps = [base.sequence_parallel and tp > 1]
+    elif sp == "on":
+        sps = [tp > 1]
+    elif sp == "off":
+        sps = [False]
+    else:
+        sps = [False, True] if tp > 1 else [False]
+    for sched in schedules:
+        if sched == "interleaved":
+            vss = tuple(job.virtual_stages) if job.virtual_stages else (max(base.virtual_stages, 2),)
+        else:
+            vss = (1,)
+        for vs in vss:
+            for b in mbs:
+                for s in sps:
+                    for z in zeros:
+                        for rc in recomputes:
+                            p = Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sequence_parallel=s, schedule=sched,
+                                         virtual_stages=vs, zero=z, recompute=rc)
+                            why = transformer_problem(replace(m, micro_batch=b), p)
+                            if why:
+                                reject(_reason(why))
+                                continue
+                            yield Parallelization(tp, pp, dp, s, b, m.global_batch // (b * dp * ep), cp, ep, sched,
+                                                  vs, z, rc)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -141,12 +203,12 @@ class PlacementInfo(NamedTuple):
     """One layout with what the bounds and block dominance need, read off its parts."""
 
     order: tuple[tuple[str, tuple[int, ...]], ...]   # (axis, dims), innermost axis first
-    participants: tuple[tuple[int, ...], ...]        # per axis tp, pp, dp: its size in each dimension
+    participants: tuple[tuple[int, ...], ...]        # per axis of AXES: its size in each dimension
     p2p_far: tuple[bool, ...]                        # see p2p_far_dims
 
 
 @functools.lru_cache(maxsize=4096)
-def _distinct_layouts(shape: tuple[int, ...], tp: int, pp: int, dp: int) -> tuple:
+def _distinct_layouts(shape: tuple[int, ...], degrees: tuple[int, ...]) -> tuple:
     """Distinct layouts of the axes on ``shape``, each as ((name, dims, parts), ...) in the order of
     the first axis order that gives it (orders in itertools.permutations order).
 
@@ -155,7 +217,7 @@ def _distinct_layouts(shape: tuple[int, ...], tp: int, pp: int, dp: int) -> tupl
     order is kept for a layout only if, whenever an axis x comes after a later-listed axis y, x
     shares a dimension with y or with an axis between them (otherwise x could have gone first):
     each layout comes out once, without comparing layouts."""
-    axes = tuple((a, g) for a, g in (("tp", tp), ("pp", pp), ("dp", dp)) if g > 1)
+    axes = tuple((a, g) for a, g in zip(AXES, degrees) if g > 1)
     if not axes:
         return ((),)
     n = len(axes)
@@ -183,10 +245,10 @@ def _distinct_layouts(shape: tuple[int, ...], tp: int, pp: int, dp: int) -> tupl
     return tuple(out)
 
 
-def placement_count(shape: tuple[int, ...], tp: int, pp: int, dp: int) -> int:
+def placement_count(shape: tuple[int, ...], degrees: tuple[int, ...]) -> int:
     """How many distinct layouts; the rules never look at the axes' names, so the count depends
     only on the multiset of degrees (one enumeration serves tp4-pp8 and tp8-pp4)."""
-    return len(_distinct_layouts(shape, *sorted((tp, pp, dp))))
+    return len(_distinct_layouts(shape, tuple(sorted(degrees))))
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -204,26 +266,27 @@ def _axis_sizes(shape: tuple[int, ...], name: str, parts: tuple) -> tuple[tuple[
 
 
 @functools.lru_cache(maxsize=1024)
-def placement_infos(shape: tuple[int, ...], tp: int, pp: int, dp: int) -> tuple[PlacementInfo, ...]:
-    """Distinct layouts of the axes on ``shape`` (see :func:`placements`), in the same order."""
+def placement_infos(shape: tuple[int, ...], degrees: tuple[int, ...]) -> tuple[PlacementInfo, ...]:
+    """Distinct layouts of the axes (degrees in AXES order) on ``shape`` (see :func:`placements`),
+    in the same order."""
     D = len(shape)
     ones, near = (1,) * D, (False,) * D
     out = []
-    for chosen in _distinct_layouts(shape, tp, pp, dp):
-        sizes = {"tp": ones, "pp": ones, "dp": ones}
+    for chosen in _distinct_layouts(shape, degrees):
+        sizes = dict.fromkeys(AXES, ones)
         far = near
         for name, _, parts in chosen:
             sizes[name], f = _axis_sizes(shape, name, parts)
             if name == "pp":
                 far = f
         out.append(PlacementInfo(tuple((name, dims) for name, dims, _ in chosen),
-                                 (sizes["tp"], sizes["pp"], sizes["dp"]), far))
+                                 tuple(sizes[a] for a in AXES), far))
     return tuple(out)
 
 
 def placements(shape: Sequence[int], par: Parallelization) -> list[dict[str, list[int]]]:
     """Distinct layouts of ``par``'s axes on ``shape`` as generator ``placement`` mappings."""
-    return [{a: list(dims) for a, dims in pi.order} for pi in placement_infos(tuple(shape), par.tp, par.pp, par.dp)]
+    return [{a: list(dims) for a, dims in pi.order} for pi in placement_infos(tuple(shape), par.degree_tuple())]
 
 
 def blocks_for(shape: Sequence[int], levels: Sequence[int], catalog, allowed: Sequence[str]) -> list[list[str]]:
@@ -278,4 +341,5 @@ def p2p_far_dims(shape: Sequence[int], placement: dict, par: Parallelization) ->
 
 def spec_parallel(par: Parallelization, spec: TraceSpec) -> Parallel:
     return Parallel(tp=par.tp, pp=par.pp, dp=par.dp, sequence_parallel=par.sp,
-                    grad_bucket_bytes=spec.parallel.grad_bucket_bytes)
+                    grad_bucket_bytes=spec.parallel.grad_bucket_bytes, cp=par.cp, ep=par.ep, schedule=par.schedule,
+                    virtual_stages=par.virtual_stages, zero=par.zero, recompute=par.recompute)

@@ -71,8 +71,8 @@ def _program_info(ops) -> _ProgramInfo:
 
 
 def axis_peers(spec: TraceSpec, coords: np.ndarray, name: str, offset: int) -> np.ndarray:
-    """Per rank, the rank ``offset`` away along axis ``name`` (-1 where there is none); the
-    vectorized form of ``Layout.peer``."""
+    """Per rank, the rank ``offset`` away along axis ``name``, cyclically (-1 on an axis of degree
+    1); the vectorized form of ``Layout.peer``."""
     layout = spec.layout
     a = layout.axis(name)
     n = coords.shape[0]
@@ -83,8 +83,8 @@ def axis_peers(spec: TraceSpec, coords: np.ndarray, name: str, offset: int) -> n
     for p in a.parts:
         idx += ((coords[:, p.dim] // p.stride) % p.size) * scale
         scale *= p.size
-    target = idx + offset
-    ok = (target >= 0) & (target < a.degree)
+    target = (idx + offset) % a.degree
+    ok = np.ones(n, dtype=bool)
     new = coords.copy()
     rest = np.where(ok, target, 0)
     for p in a.parts:

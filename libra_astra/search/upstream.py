@@ -29,14 +29,19 @@ from ..timing.predict import predict
 from ..tracegen.generate import assign_groups, build_plan, generate
 from ..tracegen.placement import Layout, place_axes
 from ..tracegen.program import COLL, COMP, RECV, SEND, Plan
-from ..tracegen.spec import DlrmModel, Parallel, ResNet50Model, TraceSpec, TransformerModel, load_spec
+from ..tracegen.schedule import in_flight
+from ..tracegen.spec import (DlrmModel, Parallel, ResNet50Model, TraceSpec, TransformerModel, load_spec,
+                             transformer_problem)
+from ..tracegen.transformer import (chain_bytes, embedding_params, h_kv, layer_params, model_flops_per_step, path_bytes,
+                                     stage_compute_ns, stage_pass_ns)
 
 __all__ = [
     "COLL", "COMP", "Collective", "Constraints", "CostModel", "Dag", "Demand", "Design", "Dimension", "DlrmModel",
     "InfeasibleError", "Layout", "LibraError", "Network", "OBJECTIVES", "OptimizeResult", "Parallel", "Plan",
     "RECV", "RankClass", "ResNet50Model", "SEND", "TOPOLOGIES", "TimeModel", "TraceSpec", "TransformerModel",
-    "UnitPrices", "Workload", "WorkloadRef", "assign_groups", "build_plan", "check_writable", "default_hops",
-    "demand_from_traces", "emit", "generate", "group_label", "hierarchical_traffic_bytes", "load_cost", "load_demand", "ring_steps", "load_network", "load_spec", "load_yaml",
-    "make_collective", "optimize", "PowerModel", "load_power", "TcoSettings", "check_number", "energy_rate", "tco_rate", "p2p_collective", "p2p_dims", "place_axes", "predict", "resolve_binary",
-    "simulate", "simulator_model", "write_json_atomic", "write_text_atomic",
+    "UnitPrices", "Workload", "WorkloadRef", "assign_groups", "build_plan", "chain_bytes", "check_writable", "default_hops",
+    "demand_from_traces", "embedding_params", "emit", "h_kv", "in_flight", "layer_params",
+    "model_flops_per_step", "generate", "group_label", "hierarchical_traffic_bytes", "load_cost", "load_demand", "ring_steps", "load_network", "load_spec", "load_yaml",
+    "make_collective", "optimize", "PowerModel", "load_power", "TcoSettings", "check_number", "energy_rate", "tco_rate", "p2p_collective", "p2p_dims", "path_bytes", "place_axes", "predict", "resolve_binary",
+    "simulate", "simulator_model", "stage_compute_ns", "stage_pass_ns", "transformer_problem", "write_json_atomic", "write_text_atomic",
 ]

@@ -85,10 +85,12 @@ class Layout:
         return sorted((tuple(int(r) for r in g) for g in groups), key=lambda g: g[0])
 
     def peer(self, rank: int, name: str, offset: int) -> int | None:
-        """Rank whose index along ``name`` is ``offset`` away and equal on every other axis."""
-        target = (self.axis_index[name][rank] if name in self.axis_index else 0) + offset
-        if not 0 <= target < self.axis(name).degree:
+        """Rank whose index along ``name`` is ``offset`` away (cyclically: the interleaved pipeline
+        schedule sends from the last stage to the first) and equal on every other axis; None on an
+        axis of degree 1."""
+        if self.axis(name).degree == 1:
             return None
+        target = ((self.axis_index[name][rank] if name in self.axis_index else 0) + offset) % self.axis(name).degree
         coords = list(self.net.coords(rank))
         a = self.axis(name)
         rest = target

@@ -7,7 +7,7 @@ docs/tracegen.md; the three model types are ``transformer``, ``dlrm`` and ``resn
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Union
 
@@ -31,6 +31,28 @@ class TransformerModel:
     global_batch: int
     bytes_per_element: int
     grad_bytes_per_element: int
+    kv_heads: int = 0                # grouped-query attention: K/V heads (0: as many as heads)
+    gated_mlp: bool = False          # SwiGLU-style MLP: three weight matrices instead of two
+    experts: int = 0                 # routed experts per MoE layer (0: a dense model)
+    top_k: int = 1                   # experts each token is routed to
+    capacity_factor: float = 1.0     # tokens an expert takes, relative to an even share
+    shared_experts: int = 0          # experts every token goes through (MoE layers)
+    expert_hidden_size: int = 0      # FFN hidden size of one expert (0: ffn_hidden_size)
+    moe_layer_freq: int = 1          # every k-th layer (after the first dense ones) is an MoE layer
+    first_dense_layers: int = 0      # leading layers that stay dense
+
+    @property
+    def kv(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def f_expert(self) -> int:
+        return self.expert_hidden_size or self.ffn_hidden_size
+
+    def is_moe(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) is an MoE layer."""
+        g = layer - self.first_dense_layers
+        return self.experts > 0 and g >= 0 and g % self.moe_layer_freq == 0
 
 
 @dataclass(frozen=True)
@@ -64,6 +86,22 @@ class Parallel:
     dp: int = 1
     sequence_parallel: bool = False
     grad_bucket_bytes: int = 0  # 0: one gradient all-reduce per layer
+    cp: int = 1                 # context parallel (K/V all-gathered over the cp group)
+    ep: int = 1                 # expert parallel (MoE layers' experts split over the ep group)
+    schedule: str = "gpipe"     # gpipe | 1f1b | interleaved
+    virtual_stages: int = 1     # model chunks per pipeline rank (interleaved)
+    zero: int = 0               # ZeRO stage 0..3 over the data-parallel replicas
+    recompute: str = "none"     # none | selective | full
+
+    @property
+    def replicas(self) -> int:
+        """Data-parallel replicas of the dense weights (cp x ep x dp ranks hold the same ones)."""
+        return self.cp * self.ep * self.dp
+
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+AXES = ("tp", "cp", "ep", "pp", "dp")
 
 
 @dataclass(frozen=True)
@@ -128,18 +166,41 @@ def _bytes_per_element(m: Mapping, where: str) -> tuple[int, int]:
 
 def _transformer(m: Mapping, where: str) -> TransformerModel:
     _mapping(m, where, {"type", "layers", "hidden_size", "heads", "ffn_hidden_size", "seq_length", "vocab_size",
-                        "micro_batch", "global_batch", "bytes_per_element", "grad_bytes_per_element"})
+                        "micro_batch", "global_batch", "bytes_per_element", "grad_bytes_per_element", "kv_heads",
+                        "gated_mlp", "experts", "top_k", "capacity_factor", "shared_experts",
+                        "expert_hidden_size", "moe_layer_freq", "first_dense_layers"})
     h = _int(m, "hidden_size", where)
     heads = _int(m, "heads", where)
     if h % heads:
         raise LibraError(f"{where}: hidden_size {h} is not a multiple of heads {heads}; change one of them")
+    kv = _int(m, "kv_heads", where, default=heads)
+    if heads % kv:
+        raise LibraError(f"{where}: kv_heads {kv} must divide heads {heads} (query heads share K/V heads in "
+                         f"equal groups); change kv_heads")
+    gated = m.get("gated_mlp", False)
+    if not isinstance(gated, bool):
+        raise LibraError(f"{where}: gated_mlp must be true or false, got {gated!r}")
+    experts = _int(m, "experts", where, default=0, minimum=0)
+    top_k = _int(m, "top_k", where, default=1)
+    if experts and top_k > experts:
+        raise LibraError(f"{where}: top_k {top_k} exceeds experts {experts}; lower top_k")
+    cf = _num(m, "capacity_factor", where, default=1.0)
+    if cf <= 0:
+        raise LibraError(f"{where}: capacity_factor must be > 0, got {cf:g}")
+    layers = _int(m, "layers", where)
+    first_dense = _int(m, "first_dense_layers", where, default=0, minimum=0)
+    if experts and first_dense >= layers:
+        raise LibraError(f"{where}: first_dense_layers {first_dense} leaves no MoE layer of {layers}; lower it")
     b, gb = _bytes_per_element(m, where)
     return TransformerModel(
-        layers=_int(m, "layers", where), hidden_size=h, heads=heads,
+        layers=layers, hidden_size=h, heads=heads,
         ffn_hidden_size=_int(m, "ffn_hidden_size", where, default=4 * h),
         seq_length=_int(m, "seq_length", where), vocab_size=_int(m, "vocab_size", where),
         micro_batch=_int(m, "micro_batch", where), global_batch=_int(m, "global_batch", where),
-        bytes_per_element=b, grad_bytes_per_element=gb)
+        bytes_per_element=b, grad_bytes_per_element=gb, kv_heads=kv, gated_mlp=gated, experts=experts,
+        top_k=top_k, capacity_factor=cf, shared_experts=_int(m, "shared_experts", where, default=0, minimum=0),
+        expert_hidden_size=_int(m, "expert_hidden_size", where, default=0, minimum=0),
+        moe_layer_freq=_int(m, "moe_layer_freq", where, default=1), first_dense_layers=first_dense)
 
 
 def _dlrm(m: Mapping, where: str) -> DlrmModel:
@@ -189,30 +250,61 @@ def _network(raw: Any, where: str, base: Path) -> Network:
 
 def _parallel(raw: Any, where: str, model: Model) -> tuple[Parallel, dict[str, int | None]]:
     transformer = isinstance(model, TransformerModel)
-    allowed = {"tp", "pp", "dp", "sequence_parallel", "grad_bucket_mb"} if transformer else {"grad_bucket_mb"}
+    allowed = ({"tp", "pp", "dp", "cp", "ep", "sequence_parallel", "grad_bucket_mb", "schedule", "virtual_stages",
+                "zero", "recompute"} if transformer else {"grad_bucket_mb"})
     m = _mapping(raw if raw is not None else {}, where, allowed)
-    degrees = {a: _int(m, a, where, default=None) for a in ("tp", "pp", "dp")} if transformer else {}
+    degrees = {a: _int(m, a, where, default=None) for a in AXES} if transformer else {}
     sp = m.get("sequence_parallel", False)
     if not isinstance(sp, bool):
         raise LibraError(f"{where}: sequence_parallel must be true or false, got {sp!r}")
     bucket = _num(m, "grad_bucket_mb", where, default=0.0)
-    return Parallel(sequence_parallel=sp, grad_bucket_bytes=int(round(bucket * 1e6))), degrees
+    schedule = m.get("schedule", "gpipe")
+    if schedule not in SCHEDULES:
+        raise LibraError(f"{where}: schedule must be one of {list(SCHEDULES)}, got {schedule!r}")
+    recompute = m.get("recompute", "none")
+    if recompute not in RECOMPUTE:
+        raise LibraError(f"{where}: recompute must be one of {list(RECOMPUTE)}, got {recompute!r}")
+    zero = _int(m, "zero", where, default=0, minimum=0)
+    if zero > 3:
+        raise LibraError(f"{where}: zero must be 0, 1, 2 or 3 (the ZeRO stage), got {zero}")
+    vs = _int(m, "virtual_stages", where, default=1)
+    if vs > 1 and schedule != "interleaved":
+        raise LibraError(f"{where}: virtual_stages {vs} needs schedule: interleaved; set it or drop virtual_stages")
+    return Parallel(sequence_parallel=sp, grad_bucket_bytes=int(round(bucket * 1e6)), schedule=schedule,
+                    virtual_stages=vs, zero=zero, recompute=recompute), degrees
+
+
+def transformer_problem(m: TransformerModel, p: Parallel) -> str | None:
+    """Why the generator cannot run ``p`` on ``m`` (a short reason naming the keys), or None."""
+    if m.kv % p.tp:
+        return f"tp {p.tp} must divide model.kv_heads {m.kv} (and heads {m.heads})"
+    if m.ffn_hidden_size % p.tp or (m.experts and m.f_expert % p.tp):
+        return f"tp {p.tp} must divide model.ffn_hidden_size (and expert_hidden_size)"
+    if m.layers % (p.pp * p.virtual_stages):
+        return f"pp x virtual_stages = {p.pp} x {p.virtual_stages} must divide model.layers {m.layers} (equal stages)"
+    if p.schedule == "interleaved" and p.pp < 2:
+        return "schedule interleaved needs pp >= 2"
+    if m.global_batch % (m.micro_batch * p.dp * p.ep):
+        return f"model.global_batch {m.global_batch} must be a multiple of micro_batch * dp * ep"
+    if p.schedule == "interleaved" and (m.global_batch // (m.micro_batch * p.dp * p.ep)) % p.pp:
+        return "schedule interleaved needs the micro-batches per replica to be a multiple of pp"
+    if p.sequence_parallel and m.seq_length % (p.tp * p.cp):
+        return f"sequence_parallel needs tp x cp to divide model.seq_length {m.seq_length}"
+    if m.seq_length % p.cp:
+        return f"cp {p.cp} must divide model.seq_length {m.seq_length}"
+    if p.ep > 1 and not m.experts:
+        return "ep > 1 needs an MoE model (model.experts)"
+    if m.experts and m.experts % p.ep:
+        return f"ep {p.ep} must divide model.experts {m.experts}"
+    if m.experts and p.tp > 1 and not p.sequence_parallel:
+        return "an MoE model with tp > 1 needs sequence_parallel: true (tokens are split over tp before dispatch)"
+    return None
 
 
 def _check_transformer(src: str, m: TransformerModel, p: Parallel) -> None:
-    if m.heads % p.tp:
-        raise LibraError(f"{src}: parallel: tp {p.tp} must divide model.heads {m.heads}; change tp or heads")
-    if m.ffn_hidden_size % p.tp:
-        raise LibraError(f"{src}: parallel: tp {p.tp} must divide model.ffn_hidden_size {m.ffn_hidden_size}")
-    if m.layers % p.pp:
-        raise LibraError(f"{src}: parallel: pp {p.pp} must divide model.layers {m.layers} (equal stages); "
-                         f"change pp or layers")
-    if m.global_batch % (m.micro_batch * p.dp):
-        raise LibraError(f"{src}: model: global_batch {m.global_batch} must be a multiple of micro_batch * dp = "
-                         f"{m.micro_batch} * {p.dp}; change global_batch")
-    if p.sequence_parallel and m.seq_length % p.tp:
-        raise LibraError(f"{src}: parallel: sequence_parallel needs tp {p.tp} to divide model.seq_length "
-                         f"{m.seq_length}")
+    why = transformer_problem(m, p)
+    if why:
+        raise LibraError(f"{src}: parallel: {why}; change the parallel degrees or the model")
 
 
 def spec_from_dict(data: Any, source: str = "<spec>", base_dir: str | Path = ".") -> TraceSpec:
@@ -248,18 +340,18 @@ def spec_from_dict(data: Any, source: str = "<spec>", base_dir: str | Path = "."
         if not isinstance(placement, Mapping) or not placement:
             raise LibraError(f"{src}: placement: missing; map each parallel axis to network dimensions, "
                              f"e.g. placement: {{tp: [0], dp: [1]}}")
-        for a in ("tp", "pp", "dp"):
+        for a in AXES:
             if degrees[a] is None and a not in placement:
                 degrees[a] = 1
         if all(v is not None for v in degrees.values()):
-            prod = degrees["tp"] * degrees["pp"] * degrees["dp"]
+            prod = math.prod(degrees.values())
             if prod != net.npus_count:
+                used = [a for a in AXES if a in ("tp", "pp", "dp") or degrees[a] > 1]
                 raise LibraError(
-                    f"{src}: parallel: tp*pp*dp = {degrees['tp']}*{degrees['pp']}*{degrees['dp']} = {prod} but the "
-                    f"network has {net.npus_count} NPUs; make the product equal the NPU count")
+                    f"{src}: parallel: {'*'.join(used)} = {'*'.join(str(degrees[a]) for a in used)} = {prod} but "
+                    f"the network has {net.npus_count} NPUs; make the product equal the NPU count")
         layout = place_axes(net, degrees, placement, src)
-        par = Parallel(tp=layout.axis("tp").degree, pp=layout.axis("pp").degree, dp=layout.axis("dp").degree,
-                       sequence_parallel=par.sequence_parallel, grad_bucket_bytes=par.grad_bucket_bytes)
+        par = replace(par, **{a: layout.axis(a).degree for a in AXES})
         _check_transformer(src, model, par)
     else:
         if "placement" in top:
