@@ -151,6 +151,9 @@ class _Timing:
         if self.system.backend != "unaware":
             raise LibraError(f"{where}: custom collectives are timed on the congestion-unaware backend only; "
                              "use --backend unaware")
+        if self.system.settings.splits != 1:
+            raise LibraError(f"{where}: preferred-dataset-splits is {self.system.settings.splits}: ASTRA-sim waits for "
+                             "that many streams of a custom collective but runs one, and never finishes it; set it to 1")
         times = custom_rank_times(dict(self.system.custom)[c.type], where, self.net, self.system.links)
         mine = {times[r] for r in rc.ranks or range(rc.num_ranks)}
         if len(mine) > 1:
