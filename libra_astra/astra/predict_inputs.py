@@ -156,9 +156,9 @@ def read_custom(path: str, base: Path) -> tuple[tuple[str, str], ...]:
         if key not in data:
             continue
         v = data[key]
-        if not isinstance(v, list) or not v or not isinstance(v[0], str):
-            raise LibraError(f"{path}: {key!r} must list the custom program's ET prefix (PREFIX of PREFIX.RANK.et), "
-                             f"got {v!r}")
+        if not isinstance(v, list) or len(v) != 1 or not isinstance(v[0], str):
+            raise LibraError(f"{path}: {key!r} must list exactly one ET prefix (PREFIX of PREFIX.RANK.et; ASTRA-sim "
+                             f"throws otherwise), got {v!r}")
         out.append((kind, v[0] if Path(v[0]).is_absolute() else str(base / v[0])))
     return tuple(out)
 
