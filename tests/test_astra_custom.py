@@ -54,6 +54,17 @@ def test_ring_program_by_hand(tmp_path):
     assert times == (7 * (2941 + 7000) + 7 * 2941,) * 8
 
 
+def test_a_program_rewritten_in_place_is_read_again(tmp_path):
+    net = network_from_dict({"topology": ["Switch"], "npus_count": [2], "latency": [100.0]}, "net")
+    link = (Link("Switch", 2, 1.0, 100.0),)
+    times = []
+    for us in (1, 3):
+        for r in range(2):
+            cio.write_et(tmp_path / f"p.{r}.et", [cio.comp_node(0, "reduce", us)], overwrite=True)
+        times.append(custom_rank_times(str(tmp_path / "p"), "sys: key", net, link))
+    assert times == [(1000, 1000), (3000, 3000)]
+
+
 def test_receive_waits_for_the_matching_size(tmp_path):
     net = network_from_dict({"topology": ["Switch"], "npus_count": [2], "latency": [100.0]}, "net")
     link = (Link("Switch", 2, 1.0, 100.0),)

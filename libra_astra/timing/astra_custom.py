@@ -76,7 +76,6 @@ def _load(path: Path, where: str, npus: int) -> dict[int, _Node]:
     return out
 
 
-@lru_cache(maxsize=64)
 def custom_rank_times(prefix: str, where: str, network: Network, links: tuple[Link, ...]) -> tuple[int, ...]:
     """Each rank's time (ns) of the custom collective ``PREFIX.RANK.et``, all ranks starting at 0.
 
@@ -86,6 +85,21 @@ def custom_rank_times(prefix: str, where: str, network: Network, links: tuple[Li
         A rank file missing or malformed, a send to itself, or a program that never finishes
         (a receive no send matches, a dependency cycle), naming ``where`` (file: key).
     """
+    # the files' inodes, sizes and times in the key: a program rewritten in place is read again
+    stamps = tuple((s.st_ino, s.st_size, s.st_mtime_ns) if (s := _stat(Path(f"{prefix}.{r}.et"))) else None
+                   for r in range(network.npus_count))
+    return _rank_times(prefix, stamps, where, network, links)
+
+
+def _stat(path: Path):
+    try:
+        return path.stat()
+    except OSError:
+        return None
+
+
+@lru_cache(maxsize=64)
+def _rank_times(prefix: str, _stamps: tuple, where: str, network: Network, links: tuple[Link, ...]) -> tuple[int, ...]:
     npus = network.npus_count
     progs = [_load(Path(f"{prefix}.{r}.et"), where, npus) for r in range(npus)]
     pairs = sorted({(r, n.peer) for r, p in enumerate(progs) for n in p.values() if n.kind == _SEND})
