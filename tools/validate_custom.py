@@ -4,7 +4,8 @@ Cases: ASTRA-sim's own example (examples/system/custom_collectives: its MSCCL ri
 program for 8 NPUs, on its 8npus_1MB all-reduce microbenchmark, with a copy of its system file
 that adds the keys predict needs), and programs and workloads written here (a ring like the
 example's, a direct one whose sends all leave at once), on Ring, Switch, FullyConnected and
-two-dimensional networks, with one or two all-reduces.
+two-dimensional networks, with one or two all-reduces, and as an all-gather before a native
+all-reduce.
 
     python tools/validate_custom.py                # binary vs predict, every case (needs $ASTRA_SIM_BIN)
     python tools/validate_custom.py --record FILE  # also write the binary's finish lines of the written cases
@@ -57,9 +58,13 @@ CASES = [
     ("direct program, Ring 8", "direct", "one", RING8, {}),
     ("direct program, 2 all-reduces, Ring x Ring 4x2", "direct", "two",
      _net("[ Ring, Ring ]", "[ 4, 2 ]", "[ 50.0, 25.0 ]", "[ 500.0, 700.0 ]"), {}),
+    # the program as the all-gather, then a native hierarchical ring all-reduce
+    ("direct program as all-gather, native all-reduce after it, Switch x Ring 2x4", "direct", "mixed",
+     _net("[ Switch, Ring ]", "[ 2, 4 ]", "[ 100.0, 30.0 ]", "[ 200.0, 900.0 ]"),
+     {"custom": "all-gather", "all-reduce-implementation": ["ring", "ring"], "collective-optimization": "localBWAware"}),
 ]
 WORKLOADS = {"one": [("ar", 1 << 20)], "two": [("comp", 5), ("ar", 1 << 20), ("comp", 3), ("ar", 4096)],
-             "back": [("ar", 1 << 20), ("ar", 1 << 20)]}
+             "back": [("ar", 1 << 20), ("ar", 1 << 20)], "mixed": [("comp", 2), ("ag", 65536), ("ar", 1 << 20)]}
 
 
 def write_program(prefix: Path, kind: str, npus: int = 8, size: int = 131072, reduce_us: int = 7) -> str:
@@ -92,9 +97,11 @@ def write_program(prefix: Path, kind: str, npus: int = 8, size: int = 131072, re
 
 
 def write_workload(prefix: Path, items, npus: int = 8) -> str:
-    """A chain per rank of all-reduces (``("ar", bytes)``) and GPU compute (``("comp", us)``)."""
+    """A chain per rank of all-reduces (``("ar", bytes)``), all-gathers (``("ag", bytes)``) and GPU
+    compute (``("comp", us)``)."""
+    kinds = {"ar": "ALL_REDUCE", "ag": "ALL_GATHER"}
     for r in range(npus):
-        nodes = [cio.coll_node(i, f"ar{i}", "ALL_REDUCE", v, data_deps=[i - 1] if i else []) if k == "ar"
+        nodes = [cio.coll_node(i, f"{k}{i}", kinds[k], v, data_deps=[i - 1] if i else []) if k in kinds
                  else cio.comp_node(i, f"comp{i}", v, data_deps=[i - 1] if i else [])
                  for i, (k, v) in enumerate(items)]
         cio.write_et(f"{prefix}.{r}.et", nodes, overwrite=True)
@@ -108,7 +115,10 @@ def write_case(where: Path, case) -> tuple[str, str, str]:
     program = write_program(where / f"prog_{prog}", prog)
     workload = write_workload(where / f"wl_{wl}", WORKLOADS[wl])
     (where / "net.yml").write_text(net)
-    system = {**EXAMPLE_SYSTEM, **keys, "all-reduce-implementation-custom": [program]}
+    keys = dict(keys)
+    kind = keys.pop("custom", "all-reduce")
+    system = {**{k: v for k, v in EXAMPLE_SYSTEM.items() if not k.endswith("-custom")}, **keys,
+              f"{kind}-implementation-custom": [program]}
     (where / "system.json").write_text(json.dumps(system))
     return workload, str(where / "net.yml"), str(where / "system.json")
 
