@@ -11,6 +11,9 @@ timed by astra_aware.py) would print, without the pipelined time model.
   dimension where the two NPU ids differ (docs/astra-sim-settings.md). Timed exactly when every
   member's message to the member a given number of places along takes the same link and hops
   (then the group is a ring astra_collective can time); any other group is refused.
+- Collectives of a kind the system.json gives a ``*-implementation-custom`` program: that
+  program's replay (astra_custom.py), each rank's time from a common start; the queues' state
+  is untouched (ASTRA-sim runs it outside them).
 - Sends: one message, ``int(hops * latency + bytes / bandwidth)``; receives wait for it.
 - Compute and CPU ops: as the demand has them (ASTRA-sim's replay of ``duration_micros``, or
   its roofline), truncated to whole ns as ASTRA-sim's are.
