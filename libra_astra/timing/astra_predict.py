@@ -7,7 +7,8 @@ one GPU compute, one CPU op and one collective or send at a time per rank, recei
 their sends, a collective shared with other classes starting when they are ready for it), with
 every node's time from astra_durations.py (custom collectives: astra_custom.py); where a collective
 runs a double binary tree, each rank at its place in the tree (astra_trees.py). ASTRA-sim's
-"exposed communication" of a rank is its finish time minus its summed GPU compute. """
+"exposed communication" of a rank is its finish time minus its summed GPU compute.
+"""
 
 from __future__ import annotations
 
