@@ -98,6 +98,8 @@ CASES = {
     "roofline-on": ([4], roofline_ready, sound(1, **{"roofline-enabled": 1, "peak-perf": 100}), None),
     "custom-implementation": ([4], after_compute(AR), sound(1, **{IMPL[0] + "-custom": ["nowhere/allreduce"]}),
                               None),
+    "custom-splits": ([4], after_compute(AR), sound(1, **{IMPL[0] + "-custom": ["nowhere/allreduce"],
+                                                         "preferred-dataset-splits": 2}), None),
     "per-node-custom": ([4], after_compute(AR), sound(1, **{"per-node-custom-implementation": "nowhere.yml"}),
                         None),
     "no-network": (None, after_compute(AR), sound(1), None),
@@ -404,7 +406,7 @@ def test_astra_sim_example_system_files_never_raise(tmp_path):
 
 _BIN = os.environ.get("ASTRA_SIM_BIN", "")
 # not run: the files they need are absent on purpose, or there is no network to run on
-_NOT_RUN = {"custom-implementation", "per-node-custom", "no-network"}
+_NOT_RUN = {"custom-implementation", "custom-splits", "per-node-custom", "no-network"}
 
 
 def _simulate(tmp: Path, prefix: str, kw: dict, system: Path, timeout: float = 120) -> tuple[int | None, list]:

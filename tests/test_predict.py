@@ -161,7 +161,8 @@ def test_halving_doubling_all_to_all_is_refused_naming_the_key(tmp_path):
 
 
 @pytest.mark.parametrize("extra, match", [
-    ({"all-reduce-implementation-custom": ["x.et"]}, "all-reduce-implementation-custom.*custom collectives"),
+    ({"per-node-custom-implementation": "x.yml"}, "'per-node-custom-implementation': custom programs per"),
+    ({"all-reduce-implementation-custom": ["a", "b"]}, "'all-reduce-implementation-custom' must list exactly one"),
     ({"replay-only": 1}, "'replay-only' is set"),
     ({"model-shared-bus": 1}, "model-shared-bus"),
     ({"collective-optimization": "fast"}, "collective-optimization must be one of"),

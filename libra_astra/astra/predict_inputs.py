@@ -26,7 +26,7 @@ from ..timing.astra_collective import Link, astra_bw_gbps
 from ..traces.files import find_rank_files
 from ..timing.astra_durations import AstraSystem
 from ..timing.astra_predict import AstraPrediction, predict_astra
-from ..timing.astra_settings import settings_from_json
+from ..timing.astra_settings import IMPLEMENTATION_KEYS, KINDS, settings_from_json
 from .manifest import load_manifest
 
 # Simulator flags that change nothing predict models, with their defaults (CmdLineParser.cc).
@@ -121,10 +121,9 @@ def read_system(path: str, queues_per_dim: int, flags: Mapping[str, str]) -> tup
     """(SystemSettings, (peak-perf TFLOPS, local-mem-bw GB/s) when roofline-enabled) of a system.json."""
     data = read_json(path, "system configuration")
     if isinstance(data, Mapping):
-        custom = sorted(k for k in data if "custom" in str(k))
-        if custom:
-            raise LibraError(f"{path}: {custom[0]!r}: custom collectives (Chakra ET programs) are not modeled; "
-                             "use the native *-implementation keys")
+        if "per-node-custom-implementation" in data:
+            raise LibraError(f"{path}: 'per-node-custom-implementation': custom programs per workload node are not "
+                             "modeled; use the *-implementation-custom keys or the native ones")
         if data.get("replay-only", 0) not in (0, False):
             raise LibraError(f"{path}: 'replay-only' is set: ASTRA-sim then replays recorded durations for "
                              "communication too, which is not modeled; set it to 0")
@@ -145,6 +144,23 @@ def read_system(path: str, queues_per_dim: int, flags: Mapping[str, str]) -> tup
             check_number(v, path, key, minimum=0, strict=True)
         roofline = (float(peak), float(mem))
     return settings, roofline
+
+
+def read_custom(path: str, base: Path) -> tuple[tuple[str, str], ...]:
+    """(collective kind, ET prefix) of a system.json's ``*-implementation-custom`` keys, each prefix
+    relative to ``base`` (the simulator's working directory) unless absolute."""
+    data = read_json(path, "system configuration")
+    out = []
+    for kind in KINDS:
+        key = IMPLEMENTATION_KEYS[kind] + "-custom"
+        if key not in data:
+            continue
+        v = data[key]
+        if not isinstance(v, list) or len(v) != 1 or not isinstance(v[0], str):
+            raise LibraError(f"{path}: {key!r} must list exactly one ET prefix (PREFIX of PREFIX.RANK.et; ASTRA-sim "
+                             f"throws otherwise), got {v!r}")
+        out.append((kind, v[0] if Path(v[0]).is_absolute() else str(base / v[0])))
+    return tuple(out)
 
 
 def read_groups(path: str | None) -> dict[str, tuple[int, ...]]:
@@ -182,8 +198,10 @@ def predict_inputs(inputs: SimInputs, on_progress: Callable[[int, int], None] | 
                          "ranks; give them both, or set roofline-enabled to 0")
     # METADATA groups (sorted, as PyTorch lists them) and the file's, in its order
     groups = {**summary.metadata_groups, **ordered}
+    base = Path(inputs.run_dir) / load_manifest(inputs.run_dir).simulator.run_from if inputs.run_dir else Path()
     system = AstraSystem(net, links, settings, groups, inputs.system,
-                         inputs.comm_groups or "the traces' METADATA process groups", inputs.backend)
+                         inputs.comm_groups or "the traces' METADATA process groups", inputs.backend,
+                         read_custom(inputs.system, base))
     notes = []
     gz = sum(p.name.endswith(".gz") for p in find_rank_files(prefix).values())
     if gz:

@@ -255,9 +255,12 @@ _SYSTEM = [
     Check("roofline-on", NOTE, "{n} GPU compute nodes timed by the roofline",
           "takes num_ops / min(peak-perf, local-mem-bw x num_ops / tensor_size); duration_micros is ignored",
           "nothing to fix", False),
+    Check("custom-splits", FAILS, "{n} collectives with a custom ET program and preferred-dataset-splits {arg} "
+          "({examples})", "waits for that many streams of the collective but runs one: the rank stops there, prints "
+          "\"unreleased nodes\" and never finished", "set preferred-dataset-splits to 1", False),
     Check("custom-implementation", NOTE, "{n} collectives run a custom ET program ({examples})",
           "opens PREFIX.POS.et (POS: the rank's position in its group) from its working directory and exits 1 if "
-          "it is missing; the collective's comm_size and the splits are ignored: the program's sends are the traffic",
+          "it is missing; the collective's comm_size is ignored: the program's sends are the traffic",
           "nothing to fix when the files are there", False),
     Check("per-node-custom", NOTE, "per-node-custom-implementation {examples}",
           "collectives whose node id it lists run that ET program (the doctor does not read it)", "nothing to fix",

@@ -104,7 +104,10 @@ class SystemChecks:
         sf, dims = self.sf, self.dims
         prefix = sf.custom_prefix(kind)
         if prefix is not None:
-            return [], [Issue("custom-implementation", f"{prefix!r}, {self._custom_files(prefix)}")]
+            issues = [Issue("custom-implementation", f"{prefix!r}, {self._custom_files(prefix)}")]
+            if sf.splits != 1:      # the dataset waits for `splits` streams; the custom path runs one
+                issues.append(Issue("custom-splits", f"{IMPLEMENTATION_KEYS[kind]}-custom", sf.splits))
+            return [], issues
         names = sf.settings.implementations(kind)
         if not names:
             return [], [Issue("no-implementation", f"no {IMPLEMENTATION_KEYS[kind]} (or an empty one)")]

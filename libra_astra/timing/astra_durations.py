@@ -11,6 +11,9 @@ timed by astra_aware.py) would print, without the pipelined time model.
   dimension where the two NPU ids differ (docs/astra-sim-settings.md). Timed exactly when every
   member's message to the member a given number of places along takes the same link and hops
   (then the group is a ring astra_collective can time); any other group is refused.
+- Collectives of a kind the system.json gives a ``*-implementation-custom`` program: that
+  program's replay (astra_custom.py), each rank's time from a common start; the queues' state
+  is untouched (ASTRA-sim runs it outside them).
 - Sends: one message, ``int(hops * latency + bytes / bandwidth)``; receives wait for it.
 - Compute and CPU ops: as the demand has them (ASTRA-sim's replay of ``duration_micros``, or
   its roofline), truncated to whole ns as ASTRA-sim's are.
@@ -36,6 +39,7 @@ from ..model import collectives as coll
 from ..model.network import Network
 from .astra_aware import aware_message_ns, check_aware_links, rank_times_for
 from .astra_collective import Coll, Link, checked_links, collective_plan, message_ns
+from .astra_custom import custom_rank_times
 from .astra_settings import IMPLEMENTATION_KEYS, SystemSettings, parse_implementation
 
 _ALL = "all"      # demand's label of an all-ranks collective (demand.groups.group_label)
@@ -51,6 +55,7 @@ class AstraSystem(NamedTuple):
     system_source: str = "system.json"        # for messages
     groups_source: str = "communicator groups"
     backend: str = "unaware"                  # ASTRA-sim's analytical backend: unaware | aware (astra_aware.py)
+    custom: tuple[tuple[str, str], ...] = ()  # (collective kind, ET prefix): *-implementation-custom (astra_custom.py)
 
 
 class Spec(NamedTuple):
@@ -135,8 +140,30 @@ class _Timing:
             if c.algorithm == "p2p" or c.type == coll.P2P:
                 out.append((None, (self.p2p_ns(c),)))
                 continue
+            if c.type in dict(self.system.custom):
+                out.append((None, self.custom_ns(c, rc)))
+                continue
             out.append(timer.time_ns(*self.astra_coll(c, rc)))
         return out
+
+    def custom_ns(self, c: Collective, rc: RankClass) -> tuple[int, ...]:
+        """Each rank's time of a collective ASTRA-sim runs as a custom ET program (astra_custom.py)."""
+        where = f"{self.system.system_source}: {IMPLEMENTATION_KEYS[c.type]}-custom"
+        if c.group != _ALL:
+            raise LibraError(f"{where}: the {c.type} of communicator group {c.group} runs the custom program on the "
+                             "group's members: not modeled; run it on all ranks or use the native implementation")
+        if self.system.backend != "unaware":
+            raise LibraError(f"{where}: custom collectives are timed on the congestion-unaware backend only; "
+                             "use --backend unaware")
+        if self.system.settings.splits != 1:
+            raise LibraError(f"{where}: preferred-dataset-splits is {self.system.settings.splits}: ASTRA-sim waits for "
+                             "that many streams of a custom collective but runs one, and never finishes it; set it to 1")
+        times = custom_rank_times(dict(self.system.custom)[c.type], where, self.net, self.system.links)
+        mine = {times[r] for r in rc.ranks or range(rc.num_ranks)}
+        if len(mine) > 1:
+            raise LibraError(f"{where}: the custom program's ranks finish {min(mine)} to {max(mine)} ns after it "
+                             "starts: ranks that differ are not modeled (the ring and direct programs are even)")
+        return times
 
     def astra_coll(self, c: Collective, rc: RankClass) -> tuple[Coll, tuple[Link, ...], SystemSettings]:
         s, links = self.system.settings, self.system.links
@@ -353,7 +380,8 @@ def check_start_at_zero(d: Demand, plan, dur: np.ndarray, system: AstraSystem) -
     starts += [(plan.offsets[ci], (d.rank_classes[ci], c)) for ci in plan.no_dag
                if d.rank_classes[ci].compute_time_ns == 0 for c in d.rank_classes[ci].collectives[:1]]
     for _, (rc, c) in starts:
-        if c.algorithm != "p2p" and c.type != coll.P2P and not t.astra_coll(c, rc)[0].group:
+        if c.algorithm != "p2p" and c.type != coll.P2P and c.type not in dict(system.custom) \
+                and not t.astra_coll(c, rc)[0].group:
             raise LibraError(f"{system.system_source}: endpoint-delay 0, and rank {rc.ranks[0] if rc.ranks else 0} "
                              f"issues {c.type} at time 0: ASTRA-sim aborts (an event at t = 0 fails "
                              "EventQueue::proceed's assertion); set endpoint-delay to 1 or more")

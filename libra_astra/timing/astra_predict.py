@@ -2,12 +2,12 @@
 ``AstraSystem.backend``) would print for a demand read from traces, without running it: each
 rank's finish time and exposed communication.
 
-The demand's rank classes are replayed together as ASTRA-sim runs their DAGs (predict.py's
-replay: one GPU compute, one CPU op and one collective or send at a time per rank, receives
-waiting for their sends, a collective shared with other classes starting when they are ready for
-it), with every node's time from astra_durations.py; where a collective runs a double binary tree, each
-rank at its place in the tree (astra_trees.py). ASTRA-sim's "exposed communication" of a rank is
-its finish time minus its summed GPU compute.
+The demand's rank classes are replayed together as ASTRA-sim runs their DAGs (predict.py's replay:
+one GPU compute, one CPU op and one collective or send at a time per rank, receives waiting for
+their sends, a collective shared with other classes starting when they are ready for it), with
+every node's time from astra_durations.py (custom collectives: astra_custom.py); where a collective
+runs a double binary tree, each rank at its place in the tree (astra_trees.py). ASTRA-sim's
+"exposed communication" of a rank is its finish time minus its summed GPU compute.
 """
 
 from __future__ import annotations
