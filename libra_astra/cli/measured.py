@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
+import math
+
 import click
 
-from .format import fmt_time, table
+from .format import fmt_time, fmt_usd, table
 
 MEASURED_HELP = ("The run's Kineto traces (a PREFIX of PREFIX.RANK.json[.gz], a directory or a file; repeatable): "
                  "print each rank's measured step beside the GPU-faithful prediction and the command's own.")
@@ -16,18 +18,22 @@ def measured_option(f: Callable) -> Callable:
     return click.option("--measured", "measured", multiple=True, metavar="KINETO", help=MEASURED_HELP)(f)
 
 
+def run_settings(net, splits: int, local_mem_bw_gbps: float, system: Mapping[str, Any] | None):
+    """The system settings emit would give the simulator: the user's system.json, else emit's own."""
+    from ..timing.astra_settings import SystemSettings, settings_from_json
+
+    if system is not None:
+        return settings_from_json(system.get("settings", system), str(system.get("path", "system.json")))
+    return SystemSettings.uniform(net.num_dims, "ring", splits=splits, endpoint_delay_ns=1,
+                                  local_mem_bw_gbps=local_mem_bw_gbps)
+
+
 def design_comparison(measured: Sequence[str], net, bw_gbps: Sequence[float], splits: int, local_mem_bw_gbps: float,
                       system: Mapping[str, Any] | None, other_ns: Sequence[float] | None):
     """The measured run against a design, with the system settings emit would give the simulator."""
     from ..measure.compare import compare_design
-    from ..timing.astra_settings import SystemSettings, settings_from_json
 
-    if system is not None:
-        settings = settings_from_json(system.get("settings", system), str(system.get("path", "system.json")))
-    else:
-        settings = SystemSettings.uniform(net.num_dims, "ring", splits=splits, endpoint_delay_ns=1,
-                                          local_mem_bw_gbps=local_mem_bw_gbps)
-    return compare_design(measured, net, bw_gbps, settings, other_ns)
+    return compare_design(measured, net, bw_gbps, run_settings(net, splits, local_mem_bw_gbps, system), other_ns)
 
 
 def _signed(ns: float) -> str:
@@ -61,3 +67,27 @@ def echo_comparison(cmp, other: str = "ASTRA-sim semantics") -> None:
                f"{fmt_time(cmp.transfer_measured_ns, 3)} measured)")
     for note in cmp.notes:
         click.echo(f"note: {note}")
+
+
+GPU_FAITHFUL_HELP = ("With --measured: also optimize the measured run's GPU-faithful step (its slowest rank, replayed "
+                     "as the GPU ran it, each collective's transfer from the time model; exact, certified) and show "
+                     "both optima under both models; the design (-o) then holds the GPU-faithful optimum.")
+
+
+def echo_faithful(f, net, prices) -> None:
+    """The GPU-faithful optimum, and both optima under both models."""
+    r = f.result
+    gap = f"{r.rel_gap:.2e}" if math.isfinite(r.rel_gap) else "unknown"
+    click.echo(f"GPU-faithful optimum ({r.objective}): the measured run's slowest rank, replayed as the GPU ran it")
+    click.echo(f"  {r.message}; relative duality gap {gap}; step {fmt_time(r.best.time_ns, 3)} (at least "
+               f"{fmt_time(f.floor_ns, 3)} with every modelled transfer free)")
+    names = "/".join(net.dim_names)
+    rows = [["optimum of", f"GB/s per NPU ({names})", "GPU-faithful step", "time model's time"]
+            + (["cost"] if prices else [])]
+    for name, bw, gf, tm, cost in (("GPU-faithful", r.bw_gbps, r.best.time_ns, f.model_ns, r.best.cost_usd),
+                                   ("time model", f.other.bw_gbps, f.other_faithful_ns, f.other.best.time_ns,
+                                    f.other.best.cost_usd)):
+        rows.append([name, " / ".join(f"{b:.4g}" for b in bw), fmt_time(gf, 3), fmt_time(tm, 3)]
+                    + ([fmt_usd(cost)] if prices else []))
+    for line in table(rows, right={2, 3, 4}):
+        click.echo(line)

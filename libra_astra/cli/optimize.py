@@ -17,7 +17,7 @@ from .numbers import FiniteFloat
 from .app import Command
 from .common import check_plot, draw, plot_option
 from .format import fmt_time, fmt_usd
-from .measured import design_comparison, echo_comparison, measured_option
+from .measured import GPU_FAITHFUL_HELP, design_comparison, echo_comparison, echo_faithful, measured_option
 from .options import SharedOptions, power_options, time_model_options, workload_options
 from .progress import Progress
 from .show import format_energy, format_frontier, format_tco
@@ -169,9 +169,10 @@ def _x(v: float | None, why: str = "time 0") -> str:
 @plot_option("bandwidth per dimension and the time breakdown, optimum vs baselines")
 @click.option("--force", is_flag=True, help="Overwrite an existing --output or --plot file.")
 @measured_option
+@click.option("--gpu-faithful", "gpu_faithful", is_flag=True, help=GPU_FAITHFUL_HELP)
 @click.pass_obj
 def optimize_command(shared: SharedOptions, objective, budget, time_target, algorithms, as_json, output, plot_out,
-                     force, measured):
+                     force, measured, gpu_faithful):
     """Find the bandwidth per dimension that minimizes training time (or time x cost, or cost).
 
     Workloads are Chakra ET trace prefixes (PREFIX.0.et ...) and/or --demand files.
@@ -202,6 +203,11 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, algo
         check_writable(output, force)
     check_plot(plot_out, force)
     tm = shared.time_model()
+    if gpu_faithful and not measured:
+        raise LibraError("--gpu-faithful optimizes a measured run: give its Kineto traces with --measured KINETO")
+    if gpu_faithful and algorithms == "auto":
+        raise LibraError("--gpu-faithful takes the implementations as the system settings give them; drop "
+                         "--algorithms auto (or choose them first and pass the design's system.json with --system)")
     if objective != "min-cost" and time_target is not None:
         raise LibraError("--time-target only applies to --objective min-cost")
     net, cost, workloads, cons = shared.load(budget, time_target, objective=objective)
@@ -230,14 +236,24 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, algo
         data["energy"] = energy_dict(workloads, net, power, r, shared)
         if shared.tco() is not None:
             data["tco"] = tco_dict(workloads, net, cost, power, r, shared)
-    cmp = None
+    cmp = faithful = None
+    mem_bw = tm.local_mem_bw_gbps or DEFAULT_LOCAL_MEM_BW_GBPS
     if measured:
         if len(workloads) != 1:
             raise LibraError(f"--measured compares one run; give one workload, not {len(workloads)}")
+        design_bw, design_ns = r.bw_gbps, r.best.time_ns
+        if gpu_faithful:
+            from ..optimize.faithful import faithful_to_dict, optimize_faithful
+
+            with Progress("optimize") as p:
+                p.note(f"solving the GPU-faithful model ({objective})")
+                faithful = optimize_faithful(measured, workloads, net, cost, objective, cons, tm, r, power=power,
+                                             tco=shared.tco())
+            data["gpu_faithful"] = faithful_to_dict(faithful, "model")
+            design_bw, design_ns = faithful.result.bw_gbps, faithful.model_ns
         # the optimum as emit would simulate it, beside the optimizer's own time of the workload
-        cmp = design_comparison(measured, net, r.bw_gbps, tm.splits, tm.local_mem_bw_gbps or DEFAULT_LOCAL_MEM_BW_GBPS,
-                                system_record,
-                                [r.best.time_ns] * net.npus_count)
+        cmp = design_comparison(measured, net, design_bw, tm.splits, mem_bw, system_record,
+                                [design_ns] * net.npus_count)
         from ..measure.compare import comparison_to_dict
 
         data["measured"] = comparison_to_dict(cmp)
@@ -253,10 +269,14 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, algo
         _print_result(r, net, cost if shared.cost_path else None, len(workloads), data)
         if choice is not None:
             _print_choice(choice, net)
+        if faithful is not None:
+            echo_faithful(faithful, net, shared.cost_path)
         if cmp is not None:
             echo_comparison(cmp, f"optimizer ({tm.kind})")
     if output:
-        design = Design(Path(output).stem, net, r.bw_gbps, objective, tm.kind, r.best.time_ns, r.best.cost_usd,
+        # with --gpu-faithful the GPU-faithful optimum, timed as the simulator will run the traces
+        best = r.best if faithful is None else replace(faithful.result.best, time_ns=faithful.model_ns)
+        design = Design(Path(output).stem, net, best.bw_gbps, objective, tm.kind, best.time_ns, best.cost_usd,
                         tuple(WorkloadRef.of(w) for w in workloads), data, model_settings(tm), system_record)
         write_json_atomic(output, design_to_dict(design), overwrite=force)
         if not as_json:

@@ -16,7 +16,9 @@ Each rank's step is rebuilt from its profile as a graph, with the profile's own 
 
 What the profile shows beyond these rules (a launch's latency, a delay no rule explains) is kept
 as a constant. With the measured transfers the replay reproduces the measured steps; with a
-calibrated network's transfers it predicts them. The step ends where the step's thread ends it.
+calibrated network's transfers it predicts them. The step ends where the step's thread ends it, and
+not before the device work launched in it has ended (in a steady state the next step's kernels
+queue behind that work on the same streams).
 """
 
 from __future__ import annotations
@@ -116,11 +118,13 @@ def _rank_graph(prof: RankProfile, coll_of: dict[tuple[int, str], int]) -> tuple
                 e, k = max(done)
                 nodes[key] = _Node(key, n.deps + (k,), n.rec_start, n.rec_end, n.lag_ns,
                                    max(0, n.rec_end - max(e, n.rec_start)), sync=True)
-    # each step: its first and last call on the step's thread (any thread without a step annotation)
+    # each step: its first and last call on the step's thread (any thread without a step annotation),
+    # and the device ops launched in it
     bounds = []
     for w_lo, w_hi in windows:
         inside = [("h", i) for i, c in enumerate(calls) if w_lo <= c.start_ns <= w_hi and (tid is None or c.tid == tid)]
-        bounds.append((w_lo, w_hi, inside[0] if inside else None, inside[-1] if inside else None))
+        launched = tuple(("d", i) for i, d in enumerate(dev) if w_lo <= by_corr[d.correlation].start_ns <= w_hi)
+        bounds.append((w_lo, w_hi, inside[0] if inside else None, inside[-1] if inside else None, launched))
     return nodes, (lo, hi), bounds
 
 
@@ -145,10 +149,11 @@ def _times(nodes: dict, lo: int, release: dict[int, int], transfer: dict[int, in
     return start, end, ready
 
 
-def replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCollective],
-           transfer_ns: Callable[[MeasuredCollective], int], world: int,
-           offsets_ns: Sequence[int] | None = None) -> list[ReplayedRank]:
-    """Every rank's step under the GPU-faithful model (module docstring), ns."""
+def rank_graphs(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCollective],
+                world: int) -> dict[int, tuple[dict, tuple, list]]:
+    """Per rank: its replay graph (nodes by key), the span of its steps, and per step (start, end,
+    first and last host call of the step's thread); collective kernels carry the index of their
+    measured collective."""
     notes: list[str] = []
     comms = {p.rank: rank_comms(p) for p in profiles}
     instances = match(profiles, comms, world, notes)
@@ -159,8 +164,15 @@ def replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCollec
     for i, inst in enumerate(instances):
         for r, c in inst:
             coll_of[r][(c.start_ns, c.name)] = i
+    return {p.rank: _rank_graph(p, coll_of[p.rank]) for p in profiles}
+
+
+def replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCollective],
+           transfer_ns: Callable[[MeasuredCollective], int], world: int,
+           offsets_ns: Sequence[int] | None = None) -> list[ReplayedRank]:
+    """Every rank's step under the GPU-faithful model (module docstring), ns."""
     transfer = {i: int(transfer_ns(c)) for i, c in enumerate(collectives)}
-    graphs = {p.rank: _rank_graph(p, coll_of[p.rank]) for p in profiles}
+    graphs = rank_graphs(profiles, collectives, world)
     # the release of a collective is when its last member is ready; iterate to the fixed point
     # each rank starts its step when it did; a release is on the shared (corrected) clock
     off = dict(zip((p.rank for p in profiles), offsets_ns or [0] * len(profiles)))
@@ -182,11 +194,12 @@ def replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCollec
         nodes, (lo, hi), bounds = graphs[p.rank]
         start, end = results[p.rank]
         steps = []
-        for w_lo, w_hi, first, last in bounds:
-            # a step starts as long before its first call, and ends as long after its last, as recorded
+        for w_lo, w_hi, first, last, launched in bounds:
+            # A step starts as long before its first call, and ends as long after its last, as recorded;
+            # and not before the device work it launched: the next step's kernels queue behind it.
             s0 = start[first] - (nodes[first].rec_start - w_lo) if first is not None else w_lo
             s1 = end[last] + (w_hi - nodes[last].rec_end) if last is not None else w_hi
-            steps.append(s1 - s0)
+            steps.append(max([s1] + [end[k] for k in launched]) - s0)
         out.append(ReplayedRank(p.rank, round(sum(steps) / len(steps)), tuple(end[k] - lo for k, n in nodes.items()
                                                                 if n.coll is not None)))
     return out

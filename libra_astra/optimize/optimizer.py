@@ -37,7 +37,7 @@ from .energy_cap import capped, capped_base, objective_multiplier, over_cap
 from ..model.power import PowerModel
 from .tco import TcoSettings
 from .problem import FRACTIONAL, OBJECTIVES, Constraints, ScaledProblem, Workload, build_problem, linear_rows, unscale
-from .terms import node_path_terms
+from .terms import item_terms, node_path_terms
 from . import bounded
 from .refine import refine
 from .solver import solve, term_values, unbounded_coordinates
@@ -94,7 +94,10 @@ def evaluate(workloads: Sequence[Workload], net: Network, cost: CostModel, bw_gb
     bw = tuple(float(b) for b in bw_gbps)
     t = comp = comm = 0.0
     for w in workloads:
-        if model.overlap:
+        if model.overlap and model.replay is not None:
+            total = model.replay.time_ns(bw)
+            compute = model.replay.floor_ns
+        elif model.overlap:
             # The slowest class of the replay; communication is what its compute does not hide.
             p = predict(w.demand, bw, net, model)
             slowest = max(range(len(p.class_times_ns)), key=p.class_times_ns.__getitem__)
@@ -304,6 +307,12 @@ def _solve_model(workloads, net, cost, cons, objective, model, rel_gap, start_fo
     for _ in range(max_rounds + 1):
         added = 0
         for wi, w in enumerate(workloads):
+            if model.replay is not None:
+                for key, comp, items, counts in model.replay.critical_paths(bw):
+                    if (wi, key) not in paths:
+                        paths[(wi, key)] = (wi, comp, item_terms(w.demand, items, counts, net, model, cache))
+                        added += 1
+                continue
             # As global nodes of the replay's graph (int64 arrays): the same paths as (class, node)
             # pairs, cheaper to walk, key and merge.
             for _, path in critical_path_nodes(w.demand, bw, net, model):

@@ -347,3 +347,10 @@ def node_path_terms(demand: Demand, nodes: np.ndarray, net: Network, model: Time
         in_whole = np.repeat(whole, lengths)
         counts[in_whole] = every[items[in_whole]]
     return comp, _merge(s, items, counts, _group_ids(s))
+
+
+def item_terms(demand: Demand, items: np.ndarray, counts: np.ndarray, net: Network, model: TimeModel,
+               cache: dict) -> Terms:
+    """Merged terms of some collectives of a one-class demand, by index, each run ``counts`` times."""
+    s, first, _ = _demand_scaled(demand, net, model, cache)
+    return _merge(s, first[0] + np.asarray(items, dtype=np.int64), np.asarray(counts, dtype=float), _group_ids(s))

@@ -29,9 +29,9 @@ slowest class sets the job time.
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import numpy as np
 
@@ -45,6 +45,21 @@ if TYPE_CHECKING:  # pragma: no cover
     from .system_phases import SystemTiming
 
 MODELS = ("libra", "pipelined")
+
+
+class PathReplay(Protocol):
+    """A time that follows dependency paths outside the demand (measure/faithful_time.py): the
+    optimizer times designs by it and bounds it by the critical paths it names, each a constant
+    plus some of the demand's collectives, counted."""
+
+    name: str
+
+    def time_ns(self, bw_gbps: Sequence[float]) -> float: ...
+
+    @property
+    def floor_ns(self) -> float: ...
+
+    def critical_paths(self, bw_gbps: Sequence[float]) -> list: ...
 
 
 # Far below any memory; the reduce copies of the largest demand (1e21 bytes) still take a finite time.
@@ -67,6 +82,9 @@ class TimeModel:
     # A user's system.json beyond splits and local-mem-bw (system_phases.SystemTiming): the
     # implementations, active chunks, endpoint delay and collective optimization it sets.
     system: "SystemTiming | None" = None
+    # With overlap: time the single workload by this replay instead of its demand's graph; its
+    # rows are still the demand's (the replay's collectives).
+    replay: PathReplay | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.kind not in MODELS:
@@ -126,7 +144,7 @@ def _rows_of(colls, net: Network, model: TimeModel) -> Rows:
 def rows_key(model: TimeModel) -> TimeModel:
     """The model as far as rows depend on it (keys of row caches)."""
     # Rows do not depend on overlap: the overlap solve and its no-overlap start share them.
-    return replace(model, overlap=False) if model.overlap else model
+    return replace(model, overlap=False, replay=None) if model.overlap else model
 
 
 def _frozen(rows: Rows) -> Rows:
