@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -97,12 +97,15 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
              probe: float = 1.25, min_gain: float = 1e-3, timeout_s: float = 3600.0, overwrite: bool = False,
              overlap: bool = True, system: Mapping[str, Any] | None = None, power: PowerModel | None = None,
              tco: TcoSettings | None = None, on_event: Callable[[str], None] = lambda _msg: None,
-             on_progress: Callable[[str], None] = lambda _msg: None) -> LoopResult:
+             on_progress: Callable[[str], None] = lambda _msg: None,
+             measured: Sequence[str] = ()) -> LoopResult:
     """Run the closed loop; see the module docstring. ``on_event`` receives a line per finished run,
     ``on_progress`` a line when each step (optimize, emit, simulate) starts. ``system``: the user's
     system.json as a design records it, emitted for every run (its splits and local-mem-bw are
     the caller's ``splits`` and ``local_mem_bw_gbps``). ``power``: the energy objectives' figures;
-    each run's line then gives its energy per step at the simulated time. ``tco``: min-tco's prices."""
+    each run's line then gives its energy per step at the simulated time. ``tco``: min-tco's prices.
+    ``measured``: a measured run's Kineto traces (one workload, no calibration): optimize its
+    GPU-faithful step instead (optimize/faithful.py); the runs simulate the traces at that optimum."""
     if not workloads:
         raise LibraError("the loop needs at least one workload")
     refs = tuple(WorkloadRef.of(w) for w in workloads)
@@ -161,8 +164,20 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
     if aware:
         on_event(f"note: {_AWARE_NOTE}")
     on_progress("optimizing")
-    r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model, power=power,
-                 tco=tco)
+    if measured:
+        if len(workloads) != 1 or calibrate:
+            raise LibraError("the GPU-faithful loop optimizes one measured run and fits no efficiency: give one "
+                             "workload and drop --calibrate")
+        from .optimize.faithful import faithful_model
+
+        ft = faithful_model(measured, net, model)
+        on_event(f"optimized for: the GPU-faithful step of {measured[0]} (its slowest rank, replayed as the GPU "
+                 "ran it); predicted and simulated below: the traces as ASTRA-sim runs them")
+        r = optimize([Workload(ft.demand, name="gpu-faithful")], net, cost, objective=objective,
+                     constraints=constraints, model=replace(model, overlap=True, replay=ft), power=power, tco=tco)
+    else:
+        r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=model, power=power,
+                     tco=tco)
     best = run_design(0, "optimized", r.bw_gbps, model)
     for name, ev in r.baselines.items():
         run_design(0, name, ev.bw_gbps, model)
@@ -199,6 +214,9 @@ def run_loop(workloads: Sequence[Workload], net: Network, cost: CostModel, *,
              "waits for its send, a shared collective for every rank in it)",)
     if aware:
         notes = (f"prediction: libra-astra predict --backend aware, exact for this binary; {_AWARE_NOTE}",)
+    if measured:
+        notes += (f"optimized for the GPU-faithful step of the run measured in {measured[0]}: "
+                  f"{r.best.time_ns / 1e6:.6f} ms at the optimum ({r.message})",)
     return LoopResult(tuple(rows), tuple(efficiencies), best, stop, splits, bin_path, notes,
                       model_settings(simulator_model(splits, local_mem_bw_gbps, overlap=overlap, system=system)),
                       objective)

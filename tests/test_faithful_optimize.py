@@ -173,3 +173,32 @@ def test_simulator_runs_the_faithful_optimum_with_the_gpu_order(tmp_path):
     sim = float(re.search(r"simulated time: ([\d.]+) ms", res.output).group(1))
     pred = json.loads((tmp_path / "gf.json").read_text())["predicted_time_ns"] / 1e6
     assert abs(pred - sim) / sim < 0.01
+
+
+@pytest.mark.astra
+@pytest.mark.skipif(not (BIN and os.access(BIN, os.X_OK)),
+                    reason="set ASTRA_SIM_BIN to an AstraSim_Analytical_Congestion_Unaware binary to run this")
+def test_loop_simulates_the_faithful_optimum(tmp_path):
+    res = CliRunner().invoke(main, ["loop", str(DLRM), "--network", str(REAL / "ring8.yml"), "--cost", str(COST),
+                                    "--objective", "min-cost", "--time-target", "24e6", "--measured", str(DLRM),
+                                    "--gpu-faithful", "--out", str(tmp_path / "loop")])
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "loop" / "loop.json").read_text())
+    opt = optimize_cli_faithful_bw()
+    assert data["best"]["bandwidth_gbps"] == pytest.approx(opt, rel=1e-9)
+    assert any(n.startswith("optimized for the GPU-faithful step") for n in data["notes"])
+
+
+def optimize_cli_faithful_bw() -> list[float]:
+    res = CliRunner().invoke(main, ["optimize", str(DLRM), "--network", str(REAL / "ring8.yml"), "--cost", str(COST),
+                                    "--objective", "min-cost", "--time-target", "24e6", "--measured", str(DLRM),
+                                    "--gpu-faithful", "--json"])
+    return json.loads(res.output[:res.output.rindex("}") + 1])["gpu_faithful"]["bandwidth_gbps"]
+
+
+def test_loop_gpu_faithful_refusals(tmp_path):
+    res = CliRunner().invoke(main, ["loop", str(DLRM), "--network", str(REAL / "ring8.yml"), "--total-bw", "10",
+                                    "--gpu-faithful", "--out", str(tmp_path / "l"), "--astra-sim", "/bin/true"])
+    assert res.exit_code == 1
+    assert res.output.strip().splitlines()[-1] == ("Error: --gpu-faithful optimizes a measured run: give its Kineto "
+                                                   "traces with --measured KINETO")

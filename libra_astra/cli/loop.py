@@ -49,9 +49,13 @@ from .show import format_loop
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @plot_option("predicted and simulated time of every run")
 @measured_option
+@click.option("--gpu-faithful", "gpu_faithful", is_flag=True,
+              help="With --measured: optimize the measured run's GPU-faithful step (its slowest rank, replayed as "
+                   "the GPU ran it, each collective's transfer from the time model; exact, certified) instead of the "
+                   "traces' time, then simulate the traces at that optimum; one workload, no --calibrate.")
 @click.pass_obj
 def loop_command(shared: SharedOptions, objective, budget, time_target, binary, out_dir, splits, calibrate,
-                 local_mem_bw, system_path, overlap, timeout, force, as_json, plot_out, measured):
+                 local_mem_bw, system_path, overlap, timeout, force, as_json, plot_out, measured, gpu_faithful):
     """Optimize, emit, simulate with ASTRA-sim, compare predicted with simulated time, and calibrate.
 
     The optimized design and the baselines (EqualBW, TrafficProportional) are simulated; every
@@ -67,6 +71,8 @@ def loop_command(shared: SharedOptions, objective, budget, time_target, binary, 
     from ..loop import run_loop
 
     check_plot(plot_out, force)
+    if gpu_faithful and not measured:
+        raise LibraError("--gpu-faithful optimizes a measured run: give its Kineto traces with --measured KINETO")
     user = None
     if system_path is not None:
         from ..model.network import load_network
@@ -92,7 +98,7 @@ def loop_command(shared: SharedOptions, objective, budget, time_target, binary, 
                        binary=binary, splits=splits, calibrate=calibrate, timeout_s=timeout, overwrite=force,
                        local_mem_bw_gbps=local_mem_bw, overlap=overlap, on_event=echo,
                        system=None if user is None else user.to_dict(), on_progress=p.note,
-                       power=shared.power(net), tco=shared.tco())
+                       power=shared.power(net), tco=shared.tco(), measured=measured if gpu_faithful else ())
     data = res.to_dict(net)
     cmp = None
     if measured:

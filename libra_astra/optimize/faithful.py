@@ -34,14 +34,20 @@ class FaithfulOptimum:
     time: FaithfulTime
 
 
+def faithful_model(measured: Sequence[str], net: Network, model: TimeModel) -> FaithfulTime:
+    """The GPU-faithful step of the run whose Kineto traces are ``measured``, its collectives
+    timed by ``model``."""
+    profiles, notes = read_profiles(measured)
+    m = measure_profiles(profiles, notes, net, str(measured[0]))
+    return faithful_time(m, profiles, net, replace(model, overlap=False, replay=None))
+
+
 def optimize_faithful(measured: Sequence[str], workloads: Sequence[Workload], net: Network, cost: CostModel,
                       objective: str, constraints: Constraints, model: TimeModel,
                       other: OptimizeResult, **kw) -> FaithfulOptimum:
     """``other``: the time model's optimum of ``workloads`` (the run's traces) under the same
     objective and constraints; ``kw`` go to optimize (power, tco)."""
-    profiles, notes = read_profiles(measured)
-    m = measure_profiles(profiles, notes, net, str(measured[0]))
-    ft = faithful_time(m, profiles, net, replace(model, overlap=False, replay=None))
+    ft = faithful_model(measured, net, model)
     fm = replace(model, overlap=True, replay=ft)
     r = optimize([Workload(ft.demand, name="gpu-faithful")], net, cost, objective=objective,
                  constraints=constraints, model=fm, **kw)
