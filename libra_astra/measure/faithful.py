@@ -129,9 +129,11 @@ def faithful_graph(profiles: Sequence[RankProfile], collectives: Sequence[Measur
             if last is None:
                 raise LibraError(f"{source}: rank {r} has a profiled step without host calls; the GPU-faithful "
                                  "optimum needs each step's calls")
-            # its end: its thread's last call, as long after as recorded, and the device work it launched
+            # its end: as long after its thread's last call as recorded, and after the device work it
+            # launched, less what that work overran the step by in the record
             e = new()
-            ins[e] += [(end[last], w_hi - nodes[last].rec_end, -1)] + [(end[k], 0, -1) for k in launched]
+            ins[e] += [(end[last], w_hi - nodes[last].rec_end, -1)]
+            ins[e] += [(end[k], min(0, w_hi - nodes[k].rec_end), -1) for k in launched]
             s = (start[first], nodes[first].rec_start - w_lo) if first is not None else (-1, shift - w_lo)
             rank_steps.append((e, 0, s[0], s[1]))
         steps.append(tuple(rank_steps))

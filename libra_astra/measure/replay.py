@@ -17,8 +17,8 @@ Each rank's step is rebuilt from its profile as a graph, with the profile's own 
 What the profile shows beyond these rules (a launch's latency, a delay no rule explains) is kept
 as a constant. With the measured transfers the replay reproduces the measured steps; with a
 calibrated network's transfers it predicts them. The step ends where the step's thread ends it, and
-not before the device work launched in it has ended (in a steady state the next step's kernels
-queue behind that work on the same streams).
+not before the device work launched in it has ended, less what that work overran the step by in
+the record (in a steady state the next step's kernels queue behind that work on the same streams).
 """
 
 from __future__ import annotations
@@ -196,10 +196,12 @@ def replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCollec
         steps = []
         for w_lo, w_hi, first, last, launched in bounds:
             # A step starts as long before its first call, and ends as long after its last, as recorded;
-            # and not before the device work it launched: the next step's kernels queue behind it.
+            # and not before the device work it launched has ended, less what that work overran the
+            # step by in the record: work that ends later delays the step's end, as the next step's
+            # kernels queue behind it.
             s0 = start[first] - (nodes[first].rec_start - w_lo) if first is not None else w_lo
             s1 = end[last] + (w_hi - nodes[last].rec_end) if last is not None else w_hi
-            steps.append(max([s1] + [end[k] for k in launched]) - s0)
+            steps.append(max([s1] + [end[k] + min(0, w_hi - nodes[k].rec_end) for k in launched]) - s0)
         out.append(ReplayedRank(p.rank, round(sum(steps) / len(steps)), tuple(end[k] - lo for k, n in nodes.items()
                                                                 if n.coll is not None)))
     return out
