@@ -460,9 +460,10 @@ def test_cli_says_what_fix_cannot_do(tmp_path):
 
 # ---------------------------------------------------------------- the real corpus
 
-_SETS = {"ddp4": 4, "tpdp4": 4, "tpdp8": 8, "pipeline4": 4, "param_dlrm8": 8}
+_SETS = {"ddp4": 4, "tpdp4": 4, "tpdp8": 8, "pipeline4": 4, "param_dlrm8": 8, "astra_megatron8": 8}
 # per rank: dependencies on node 0 (the converter drops node 0 but not the dependencies on it)
-_DANGLING = {"ddp4": 1, "tpdp4": 2, "tpdp8": 2, "pipeline4": 1, "param_dlrm8": 2}
+_DANGLING = {"ddp4": 1, "tpdp4": 2, "tpdp8": 2, "pipeline4": 1, "param_dlrm8": 2, "astra_megatron8": 1}
+_NCCL = {"param_dlrm8", "astra_megatron8"}      # GPU runs: no METADATA node, no gloo CPU collectives
 
 
 @pytest.mark.parametrize("name", list(_SETS))
@@ -471,15 +472,15 @@ def test_real_sets_diagnosed_and_fixed(tmp_path, name):
     d = diagnose(REAL / name / name, network=REAL / f"ring{n}.yml")
     fails = {(f.code, f.rank) for f in d.findings if f.severity == FAILS}
     expect = {("gzipped", None)} | {("dangling-dep", r) for r in range(n)}
-    if name != "param_dlrm8":
+    if name not in _NCCL:
         expect |= {("metadata-node", r) for r in range(n)}
     assert fails == expect
     assert {f.code for f in d.findings if f.severity != FAILS} == (
-        {"cpu-ops"} if name == "param_dlrm8" else {"cpu-ops", "gloo-cpu-collectives"})
+        {"cpu-ops"} if name in _NCCL else {"cpu-ops", "gloo-cpu-collectives"})
     res = fix(REAL / name / name, tmp_path / name, network=REAL / f"ring{n}.yml")
     actions = [("rank files written plain (ASTRA-sim cannot read gzip)", n),
                ("dependencies on nodes absent from the file dropped", n * _DANGLING[name])]
-    if name != "param_dlrm8":
+    if name not in _NCCL:
         actions.append(("METADATA nodes removed (their dependents inherit their dependencies)", n))
     assert list(res.actions) == actions
     assert not res.after.fails and all(f.severity == "note" for f in res.after.findings)

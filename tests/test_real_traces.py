@@ -16,7 +16,8 @@ from libra_astra.timing.model import simulator_model
 from libra_astra.timing.predict import predict
 
 REAL = Path(__file__).parent / "fixtures" / "real"
-SETS = {"ddp4": "ring4", "tpdp4": "ring2x2", "tpdp8": "ring2x4", "pipeline4": "ring4", "param_dlrm8": "ring8"}
+SETS = {"ddp4": "ring4", "tpdp4": "ring2x2", "tpdp8": "ring2x4", "pipeline4": "ring4", "param_dlrm8": "ring8",
+        "astra_megatron8": "ring8"}
 
 
 def prefix(name: str) -> Path:

@@ -22,7 +22,7 @@ from ..timing.astra_collective import Link, collective_time_ns
 from ..timing.astra_settings import SystemSettings
 from .kineto import RankProfile
 from .measurement import Measurement, collective_dims
-from .replay import MODEL_NAME, replay
+from .replay import MODEL_NAME, ReplayedRank, replay
 
 
 @dataclass(frozen=True)
@@ -79,12 +79,26 @@ def compare(m: Measurement, profiles: Sequence[RankProfile], net: Network, links
     by_index = {c.index: t for c, t in zip(m.collectives, modelled)}
     predicted = replay(profiles, m.collectives, lambda c: by_index[c.index], m.world_size, m.clock_offsets_ns)
     baseline = replay(profiles, m.collectives, lambda c: c.transfer_ns, m.world_size, m.clock_offsets_ns)
+    notes += _host_bound_note(m, baseline)
     rows = []
     for s, p, b in zip(m.ranks, predicted, baseline):
         astra = float(astra_finish_ns[s.rank]) if astra_finish_ns is not None else None
         rows.append(RankComparison(s.rank, s.step_ns, float(p.step_ns), float(b.step_ns), astra))
     return Comparison(m.source, MODEL_NAME, tuple(rows), sum(c.transfer_ns for c in m.collectives), sum(modelled),
                       tuple(notes))
+
+
+def _host_bound_note(m: Measurement, replayed: Sequence[ReplayedRank]) -> list[str]:
+    """Ranks whose (single) step ends before their last collective does: their host never waits
+    for it, and the replay lets that work overrun the step by as much as it did."""
+    late = [(max(p.comm_ends_ns) - p.step_ns, p.rank) for s, p in zip(m.ranks, replayed)
+            if s.steps == 1 and p.comm_ends_ns and max(p.comm_ends_ns) > p.step_ns]
+    if not late:
+        return []
+    gap_ns, rank = max(late)
+    return [f"{len(late)} of {len(replayed)} ranks end their step before their last collective ends (rank {rank} "
+            f"{gap_ns / 1e6:.3f} ms before): the step's thread does not wait for the GPU there; the GPU-faithful "
+            "step lets that work overrun the step by as much as recorded, and ends later only when it runs longer"]
 
 
 def compare_design(inputs: Sequence[str], net: Network, bw_gbps: Sequence[float], settings: SystemSettings,

@@ -128,9 +128,9 @@ def _rank_graph(prof: RankProfile, coll_of: dict[tuple[int, str], int]) -> tuple
     return nodes, (lo, hi), bounds
 
 
-def _times(nodes: dict, lo: int, release: dict[int, int], transfer: dict[int, int]) -> tuple[dict, dict, dict]:
-    """Replayed (start, end) of every node; the ready time of each collective kernel."""
-    order = graphlib.TopologicalSorter({k: n.deps for k, n in nodes.items()}).static_order()
+def _times(nodes: dict, order: Sequence[tuple], lo: int, release: dict[int, int],
+           transfer: dict[int, int]) -> tuple[dict, dict, dict]:
+    """Replayed (start, end) of every node (``order``: topological); the ready time of each collective kernel."""
     start, end, ready = {}, {}, {}
     for k in order:
         n = nodes[k]
@@ -173,6 +173,9 @@ def replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCollec
     """Every rank's step under the GPU-faithful model (module docstring), ns."""
     transfer = {i: int(transfer_ns(c)) for i, c in enumerate(collectives)}
     graphs = rank_graphs(profiles, collectives, world)
+    # the graphs stay the same while the releases iterate: sort each once
+    orders = {r: tuple(graphlib.TopologicalSorter({k: n.deps for k, n in g[0].items()}).static_order())
+              for r, g in graphs.items()}
     # the release of a collective is when its last member is ready; iterate to the fixed point
     # each rank starts its step when it did; a release is on the shared (corrected) clock
     off = dict(zip((p.rank for p in profiles), offsets_ns or [0] * len(profiles)))
@@ -181,7 +184,7 @@ def replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCollec
         ready_all: dict[int, list[int]] = {}
         results = {}
         for r, (nodes, (lo, _), _) in graphs.items():
-            start, end, ready = _times(nodes, lo, {i: t + off[r] for i, t in release.items()}, transfer)
+            start, end, ready = _times(nodes, orders[r], lo, {i: t + off[r] for i, t in release.items()}, transfer)
             results[r] = (start, end)
             for i, t in ready.items():
                 ready_all.setdefault(i, []).append(t - off[r])
