@@ -237,7 +237,7 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, algo
         # the optimum as emit would simulate it, beside the optimizer's own time of the workload
         cmp = design_comparison(measured, net, r.bw_gbps, tm.splits, tm.local_mem_bw_gbps or DEFAULT_LOCAL_MEM_BW_GBPS,
                                 system_record,
-                                [r.best.time_ns] * net.npus_count)
+                                [r.best.time_ns] * net.npus_count, shared.cpu_collective_groups)
         from ..measure.compare import comparison_to_dict
 
         data["measured"] = comparison_to_dict(cmp)

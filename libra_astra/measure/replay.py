@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 
 from ..errors import LibraError
 from .collectives import MeasuredCollective, match
-from .comms import rank_comms
+from .gloo import run_comms
 from .kineto import RankProfile
 from .step import step_windows
 
@@ -150,7 +150,7 @@ def replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCollec
            offsets_ns: Sequence[int] | None = None) -> list[ReplayedRank]:
     """Every rank's step under the GPU-faithful model (module docstring), ns."""
     notes: list[str] = []
-    comms = {p.rank: rank_comms(p) for p in profiles}
+    comms = run_comms(profiles, world, notes)
     instances = match(profiles, comms, world, notes)
     if len(instances) != len(collectives):
         raise LibraError(f"{profiles[0].source}: the replay matched {len(instances)} collectives, the measurement "

@@ -1,0 +1,165 @@
+"""The host-faithful time model: the GPU-faithful model's counterpart for a CPU-only (gloo) run.
+
+There is no device and no launch: the host threads are the run. Each rank's steps are rebuilt
+from its profile with the profile's own durations:
+
+- the step's thread runs its outermost operators in recorded order, each after the previous
+  one by the recorded gap;
+- a gloo collective's operator starts on its worker thread as long after its ``c10d::``
+  operator started as recorded (that operator only queues it), and after the worker thread's
+  previous collective ended;
+- its transfer starts when the last member's operator has started and lasts
+  ``transfer_ns(collective)`` on every member;
+- the step's thread waited for a collective where the collective ended in the gap before one of
+  its operators (``work.wait()`` is not an operator): that operator starts as long after the
+  collective's end as recorded, or after its predecessor, whichever is later.
+
+An operator keeps its recorded duration, so a wait recorded inside an operator stays as it was
+measured. With the measured transfers (each collective's shortest instance) the replay gives
+back the measured step up to the spread of the members' ends (on a loaded CPU the members of
+one collective end up to milliseconds apart); with a network's transfers it predicts the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from ..errors import LibraError
+from ..traces.cpu_groups import GroupMap
+from .collectives import MeasuredCollective, match
+from .comms import RankComm
+from .gloo import run_comms
+from .kineto import HostOp, RankProfile
+from .replay import ReplayedRank
+from .step import step_windows
+
+MODEL_NAME = ("host-faithful (CPU run replayed: the step thread's operators in recorded order, gloo collectives "
+              "after their c10d call, each transfer from when the last member starts it)")
+WAIT_TOLERANCE_NS = 2_000
+
+
+@dataclass(frozen=True)
+class _Node:
+    deps: tuple[tuple[int, bool], ...]   # (node, from its start?) it follows
+    lag_ns: int                          # recorded start minus the latest recorded reference of its deps
+    dur_ns: int
+    coll: int | None = None
+
+
+def _outermost(ops: list[HostOp]) -> list[HostOp]:
+    out: list[HostOp] = []
+    for o in sorted(ops, key=lambda o: (o.start_ns, -o.end_ns)):
+        if not out or o.start_ns >= out[-1].end_ns:
+            out.append(o)
+    return out
+
+
+def _rank_graph(prof: RankProfile, comms: list[RankComm], coll_of: dict[tuple[int, str], int]):
+    """Nodes in an order where every dependency comes first, the step bounds, the windows."""
+    windows, tid = step_windows(prof)
+    lo, hi = windows[0][0], windows[-1][1]
+    main = _outermost([o for o in prof.host if (tid is None or o.tid == tid) and lo <= o.start_ns <= hi
+                       and not o.name.startswith("ProfilerStep#")])
+    gloo = [c for c in comms if not c.on_gpu and (c.start_ns, c.name) in coll_of
+            and c.end_ns >= lo and c.start_ns <= hi]
+    # events in recorded time order: main operators by start, gloo operators by start
+    events = sorted([(o.start_ns, 0, i) for i, o in enumerate(main)] + [(c.start_ns, 1, i) for i, c in enumerate(gloo)])
+    rec: dict[int, tuple[int, int]] = {}
+    nodes: list[_Node] = []
+    key_main, key_gloo = {}, {}
+    last_on: dict[tuple, int] = {}
+    prev_main = None
+    for _, kind, i in events:
+        k = len(nodes)
+        if kind == 0:
+            o = main[i]
+            deps = [(prev_main, False)] if prev_main is not None else []
+            lo_gap = rec[prev_main][1] if prev_main is not None else lo
+            waited = [(rec[j][1], j) for j in key_gloo.values()
+                      if lo_gap <= rec[j][1] <= o.start_ns + WAIT_TOLERANCE_NS]
+            if waited:
+                deps.append((max(waited)[1], False))
+            start, end = o.start_ns, o.end_ns
+            prev_main = k
+            key_main[i] = k
+        else:
+            c = gloo[i]
+            deps = []
+            caller = next((key_main[j] for j, o in enumerate(main) if j in key_main
+                           and o.start_ns <= c.launch_ns <= o.end_ns), None) if c.launch_ns != c.start_ns else None
+            if caller is not None:
+                deps.append((caller, True))
+            if c.thread in last_on:
+                deps.append((last_on[c.thread], False))
+            start, end = c.start_ns, c.end_ns
+            last_on[c.thread] = k
+            key_gloo[i] = k
+        refs = [rec[j][0] if from_start else rec[j][1] for j, from_start in deps]
+        base = max(refs, default=lo)
+        coll = coll_of.get((c.start_ns, c.name)) if kind == 1 else None
+        nodes.append(_Node(tuple(deps), start - base, end - start, coll))
+        rec[k] = (start, end)
+    bounds = []
+    for w_lo, w_hi in windows:
+        inside = [key_main[i] for i, o in enumerate(main) if w_lo <= o.start_ns <= w_hi]
+        bounds.append((w_lo, w_hi, inside[0] if inside else None, inside[-1] if inside else None))
+    return nodes, rec, (lo, hi), bounds
+
+
+def _times(nodes: list[_Node], lo: int, release: dict[int, int], transfer: dict[int, int]):
+    start, end, ready = [], [], {}
+    for n in nodes:
+        refs = [start[j] if from_start else end[j] for j, from_start in n.deps]
+        s = max(refs, default=lo) + n.lag_ns
+        start.append(s)
+        if n.coll is not None:
+            ready[n.coll] = s
+            end.append(max(s, release.get(n.coll, s)) + transfer[n.coll])
+        else:
+            end.append(s + n.dur_ns)
+    return start, end, ready
+
+
+def cpu_replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCollective],
+               transfer_ns: Callable[[MeasuredCollective], int], world: int,
+               offsets_ns: Sequence[int] | None = None, group_map: GroupMap | None = None) -> list[ReplayedRank]:
+    """Every rank's step under the host-faithful model (module docstring), ns."""
+    notes: list[str] = []
+    comms = run_comms(profiles, world, notes, group_map)
+    instances = match(profiles, comms, world, notes)
+    if len(instances) != len(collectives):
+        raise LibraError(f"{profiles[0].source}: the replay matched {len(instances)} collectives, the measurement "
+                         f"{len(collectives)}; measure the same profiles")
+    coll_of: dict[int, dict[tuple[int, str], int]] = {p.rank: {} for p in profiles}
+    for i, inst in enumerate(instances):
+        for r, c in inst:
+            coll_of[r][(c.start_ns, c.name)] = i
+    transfer = {i: int(transfer_ns(c)) for i, c in enumerate(collectives)}
+    graphs = {p.rank: _rank_graph(p, comms[p.rank], coll_of[p.rank]) for p in profiles}
+    off = dict(zip((p.rank for p in profiles), offsets_ns or [0] * len(profiles)))
+    release: dict[int, int] = {}
+    results = {}
+    for _ in range(len(collectives) + 2):
+        ready_all: dict[int, list[int]] = {}
+        for r, (nodes, _, (lo, _), _) in graphs.items():
+            start, end, ready = _times(nodes, lo, {i: t + off[r] for i, t in release.items()}, transfer)
+            results[r] = (start, end)
+            for i, t in ready.items():
+                ready_all.setdefault(i, []).append(t - off[r])
+        new = {i: max(ts) for i, ts in ready_all.items()}
+        if new == release:
+            break
+        release = new
+    out = []
+    for p in profiles:
+        nodes, rec, (lo, _), bounds = graphs[p.rank]
+        start, end = results[p.rank]
+        steps = []
+        for w_lo, w_hi, first, last in bounds:
+            s0 = start[first] - (rec[first][0] - w_lo) if first is not None else w_lo
+            s1 = end[last] + (w_hi - rec[last][1]) if last is not None else w_hi
+            steps.append(s1 - s0)
+        out.append(ReplayedRank(p.rank, round(sum(steps) / len(steps)),
+                                tuple(end[k] - lo for k, n in enumerate(nodes) if n.coll is not None)))
+    return out
