@@ -9,15 +9,17 @@ from its profile with the profile's own durations:
   operator started as recorded (that operator only queues it), and after the worker thread's
   previous collective ended;
 - its transfer starts when the last member's operator has started and lasts
-  ``transfer_ns(collective)`` on every member;
+  ``transfer_ns(collective)``; each member's operator ends as long after that as it did in the
+  profile after the last start plus the measured transfer (its shortest instance): the delay
+  of a rank that the OS ran late, up to milliseconds when the ranks and gloo's worker threads
+  share few cores, is kept as measured, as the GPU replay keeps what no rule explains;
 - the step's thread waited for a collective where the collective ended in the gap before one of
   its operators (``work.wait()`` is not an operator): that operator starts as long after the
   collective's end as recorded, or after its predecessor, whichever is later.
 
 An operator keeps its recorded duration, so a wait recorded inside an operator stays as it was
-measured. With the measured transfers (each collective's shortest instance) the replay gives
-back the measured step up to the spread of the members' ends (on a loaded CPU the members of
-one collective end up to milliseconds apart); with a network's transfers it predicts the step.
+measured. With the measured transfers the replay gives back the measured steps (where the step
+thread's waits are the gaps the rules read); with a network's transfers it predicts them.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ def _rank_graph(prof: RankProfile, comms: list[RankComm], coll_of: dict[tuple[in
     return nodes, rec, (lo, hi), bounds
 
 
-def _times(nodes: list[_Node], lo: int, release: dict[int, int], transfer: dict[int, int]):
+def _times(nodes: list[_Node], lo: int, release: dict[int, int], transfer: dict[int, int], tail: dict[int, int]):
     start, end, ready = [], [], {}
     for n in nodes:
         refs = [start[j] if from_start else end[j] for j, from_start in n.deps]
@@ -115,7 +117,7 @@ def _times(nodes: list[_Node], lo: int, release: dict[int, int], transfer: dict[
         start.append(s)
         if n.coll is not None:
             ready[n.coll] = s
-            end.append(max(s, release.get(n.coll, s)) + transfer[n.coll])
+            end.append(max(s, max(s, release.get(n.coll, s)) + transfer[n.coll] + tail.get(n.coll, 0)))
         else:
             end.append(s + n.dur_ns)
     return start, end, ready
@@ -138,12 +140,18 @@ def cpu_replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCo
     transfer = {i: int(transfer_ns(c)) for i, c in enumerate(collectives)}
     graphs = {p.rank: _rank_graph(p, comms[p.rank], coll_of[p.rank]) for p in profiles}
     off = dict(zip((p.rank for p in profiles), offsets_ns or [0] * len(profiles)))
+    # each member's recorded end after the last member's recorded start plus the measured transfer
+    tails: dict[int, dict[int, int]] = {p.rank: {} for p in profiles}
+    for i, inst in enumerate(instances):
+        last = max(c.start_ns - off[r] for r, c in inst)
+        for r, c in inst:
+            tails[r][i] = (c.end_ns - off[r]) - (last + collectives[i].transfer_ns)
     release: dict[int, int] = {}
     results = {}
     for _ in range(len(collectives) + 2):
         ready_all: dict[int, list[int]] = {}
         for r, (nodes, _, (lo, _), _) in graphs.items():
-            start, end, ready = _times(nodes, lo, {i: t + off[r] for i, t in release.items()}, transfer)
+            start, end, ready = _times(nodes, lo, {i: t + off[r] for i, t in release.items()}, transfer, tails[r])
             results[r] = (start, end)
             for i, t in ready.items():
                 ready_all.setdefault(i, []).append(t - off[r])
