@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import re
+import subprocess
 from decimal import Decimal
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from click.testing import CliRunner
 from libra_astra.cli import main
 from libra_astra.errors import LibraError
 from libra_astra.measure.calibrate import calibrate
+from libra_astra.measure.calibrate_files import write_calibration
 from libra_astra.measure.cpu_replay import cpu_replay
 from libra_astra.measure.fit import robust_nnls
 from libra_astra.measure.kineto import parse_profile
@@ -27,6 +31,7 @@ REAL = Path(__file__).parent / "fixtures" / "real"
 DDP = REAL / "measured" / "ddp4k" / "ddp4k"
 TPDP = REAL / "measured" / "tpdp4k" / "tpdp4k"
 TPDP_GROUPS = REAL / "measured" / "tpdp4k" / "tpdp4k.groups.yml"
+BIN = os.environ.get("ASTRA_SIM_BIN", "")
 
 
 def _raw(prefix: Path, rank: int) -> list[dict]:
@@ -188,3 +193,37 @@ def test_host_faithful_with_the_measured_transfers_gives_back_every_step(which, 
     longer = cpu_replay(profiles, m.collectives, lambda c: c.transfer_ns + 1_000_000, 4, m.clock_offsets_ns, gm)
     assert all(x.step_ns >= b.step_ns for x, b in zip(longer, base))
     assert max(x.step_ns for x in longer) >= max(b.step_ns for b in base) + 1_000_000
+
+
+def test_predict_measured_table_on_the_tp_dp_run(tmp_path):
+    groups = ["--cpu-collective-groups", str(TPDP_GROUPS)]
+    cal = tmp_path / "cal"
+    res = CliRunner().invoke(main, ["calibrate", str(TPDP), "-n", str(REAL / "ring2x2.yml"), "-o", str(cal)] + groups)
+    assert res.exit_code == 0, res.output
+    assert "tp: latency" in res.output and "dp: latency" in res.output
+    res = CliRunner().invoke(main, ["predict", str(TPDP), "--network-configuration", str(cal / "astra-network.yml"),
+                                    "--system-configuration", str(cal / "system.json"), "--measured", str(TPDP)]
+                             + groups)
+    assert res.exit_code == 0, res.output
+    rows = [line.split() for line in res.output.splitlines() if line.strip().split(" ")[0] in "0123"]
+    m = measure([str(TPDP)], None, load_group_map(TPDP_GROUPS))
+    table = [r for r in rows if len(r) == 9]
+    assert [r[0] for r in table] == ["0", "1", "2", "3"]
+    assert [f"{float(r[1]):.3f}" for r in table] == [f"{s.step_ns / 1e6:.3f}" for s in m.ranks]
+    assert "host-faithful residual (mean)" in res.output and "replay rules" in res.output
+
+
+@pytest.mark.astra
+@pytest.mark.skipif(not (BIN and os.access(BIN, os.X_OK)),
+                    reason="set ASTRA_SIM_BIN to an AstraSim_Analytical_Congestion_Unaware binary to run this")
+def test_astra_sim_runs_the_cpu_calibration_at_the_expected_times(tmp_path):
+    net = load_network(REAL / "ring4.yml")
+    content = write_calibration(calibrate(measure([str(DDP)], net), net), tmp_path)
+    proc = subprocess.run([BIN, "--workload-configuration=check/collectives", "--system-configuration=system.json",
+                           "--network-configuration=astra-network.yml",
+                           "--remote-memory-configuration=memory.json"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = {int(r): int(t) for r, t in re.findall(r"sys\[(\d+)\] finished, (\d+) cycles", proc.stdout)}
+    expected = content["check_trace"]["astra_finish_ns"]
+    assert len(got) == 4 and all(abs(got[r] - expected[r]) <= 10 for r in range(4)), (got, expected)

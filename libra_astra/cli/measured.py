@@ -9,7 +9,8 @@ import click
 from .format import fmt_time, table
 
 MEASURED_HELP = ("The run's Kineto traces (a PREFIX of PREFIX.RANK.json[.gz], a directory or a file; repeatable): "
-                 "print each rank's measured step beside the GPU-faithful prediction and the command's own.")
+                 "print each rank's measured step beside the GPU-faithful prediction (host-faithful on a CPU-only "
+                 "gloo run) and the command's own.")
 
 
 def measured_option(f: Callable) -> Callable:
