@@ -161,6 +161,9 @@ def test_predict_measured_on_the_cpu_run(tmp_path):
     out = json.loads(res.output)["measured"]
     m = measure([str(DDP)])
     assert out["gpu_faithful_label"] == "host-faithful"
+    # the converted set still has its gloo collectives as CPU operators: said, with the way to type them
+    assert f"{DDP}: its gloo collectives are CPU operators, so ASTRA-sim's semantics time them as recorded" \
+        in " ".join(out["notes"])
     assert [r["measured_ns"] for r in out["ranks"]] == [r.step_ns for r in m.ranks]
     assert out["transfer_measured_ns"] == sum(c.transfer_ns for c in m.collectives)
     # the replay's rules alone (measured transfers) give back every rank's step

@@ -100,9 +100,11 @@ def predict_command(source: str | None, workload: str | None, network: str | Non
         m = measure_profiles(profiles, notes, res.network, measured[0], load_cpu_groups(cpu_groups))
         cmp = compare(m, profiles, res.network, res.system.links, res.system.settings,
                       [r.finished_ns for r in pred.ranks])
-        from ..measure.compare import host_thread_ns
+        from ..measure.compare import host_thread_ns, untyped_gloo_note
 
         threads = host_thread_ns(inputs.workload, slow.rank) if (slow := pred.slowest) else {}
+        if m.host_only and (note := untyped_gloo_note(inputs.workload)) is not None:
+            cmp = replace(cmp, notes=cmp.notes + (note,))
     if as_json:
         out = prediction_to_dict(res)
         if cmp is not None:

@@ -153,3 +153,21 @@ def host_thread_ns(prefix: str, rank: int) -> dict[int, int]:
             tid = int(attrs.get("tid", 0))
             out[tid] = out.get(tid, 0) + int(n.duration_micros) * 1000
     return out
+
+
+def untyped_gloo_note(prefix: str) -> str | None:
+    """A note when a CPU run's trace set still has its gloo collectives as CPU operators (rank 0's
+    file): ASTRA-sim then times them as recorded, not by the network."""
+    from ..traces import chakra_io as cio
+    from ..traces.cpu_collectives import has_typed_comm
+    from ..traces.files import find_rank_files
+
+    files = find_rank_files(prefix)
+    if 0 not in files:
+        return None
+    _, nodes = cio.read_et(files[0])
+    if has_typed_comm(nodes) or not any(n.name.startswith(("c10d::", "gloo:")) for n in nodes):
+        return None
+    return (f"{prefix}: its gloo collectives are CPU operators, so ASTRA-sim's semantics time them as recorded, "
+            "not by this network; for the network's times type them (optimize or loop with "
+            "--type-cpu-collectives, then predict or simulate the emitted run)")

@@ -5,7 +5,8 @@ called it (it only queues the work and returns, or waits) and the ``gloo:*`` ope
 the process group's worker threads, which does the exchange. Neither records a process group.
 
 - pairing: each ``gloo:*`` operator belongs to the earliest not yet paired ``c10d::*`` operator
-  of another thread that started before it, says a compatible kind (gloo runs a reduce-scatter
+  (on any thread; gloo's own thread for a collective run in place) that started before it, says
+  a compatible kind (gloo runs a reduce-scatter
   as a ``gloo:all_reduce``) and holds a tensor of the gloo operator's element count;
 - kind: the ``c10d::*`` operator's (``_reduce_scatter_base_`` is a reduce-scatter), else the
   gloo operator's; size: the gloo operator's input tensor (``Input Dims`` x ``Input type``);
@@ -30,8 +31,8 @@ from typing import Sequence
 
 from ..errors import LibraError
 from ..model.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
+from ..traces.cpu_groups import GroupMap, GroupRule
 from .comms import RankComm, _facts, _ints, kind_of, rank_comms
-from ..traces.cpu_groups import GroupMap
 from .kineto import HostOp, RankProfile
 
 
@@ -100,7 +101,7 @@ def gloo_comms(prof: RankProfile) -> list[RankComm]:
     return out
 
 
-def _given(rule, c: RankComm, rank: int, world: int, path: str) -> tuple[int, ...]:
+def _given(rule: GroupRule, rank: int, world: int, path: str) -> tuple[int, ...]:
     if rule.ranks is None:
         raise LibraError(f"{path}: entry {rule.entry} ({rule.op}): a measured run's groups are given as ranks "
                          "(a Kineto trace names no group ids or descriptions)")
@@ -142,7 +143,7 @@ def settle_groups(comms: dict[int, list[RankComm]], world: int, notes: list[str]
             rule = next((x for x in group_map.rules if x.matches(c.caller, nth[c.caller], c.size_bytes)), None) \
                 if group_map is not None and c.caller else None
             if rule is not None:
-                group = _given(rule, c, r, world, group_map.path)
+                group = _given(rule, r, world, group_map.path)
             elif len(left[c.thread]) == 1:
                 group = left[c.thread][0]
             else:
