@@ -57,7 +57,9 @@ def measure_command(kineto: tuple[str, ...], network: str | None, as_json: bool,
         return
     slow = max(m.ranks, key=lambda r: r.step_ns)
     click.echo(f"measured (Kineto): {m.source}, {len(m.ranks)} of {m.world_size} ranks, "
-               f"{m.ranks[0].steps} step(s) each")
+               f"{m.ranks[0].steps} step(s) each"
+               + ("; CPU only: collectives are the gloo operators, CPU-bound counted before communication"
+                  if m.host_only else ""))
     click.echo(f"step: mean {fmt_time(m.mean_step_ns)}, max {fmt_time(m.max_step_ns)} (rank {slow.rank}); "
                f"start to end across ranks {fmt_time(m.span_ns)}")
     first = min(r.start_ns for r in m.ranks)
