@@ -31,7 +31,10 @@ REAL = Path(__file__).parent / "fixtures" / "real"
 DDP = REAL / "measured" / "ddp4k" / "ddp4k"
 TPDP = REAL / "measured" / "tpdp4k" / "tpdp4k"
 TPDP_GROUPS = REAL / "measured" / "tpdp4k" / "tpdp4k.groups.yml"
+PIPE = REAL / "measured" / "pipeline4k" / "pipeline4k"
+PIPE_GROUPS = REAL / "measured" / "pipeline4k" / "pipeline4k.groups.yml"
 BIN = os.environ.get("ASTRA_SIM_BIN", "")
+SETS = {"ddp": (DDP, None), "tpdp": (TPDP, TPDP_GROUPS), "pipe": (PIPE, PIPE_GROUPS)}
 
 
 def _raw(prefix: Path, rank: int) -> list[dict]:
@@ -53,9 +56,14 @@ def tpdp():
     return measure([str(TPDP)], load_network(REAL / "ring2x2.yml"), load_group_map(TPDP_GROUPS))
 
 
-@pytest.mark.parametrize("which", ["ddp", "tpdp"])
+@pytest.fixture(scope="module")
+def pipe():
+    return measure([str(PIPE)], load_network(REAL / "ring2x2.yml"), load_group_map(PIPE_GROUPS))
+
+
+@pytest.mark.parametrize("which", list(SETS))
 def test_step_per_rank_is_the_raw_profiler_steps_mean(which, request):
-    m, prefix = request.getfixturevalue(which), DDP if which == "ddp" else TPDP
+    m, prefix = request.getfixturevalue(which), SETS[which][0]
     assert m.host_only and m.world_size == 4
     for r in m.ranks:
         steps = [_ns(e["dur"]) for e in _raw(prefix, r.rank) if e["name"].startswith("ProfilerStep#")]
@@ -91,6 +99,19 @@ def test_tpdp_collectives_have_their_groups_and_sizes(tpdp):
     assert sorted(got[("REDUCE_SCATTER", 4096, "dp")]) == sorted(sorted(dp) * 3)
     assert got[("ALL_TO_ALL", 2048, "tp+dp")] == [(0, 1, 2, 3)] * 3
     assert tpdp.assumptions == ()
+
+
+def test_pipeline_sends_and_receives_are_between_the_stages(pipe):
+    p2p = [(c.group, c.size_bytes, d) for c, d in zip(pipe.collectives, pipe.dims) if c.kind == "P2P"]
+    # per step: activations r -> r + 2 and gradients back, 8 x 64 floats each
+    assert sorted(p2p) == sorted([((0, 2), 2048, "dp"), ((1, 3), 2048, "dp")] * 6)
+    ars = [(c.group, c.size_bytes) for c in pipe.collectives if c.kind == "ALL_REDUCE"]
+    assert sorted(ars) == sorted([(g, b) for g in ((0, 1), (2, 3)) for b in (16384, 256, 16384, 256)] * 3)
+    # a send may end before its receive starts: no clock correction for that
+    assert pipe.clock_offsets_ns == (0,) * 4 and pipe.assumptions == ()
+    for r in pipe.ranks:
+        raw = [e for e in _raw(PIPE, r.rank) if e["name"] in ("gloo:send", "gloo:recv")]
+        assert len(raw) == 6
 
 
 def test_tpdp_without_the_groups_says_they_were_guessed():
@@ -182,10 +203,10 @@ def test_measure_cli_takes_the_groups_file():
     assert data["host_only"] and len(data["collectives"]) == 21 and data["assumptions"] == []
 
 
-@pytest.mark.parametrize("which", ["ddp", "tpdp"])
-def test_host_faithful_with_the_measured_transfers_gives_back_every_step(which, request):
-    prefix = DDP if which == "ddp" else TPDP
-    gm = load_group_map(TPDP_GROUPS) if which == "tpdp" else None
+@pytest.mark.parametrize("which", list(SETS))
+def test_host_faithful_with_the_measured_transfers_gives_back_every_step(which):
+    prefix, groups = SETS[which]
+    gm = load_group_map(groups) if groups else None
     from libra_astra.measure.kineto import read_profiles
 
     profiles, notes = read_profiles([str(prefix)])

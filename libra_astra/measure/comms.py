@@ -52,7 +52,7 @@ class RankComm:
     launch_ns: int                  # when the host asked for it (the launch call, or its start)
     name: str
     on_gpu: bool
-    thread: tuple | None = None     # a gloo operator's worker thread (its process group's)
+    thread: tuple | None = None     # a gloo operator's worker thread ("tid", tid), or ("op", tid, n) run in place
     candidates: tuple[tuple[int, ...], ...] = ()   # a gloo operator's possible groups
     caller: str = ""                # a gloo operator's c10d:: operator
 

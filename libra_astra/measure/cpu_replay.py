@@ -7,7 +7,8 @@ from its profile with the profile's own durations:
   one by the recorded gap;
 - a gloo collective's operator starts on its worker thread as long after its ``c10d::``
   operator started as recorded (that operator only queues it), and after the worker thread's
-  previous collective ended;
+  previous collective ended; one gloo runs in place on the step's thread (a send, a receive)
+  ends the operator around it as long after its own end as recorded;
 - its transfer starts when the last member's operator has started and lasts
   ``transfer_ns(collective)``; each member's operator ends as long after that as it did in the
   profile after the last start plus the measured transfer (its shortest instance): the delay
@@ -69,7 +70,7 @@ def _rank_graph(prof: RankProfile, comms: list[RankComm], coll_of: dict[tuple[in
     events = sorted([(o.start_ns, 0, i) for i, o in enumerate(main)] + [(c.start_ns, 1, i) for i, c in enumerate(gloo)])
     rec: dict[int, tuple[int, int]] = {}
     nodes: list[_Node] = []
-    key_main, key_gloo = {}, {}
+    key_main, key_gloo, end_main = {}, {}, {}
     last_on: dict[tuple, int] = {}
     prev_main = None
     for _, kind, i in events:
@@ -84,14 +85,14 @@ def _rank_graph(prof: RankProfile, comms: list[RankComm], coll_of: dict[tuple[in
                 deps.append((max(waited)[1], False))
             start, end = o.start_ns, o.end_ns
             prev_main = k
-            key_main[i] = k
+            key_main[i] = end_main[i] = k
         else:
             c = gloo[i]
             deps = []
-            caller = next((key_main[j] for j, o in enumerate(main) if j in key_main
-                           and o.start_ns <= c.launch_ns <= o.end_ns), None) if c.launch_ns != c.start_ns else None
-            if caller is not None:
-                deps.append((caller, True))
+            j_caller = next((j for j, o in enumerate(main) if j in key_main
+                             and o.start_ns <= c.launch_ns <= o.end_ns), None)
+            if j_caller is not None:
+                deps.append((key_main[j_caller], True))
             if c.thread in last_on:
                 deps.append((last_on[c.thread], False))
             start, end = c.start_ns, c.end_ns
@@ -102,10 +103,17 @@ def _rank_graph(prof: RankProfile, comms: list[RankComm], coll_of: dict[tuple[in
         coll = coll_of.get((c.start_ns, c.name)) if kind == 1 else None
         nodes.append(_Node(tuple(deps), start - base, end - start, coll))
         rec[k] = (start, end)
+        if kind == 1 and j_caller is not None and main[j_caller].tid == c.thread[1] and c.end_ns <= main[j_caller].end_ns:
+            # run in place on the step thread (a send, a receive): the operator around it ends as
+            # long after the collective as recorded
+            o = main[j_caller]
+            nodes.append(_Node(((k, False),), 0, o.end_ns - c.end_ns))
+            rec[k + 1] = (c.end_ns, o.end_ns)
+            end_main[j_caller] = prev_main = k + 1
     bounds = []
     for w_lo, w_hi in windows:
-        inside = [key_main[i] for i, o in enumerate(main) if w_lo <= o.start_ns <= w_hi]
-        bounds.append((w_lo, w_hi, inside[0] if inside else None, inside[-1] if inside else None))
+        inside = [i for i, o in enumerate(main) if w_lo <= o.start_ns <= w_hi]
+        bounds.append((w_lo, w_hi, key_main[inside[0]] if inside else None, end_main[inside[-1]] if inside else None))
     return nodes, rec, (lo, hi), bounds
 
 

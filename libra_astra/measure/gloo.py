@@ -11,7 +11,8 @@ the process group's worker threads, which does the exchange. Neither records a p
 - kind: the ``c10d::*`` operator's (``_reduce_scatter_base_`` is a reduce-scatter), else the
   gloo operator's; size: the gloo operator's input tensor (``Input Dims`` x ``Input type``);
   issue order: the ``c10d::*`` operator's start (DDP's buckets start out of order on the
-  worker threads);
+  worker threads); a send or receive is between its rank and the peer its ``c10d::send`` /
+  ``c10d::recv_`` names (``Concrete Inputs``: taken as a global rank, as in the default group);
 - group: a worker thread serves one process group, so all its operators share one. The
   candidates are the rank's groups (``distributedInfo.pg_config``) of the size the tensors fix
   (an all-gather's output over its input, a reduce-scatter's input over its output), common to
@@ -30,7 +31,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from ..errors import LibraError
-from ..model.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
+from ..model.collectives import ALL_GATHER, ALL_REDUCE, P2P, REDUCE_SCATTER
 from ..traces.cpu_groups import GroupMap, GroupRule
 from .comms import RankComm, _facts, _ints, kind_of, rank_comms
 from .kineto import HostOp, RankProfile
@@ -46,6 +47,13 @@ def _numels(op: HostOp) -> list[int]:
         if dims:
             out.append(math.prod(dims))
     return out
+
+
+def _peer(op: HostOp) -> int | None:
+    """The peer a ``c10d::send``/``c10d::recv_`` names (its third argument, as recorded)."""
+    vals = op.args.get("Concrete Inputs")
+    v = vals[2] if isinstance(vals, list) and len(vals) > 2 else None
+    return int(v) if isinstance(v, str) and v.isdigit() else None
 
 
 def _compatible(c10d_kind: str | None, gloo_kind: str | None) -> bool:
@@ -92,10 +100,12 @@ def gloo_comms(prof: RankProfile) -> list[RankComm]:
         if caller is not None and kind is not None:
             fixed = _fixed_group_size(kind, _numels(c10d[caller]))
         cands = tuple(g for g in prof.groups if prof.rank in g and (not fixed or len(g) == fixed))
+        if kind == P2P and caller is not None and (peer := _peer(c10d[caller])) is not None:
+            group = tuple(sorted({prof.rank, peer}))
         # a gloo operator on its caller's own thread says nothing of the other collectives' groups
         own = caller is not None and c10d[caller].tid == op.tid
         out.append(RankComm(kind or "UNKNOWN", size or 0, group, gname, op.start_ns, op.end_ns, launch, op.name,
-                            False, thread=("op", len(out)) if own else ("tid", op.tid), candidates=cands,
+                            False, thread=("op", op.tid, len(out)) if own else ("tid", op.tid), candidates=cands,
                             caller=c10d[caller].name if caller is not None else ""))
     out.sort(key=lambda c: (c.launch_ns, c.start_ns))
     return out
