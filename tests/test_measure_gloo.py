@@ -114,6 +114,19 @@ def test_pipeline_sends_and_receives_are_between_the_stages(pipe):
         assert len(raw) == 6
 
 
+def test_pipeline_each_step_waits_for_both_transfers():
+    from libra_astra.measure.kineto import read_profiles
+
+    gm = load_group_map(PIPE_GROUPS)
+    profiles, notes = read_profiles([str(PIPE)])
+    m = measure_profiles(profiles, notes, None, str(PIPE), gm)
+    base = cpu_replay(profiles, m.collectives, lambda c: c.transfer_ns, 4, m.clock_offsets_ns, gm)
+    slower = cpu_replay(profiles, m.collectives, lambda c: c.transfer_ns + (1_000_000 if c.kind == "P2P" else 0),
+                        4, m.clock_offsets_ns, gm)
+    # every stage sends and then receives (or the reverse) in each step, one after the other
+    assert [x.step_ns - b.step_ns for x, b in zip(slower, base)] == [2_000_000] * 4
+
+
 def test_tpdp_without_the_groups_says_they_were_guessed():
     # both of a rank's non-world groups have two members: the trace cannot tell TP from DP
     m = measure([str(TPDP)], load_network(REAL / "ring2x2.yml"))
