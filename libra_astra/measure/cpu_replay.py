@@ -59,7 +59,8 @@ def _outermost(ops: list[HostOp]) -> list[HostOp]:
 
 
 def _rank_graph(prof: RankProfile, comms: list[RankComm], coll_of: dict[tuple[int, str], int]):
-    """Nodes in an order where every dependency comes first, the step bounds, the windows."""
+    """The rank's nodes (each after its dependencies), their recorded (start, end), the span of the
+    steps, and per step (start, end, its first node, the node that ends its last operator)."""
     windows, tid = step_windows(prof)
     lo, hi = windows[0][0], windows[-1][1]
     main = _outermost([o for o in prof.host if (tid is None or o.tid == tid) and lo <= o.start_ns <= hi
@@ -89,8 +90,9 @@ def _rank_graph(prof: RankProfile, comms: list[RankComm], coll_of: dict[tuple[in
         else:
             c = gloo[i]
             deps = []
+            # the step thread's operator that made the c10d:: call (none for an unpaired gloo operator)
             j_caller = next((j for j, o in enumerate(main) if j in key_main
-                             and o.start_ns <= c.launch_ns <= o.end_ns), None)
+                             and o.start_ns <= c.launch_ns <= o.end_ns), None) if c.caller else None
             if j_caller is not None:
                 deps.append((key_main[j_caller], True))
             if c.thread in last_on:
