@@ -202,3 +202,13 @@ def test_loop_gpu_faithful_refusals(tmp_path):
     assert res.exit_code == 1
     assert res.output.strip().splitlines()[-1] == ("Error: --gpu-faithful optimizes a measured run: give its Kineto "
                                                    "traces with --measured KINETO")
+
+
+def test_cpu_runs_are_refused():
+    ddp = REAL / "measured" / "ddp4k" / "ddp4k"
+    res = CliRunner().invoke(main, ["optimize", str(ddp), "--network", str(REAL / "ring4.yml"), "--total-bw", "10",
+                                    "--measured", str(ddp), "--gpu-faithful"])
+    assert res.exit_code == 1
+    assert res.output.strip().splitlines()[-1] == (
+        f"Error: {ddp}: a CPU-only (gloo) run has no GPU to be faithful to; --gpu-faithful optimizes GPU runs "
+        "(its host-faithful replay is shown by --measured alone)")

@@ -8,6 +8,7 @@ import click
 
 from .app import Command
 from .format import fmt_bytes, fmt_time, table
+from .measured import cpu_groups_option, load_cpu_groups
 
 
 def _pct(x: float) -> str:
@@ -23,8 +24,9 @@ def _pct(x: float) -> str:
                    "calibration.json into this directory.")
 @click.option("--force", is_flag=True, help="Replace an earlier calibration in --out.")
 @click.option("--json", "as_json", is_flag=True, help="Print the calibration as JSON.")
+@cpu_groups_option
 def calibrate_command(kineto: tuple[str, ...], network: str, out_dir: str | None, force: bool,
-                      as_json: bool) -> None:
+                      as_json: bool, cpu_groups: str | None) -> None:
     """Calibrate the network from a real run's Kineto traces (as `measure` reads them).
 
     For each network dimension, from the collectives that cross only it (each one's transfer:
@@ -44,7 +46,7 @@ def calibrate_command(kineto: tuple[str, ...], network: str, out_dir: str | None
     from ..model.network import load_network
 
     net = load_network(network)
-    cal = calibrate(measure(kineto, net), net)
+    cal = calibrate(measure(kineto, net, load_cpu_groups(cpu_groups)), net)
     content = write_calibration(cal, out_dir, force) if out_dir else calibration_to_dict(cal)
     if as_json:
         click.echo(json.dumps(content, indent=1))

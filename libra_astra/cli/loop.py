@@ -112,7 +112,7 @@ def loop_command(shared: SharedOptions, objective, budget, time_target, binary, 
         per_rank = {r.rank: r.finished_ns for r in sim.ranks} if sim is not None else {}
         other = [per_rank[r] for r in range(net.npus_count)] if len(per_rank) == net.npus_count else None
         cmp = design_comparison(measured, net, res.best.bw_gbps, splits, local_mem_bw,
-                                None if user is None else user.to_dict(), other)
+                                None if user is None else user.to_dict(), other, shared.cpu_collective_groups)
         data["measured"] = comparison_to_dict(cmp)
     write_json_atomic(Path(out_dir) / "loop.json", data, overwrite=force)
     if as_json:

@@ -9,6 +9,7 @@ import click
 from .app import Command
 from .common import check_plot, plot_option
 from .format import fmt_bytes, fmt_time, table
+from .measured import cpu_groups_option, load_cpu_groups
 
 
 @click.command("measure", cls=Command)
@@ -16,10 +17,11 @@ from .format import fmt_bytes, fmt_time, table
 @click.option("-n", "--network", type=click.Path(exists=True, dir_okay=False),
               help="The network the job ran on: names the dimensions each collective crosses.")
 @click.option("--json", "as_json", is_flag=True, help="Print the measurement as JSON.")
+@cpu_groups_option
 @plot_option("each rank's step with every collective's wait and transfer")
 @click.option("--force", is_flag=True, help="Overwrite the --plot file.")
-def measure_command(kineto: tuple[str, ...], network: str | None, as_json: bool, plot_out: str | None,
-                    force: bool) -> None:
+def measure_command(kineto: tuple[str, ...], network: str | None, as_json: bool, cpu_groups: str | None,
+                    plot_out: str | None, force: bool) -> None:
     """Measure a real run from its ranks' Kineto traces (torch.profiler's JSON, plain or gzipped).
 
     KINETO is a PREFIX (files PREFIX.RANK.json[.gz]), a directory of them, or the files. Prints
@@ -27,17 +29,24 @@ def measure_command(kineto: tuple[str, ...], network: str | None, as_json: bool,
     communication, CPU-bound, idle), start to end across the ranks, and each collective with
     its size, group and dimension: the shortest instance across the ranks is its transfer, the
     rest of each rank's instance is waiting for the slowest rank. Assumptions made on partial
-    or odd profiles are printed as notes.
+    or odd profiles are printed as notes. On a CPU (gloo) run the collectives are the gloo
+    operators; where the trace leaves a collective's process group open, --cpu-collective-groups
+    gives it.
 
     \b
     Example (PARAM's 8-GPU DLRM run):
       libra-astra measure tests/fixtures/real/param_dlrm8/param_dlrm8 -n tests/fixtures/real/ring8.yml
+
+    \b
+    Example (a 4-rank TP x DP gloo run on CPU):
+      libra-astra measure tests/fixtures/real/measured/tpdp4k/tpdp4k -n tests/fixtures/real/ring2x2.yml \\
+          --cpu-collective-groups tests/fixtures/real/measured/tpdp4k/tpdp4k.groups.yml
     """
     from ..measure.measurement import measure, measurement_to_dict
     from ..model.network import load_network
 
     check_plot(plot_out, force)
-    m = measure(kineto, load_network(network) if network else None)
+    m = measure(kineto, load_network(network) if network else None, load_cpu_groups(cpu_groups))
     content = measurement_to_dict(m)
     if plot_out:
         from ..plot import plot_timeline
@@ -48,7 +57,9 @@ def measure_command(kineto: tuple[str, ...], network: str | None, as_json: bool,
         return
     slow = max(m.ranks, key=lambda r: r.step_ns)
     click.echo(f"measured (Kineto): {m.source}, {len(m.ranks)} of {m.world_size} ranks, "
-               f"{m.ranks[0].steps} step(s) each")
+               f"{m.ranks[0].steps} step(s) each"
+               + ("; CPU only: collectives are the gloo operators, CPU-bound counted before communication"
+                  if m.host_only else ""))
     click.echo(f"step: mean {fmt_time(m.mean_step_ns)}, max {fmt_time(m.max_step_ns)} (rank {slow.rank}); "
                f"start to end across ranks {fmt_time(m.span_ns)}")
     first = min(r.start_ns for r in m.ranks)

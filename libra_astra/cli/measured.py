@@ -11,7 +11,8 @@ import click
 from .format import fmt_time, fmt_usd, table
 
 MEASURED_HELP = ("The run's Kineto traces (a PREFIX of PREFIX.RANK.json[.gz], a directory or a file; repeatable): "
-                 "print each rank's measured step beside the GPU-faithful prediction and the command's own.")
+                 "print each rank's measured step beside the GPU-faithful prediction (host-faithful on a CPU-only "
+                 "gloo run) and the command's own.")
 
 
 def measured_option(f: Callable) -> Callable:
@@ -28,12 +29,33 @@ def run_settings(net, splits: int, local_mem_bw_gbps: float, system: Mapping[str
                                   local_mem_bw_gbps=local_mem_bw_gbps)
 
 
+CPU_GROUPS_HELP = ("The process group of each gloo collective of a CPU run that its Kineto trace leaves open "
+                   "(a YAML/JSON list of {op, [nth], [size_bytes], ranks} entries, as for "
+                   "--cpu-collective-groups on demand).")
+
+
+def cpu_groups_option(f: Callable) -> Callable:
+    return click.option("--cpu-collective-groups", "cpu_groups", type=click.Path(exists=True, dir_okay=False),
+                        metavar="FILE", help=CPU_GROUPS_HELP)(f)
+
+
+def load_cpu_groups(path: str | None):
+    if path is None:
+        return None
+    from ..traces.cpu_groups import load_group_map
+
+    return load_group_map(path)
+
+
 def design_comparison(measured: Sequence[str], net, bw_gbps: Sequence[float], splits: int, local_mem_bw_gbps: float,
-                      system: Mapping[str, Any] | None, other_ns: Sequence[float] | None):
-    """The measured run against a design, with the system settings emit would give the simulator."""
+                      system: Mapping[str, Any] | None, other_ns: Sequence[float] | None,
+                      cpu_groups: str | None = None):
+    """The measured run against a design, with the system settings emit would give the simulator;
+    ``cpu_groups``: the --cpu-collective-groups file, for a CPU run's gloo collectives too."""
     from ..measure.compare import compare_design
 
-    return compare_design(measured, net, bw_gbps, run_settings(net, splits, local_mem_bw_gbps, system), other_ns)
+    return compare_design(measured, net, bw_gbps, run_settings(net, splits, local_mem_bw_gbps, system), other_ns,
+                          load_cpu_groups(cpu_groups))
 
 
 def _signed(ns: float) -> str:
@@ -46,8 +68,8 @@ def _pct(p: float | None, m: float) -> str:
 
 def echo_comparison(cmp, other: str = "ASTRA-sim semantics") -> None:
     """Per rank, then mean and max: measured, GPU-faithful, ``other`` (the command's own); the residual."""
-    click.echo(f"measured ({cmp.source}) against predicted; GPU-faithful = {cmp.model}")
-    rows = [["rank", "measured", "GPU-faithful", "error", other, "error"]]
+    click.echo(f"measured ({cmp.source}) against predicted; {cmp.label} = {cmp.model}")
+    rows = [["rank", "measured", cmp.label, "error", other, "error"]]
     for r in cmp.ranks:
         rows.append([str(r.rank), fmt_time(r.measured_ns, 3), fmt_time(r.gpu_faithful_ns, 3),
                      _pct(r.gpu_faithful_ns, r.measured_ns),
@@ -61,7 +83,7 @@ def echo_comparison(cmp, other: str = "ASTRA-sim semantics") -> None:
     base = cmp.mean("replay_measured_transfers_ns")
     meas = cmp.mean("measured_ns")
     gf = cmp.mean("gpu_faithful_ns")
-    click.echo(f"GPU-faithful residual (mean): {_signed(gf - meas)} = replay rules "
+    click.echo(f"{cmp.label} residual (mean): {_signed(gf - meas)} = replay rules "
                f"{_signed(base - meas)} (the replay with the measured transfers) + network "
                f"{_signed(gf - base)} (collective transfers {fmt_time(cmp.transfer_modelled_ns, 3)} modelled, "
                f"{fmt_time(cmp.transfer_measured_ns, 3)} measured)")

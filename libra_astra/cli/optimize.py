@@ -253,7 +253,7 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, algo
             design_bw, design_ns = faithful.result.bw_gbps, faithful.model_ns
         # the optimum as emit would simulate it, beside the optimizer's own time of the workload
         cmp = design_comparison(measured, net, design_bw, tm.splits, mem_bw, system_record,
-                                [design_ns] * net.npus_count)
+                                [design_ns] * net.npus_count, shared.cpu_collective_groups)
         from ..measure.compare import comparison_to_dict
 
         data["measured"] = comparison_to_dict(cmp)

@@ -10,7 +10,7 @@ import click
 
 from .app import Command
 from .format import fmt_ms, fmt_ranges, table
-from .measured import measured_option
+from .measured import cpu_groups_option, load_cpu_groups, measured_option
 from .progress import Progress
 
 
@@ -42,13 +42,14 @@ def _bandwidths(ctx: click.Context, param: click.Parameter, value: str | None) -
               help="Print only ASTRA-sim's line per rank: 'sys[R] finished, T cycles, exposed communication E "
                    "cycles.'")
 @measured_option
+@cpu_groups_option
 @click.option("--json", "as_json", is_flag=True, help="Print the prediction as JSON (every rank and class).")
 @click.option("--backend", type=click.Choice(["unaware", "aware"]), default="unaware", show_default=True,
               help="The analytical binary to predict: AstraSim_Analytical_Congestion_Unaware, or "
                    "..._Congestion_Aware (one-dimensional networks; messages share links).")
 def predict_command(source: str | None, workload: str | None, network: str | None, system: str | None,
                     comm_groups: str | None, queues: int, bandwidth: tuple[float, ...] | None, astra_format: bool,
-                    measured: tuple[str, ...], as_json: bool, backend: str) -> None:
+                    measured: tuple[str, ...], cpu_groups: str | None, as_json: bool, backend: str) -> None:
     """Predict what ASTRA-sim (518bd51, analytical congestion-unaware, or congestion-aware with
     --backend aware) prints for these inputs, without running it: every rank's finish time and
     exposed communication (1 cycle = 1 ns).
@@ -96,12 +97,14 @@ def predict_command(source: str | None, workload: str | None, network: str | Non
         from ..measure.measurement import measure_profiles
 
         profiles, notes = read_profiles(measured)
-        m = measure_profiles(profiles, notes, res.network, measured[0])
+        m = measure_profiles(profiles, notes, res.network, measured[0], load_cpu_groups(cpu_groups))
         cmp = compare(m, profiles, res.network, res.system.links, res.system.settings,
                       [r.finished_ns for r in pred.ranks])
-        from ..measure.compare import host_thread_ns
+        from ..measure.compare import host_thread_ns, untyped_gloo_note
 
         threads = host_thread_ns(inputs.workload, slow.rank) if (slow := pred.slowest) else {}
+        if m.host_only and (note := untyped_gloo_note(inputs.workload)) is not None:
+            cmp = replace(cmp, notes=cmp.notes + (note,))
     if as_json:
         out = prediction_to_dict(res)
         if cmp is not None:

@@ -52,6 +52,9 @@ class RankComm:
     launch_ns: int                  # when the host asked for it (the launch call, or its start)
     name: str
     on_gpu: bool
+    thread: tuple | None = None     # a gloo operator's worker thread ("tid", tid), or ("op", tid, n) run in place
+    candidates: tuple[tuple[int, ...], ...] = ()   # a gloo operator's possible groups
+    caller: str = ""                # a gloo operator's c10d:: operator
 
 
 def kind_of(name: str) -> str | None:
@@ -140,7 +143,8 @@ def _facts(sources: list[dict], names: list[str]) -> tuple[str | None, int | Non
 
 
 def rank_comms(prof: RankProfile) -> list[RankComm]:
-    """Every communication activity of a rank, in the order the host issued them."""
+    """Every NCCL kernel of a rank, in the order the host issued them (a CPU run's gloo
+    collectives: gloo.py)."""
     launchers = _Launchers(prof.host)
     calls = {c.correlation: c for c in prof.runtime if c.correlation is not None}
     out: list[RankComm] = []
@@ -153,11 +157,5 @@ def rank_comms(prof: RankProfile) -> list[RankComm]:
         kind, size, group, gname = _facts([op.args] + [o.args for o in ops], [o.name for o in ops] + [op.name])
         out.append(RankComm(kind or "UNKNOWN", size or 0, group, gname, op.start_ns, op.end_ns,
                             call.start_ns if call is not None else op.start_ns, op.name, True))
-    if not out:
-        for op in prof.host:
-            if op.name.lower().startswith("gloo:"):
-                kind, size, group, gname = _facts([op.args], [op.name])
-                out.append(RankComm(kind or "UNKNOWN", size or 0, group, gname, op.start_ns, op.end_ns,
-                                    op.start_ns, op.name, False))
     out.sort(key=lambda c: (c.launch_ns, c.start_ns))
     return out

@@ -3,7 +3,8 @@
 Two predictions of each rank's step:
 
 - **GPU-faithful** (replay.py): the measured step replayed as the GPU runs it, each collective's
-  transfer given by ASTRA-sim's own time of it on the prediction's network and system.json;
+  transfer given by ASTRA-sim's own time of it on the prediction's network and system.json; on a
+  CPU-only (gloo) run its counterpart, **host-faithful** (cpu_replay.py);
 - **ASTRA-sim's semantics**: the simulator's finish time of the rank for the converted trace.
 
 What the GPU-faithful residual is made of: the replay's rules (the replay with the measured
@@ -20,6 +21,9 @@ from ..model.collectives import COLLECTIVE_TYPES
 from ..model.network import Network
 from ..timing.astra_collective import Link, collective_time_ns
 from ..timing.astra_settings import SystemSettings
+from ..traces.cpu_groups import GroupMap
+from .cpu_replay import MODEL_NAME as CPU_MODEL_NAME
+from .cpu_replay import cpu_replay
 from .kineto import RankProfile
 from .measurement import Measurement, collective_dims
 from .replay import MODEL_NAME, ReplayedRank, replay
@@ -42,6 +46,7 @@ class Comparison:
     transfer_measured_ns: int           # sum over the collectives
     transfer_modelled_ns: int
     notes: tuple[str, ...]
+    label: str = "GPU-faithful"        # host-faithful on a CPU-only run (cpu_replay.py)
 
     def mean(self, field: str) -> float | None:
         vals = [getattr(r, field) for r in self.ranks]
@@ -77,15 +82,24 @@ def compare(m: Measurement, profiles: Sequence[RankProfile], net: Network, links
     notes: list[str] = list(m.assumptions)
     modelled = modelled_transfers(m, net, links, settings, notes)
     by_index = {c.index: t for c, t in zip(m.collectives, modelled)}
-    predicted = replay(profiles, m.collectives, lambda c: by_index[c.index], m.world_size, m.clock_offsets_ns)
-    baseline = replay(profiles, m.collectives, lambda c: c.transfer_ns, m.world_size, m.clock_offsets_ns)
-    notes += _host_bound_note(m, baseline)
+    if m.host_only:
+        def run(f):
+            return cpu_replay(profiles, m.collectives, f, m.world_size, m.clock_offsets_ns, m.group_map)
+        model, label = CPU_MODEL_NAME, "host-faithful"
+    else:
+        def run(f):
+            return replay(profiles, m.collectives, f, m.world_size, m.clock_offsets_ns)
+        model, label = MODEL_NAME, "GPU-faithful"
+    predicted = run(lambda c: by_index[c.index])
+    baseline = run(lambda c: c.transfer_ns)
+    if not m.host_only:
+        notes += _host_bound_note(m, baseline)
     rows = []
     for s, p, b in zip(m.ranks, predicted, baseline):
         astra = float(astra_finish_ns[s.rank]) if astra_finish_ns is not None else None
         rows.append(RankComparison(s.rank, s.step_ns, float(p.step_ns), float(b.step_ns), astra))
-    return Comparison(m.source, MODEL_NAME, tuple(rows), sum(c.transfer_ns for c in m.collectives), sum(modelled),
-                      tuple(notes))
+    return Comparison(m.source, model, tuple(rows), sum(c.transfer_ns for c in m.collectives), sum(modelled),
+                      tuple(notes), label)
 
 
 def _host_bound_note(m: Measurement, replayed: Sequence[ReplayedRank]) -> list[str]:
@@ -102,14 +116,14 @@ def _host_bound_note(m: Measurement, replayed: Sequence[ReplayedRank]) -> list[s
 
 
 def compare_design(inputs: Sequence[str], net: Network, bw_gbps: Sequence[float], settings: SystemSettings,
-                   other_ns: Sequence[float] | None = None) -> Comparison:
+                   other_ns: Sequence[float] | None = None, group_map: GroupMap | None = None) -> Comparison:
     """The measured run (Kineto ``inputs``) against a design: the GPU-faithful replay with ASTRA-sim's
     transfers on the design's bandwidths, beside ``other_ns`` per rank (another model's times)."""
     from .kineto import read_profiles
     from .measurement import measure_profiles
 
     profiles, notes = read_profiles(inputs)
-    m = measure_profiles(profiles, notes, net, str(inputs[0]))
+    m = measure_profiles(profiles, notes, net, str(inputs[0]), group_map)
     links = [Link(d.topology, d.npus, float(b), d.latency_ns) for d, b in zip(net.dims, bw_gbps)]
     return compare(m, profiles, net, links, settings, other_ns)
 
@@ -119,7 +133,7 @@ def _err(p: float | None, m: float) -> float | None:
 
 
 def comparison_to_dict(c: Comparison) -> dict[str, Any]:
-    out: dict[str, Any] = {"source": c.source, "gpu_faithful_model": c.model, "ranks": [], "notes": list(c.notes),
+    out: dict[str, Any] = {"source": c.source, "gpu_faithful_model": c.model, "gpu_faithful_label": c.label, "ranks": [], "notes": list(c.notes),
                            "transfer_measured_ns": c.transfer_measured_ns,
                            "transfer_modelled_ns": c.transfer_modelled_ns}
     for r in c.ranks:
@@ -154,3 +168,21 @@ def host_thread_ns(prefix: str, rank: int) -> dict[int, int]:
             tid = int(attrs.get("tid", 0))
             out[tid] = out.get(tid, 0) + int(n.duration_micros) * 1000
     return out
+
+
+def untyped_gloo_note(prefix: str) -> str | None:
+    """A note when a CPU run's trace set still has its gloo collectives as CPU operators (rank 0's
+    file): ASTRA-sim then times them as recorded, not by the network."""
+    from ..traces import chakra_io as cio
+    from ..traces.cpu_collectives import has_typed_comm
+    from ..traces.files import find_rank_files
+
+    files = find_rank_files(prefix)
+    if 0 not in files:
+        return None
+    _, nodes = cio.read_et(files[0])
+    if has_typed_comm(nodes) or not any(n.name.startswith(("c10d::", "gloo:")) for n in nodes):
+        return None
+    return (f"{prefix}: its gloo collectives are CPU operators, so ASTRA-sim's semantics time them as recorded, "
+            "not by this network; for the network's times type them (optimize or loop with "
+            "--type-cpu-collectives, then predict or simulate the emitted run)")

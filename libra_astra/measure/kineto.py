@@ -89,6 +89,17 @@ class RankProfile:
     device: tuple[DeviceOp, ...]
     first_ns: int
     last_ns: int
+    # the rank's process groups as ``distributedInfo.pg_config`` lists them (ranks, ascending)
+    groups: tuple[tuple[int, ...], ...] = ()
+
+
+def _groups(info: dict) -> tuple[tuple[int, ...], ...]:
+    out = []
+    for pg in info.get("pg_config") or ():
+        ranks = pg.get("ranks") if isinstance(pg, dict) else None
+        if isinstance(ranks, list) and ranks and all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+            out.append(tuple(sorted(ranks)))
+    return tuple(out)
 
 
 def _ns(value: Any) -> int:
@@ -155,7 +166,8 @@ def parse_profile(data: Any, source: str, rank: int | None) -> RankProfile:
     device.sort(key=lambda o: (o.start_ns, o.end_ns))
     steps.sort(key=lambda s: s.start_ns)
     return RankProfile(own_rank if own_rank is not None else (rank if rank is not None else 0), source, world,
-                       backend, tuple(steps), tuple(host), tuple(runtime), tuple(device), first, last)
+                       backend, tuple(steps), tuple(host), tuple(runtime), tuple(device), first, last,
+                       _groups(info))
 
 
 def read_profile(path: str | Path, rank: int | None = None) -> RankProfile:

@@ -14,8 +14,9 @@ from typing import Any, Sequence
 from ..errors import LibraError
 from ..model.collectives import flat_ring_dims, group_participation
 from ..model.network import Network
+from ..traces.cpu_groups import GroupMap
 from .collectives import MeasuredCollective, clock_offsets, match, measured_collectives
-from .comms import rank_comms
+from .gloo import run_comms
 from .kineto import RankProfile, read_profiles
 from .step import RankStep, no_step_note, rank_step
 
@@ -31,6 +32,8 @@ class Measurement:
     dims: tuple[str, ...]             # per collective: the network dimensions it crosses ("" without a network)
     clock_offsets_ns: tuple[int, ...]  # per rank present
     assumptions: tuple[str, ...]
+    group_map: GroupMap | None = None   # the groups given for a CPU run's gloo collectives
+    host_only: bool = False             # a CPU run: no device activity in any profile
 
     @property
     def mean_step_ns(self) -> float:
@@ -67,12 +70,13 @@ def collective_dims(net: Network, group: Sequence[int], source: str) -> tuple[in
 
 
 def measure_profiles(profiles: list[RankProfile], notes: list[str], network: Network | None = None,
-                     source: str = "") -> Measurement:
+                     source: str = "", group_map: GroupMap | None = None) -> Measurement:
+    """``group_map``: the process groups of a CPU run's gloo collectives (gloo.py)."""
     world = max([p.world_size or 0 for p in profiles] + [max(p.rank for p in profiles) + 1])
     if network is not None and network.npus_count != world:
         raise LibraError(f"{source}: the job has {world} ranks but network {network.name!r} has "
                          f"{network.npus_count} NPUs; use the network the job ran on")
-    comms = {p.rank: rank_comms(p) for p in profiles}
+    comms = run_comms(profiles, world, notes, group_map)
     unknown = sum(1 for cs in comms.values() for c in cs if c.size_bytes == 0)
     if unknown:
         notes.append(f"{unknown} communication kernel(s) without a recorded size (no 'In msg nelems' or "
@@ -92,18 +96,21 @@ def measure_profiles(profiles: list[RankProfile], notes: list[str], network: Net
         notes.append(f"the ranks profiled {min(counts)}..{max(counts)} steps; each rank's step is its mean")
     dims = tuple("+".join(network.dims[d].name for d in collective_dims(network, c.group, source))
                  if network is not None else "" for c in colls)
-    return Measurement(source, world, steps, tuple(colls), dims, tuple(offsets[r] for r in ranks), tuple(notes))
+    return Measurement(source, world, steps, tuple(colls), dims, tuple(offsets[r] for r in ranks), tuple(notes),
+                       group_map, all(not p.device for p in profiles))
 
 
-def measure(inputs: Sequence[str | Path], network: Network | None = None) -> Measurement:
+def measure(inputs: Sequence[str | Path], network: Network | None = None,
+            group_map: GroupMap | None = None) -> Measurement:
     """Read the profiles named by ``inputs`` (PREFIX, directory or files) and measure them."""
     profiles, notes = read_profiles(inputs)
-    return measure_profiles(profiles, notes, network, str(inputs[0]))
+    return measure_profiles(profiles, notes, network, str(inputs[0]), group_map)
 
 
 def measurement_to_dict(m: Measurement) -> dict[str, Any]:
     return {
         "format": "libra_astra.measurement", "version": 1, "source": m.source, "world_size": m.world_size,
+        "host_only": m.host_only,
         "step_mean_ns": m.mean_step_ns, "step_max_ns": m.max_step_ns, "start_to_end_ns": m.span_ns,
         "ranks": [{"rank": r.rank, "steps": r.steps, "start_ns": r.start_ns, "end_ns": r.end_ns,
                    "step_ns": r.step_ns, "gpu_compute_ns": r.gpu_compute_ns, "exposed_comm_ns": r.exposed_comm_ns,

@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 
 from ..errors import LibraError
 from .collectives import MeasuredCollective, match
-from .comms import rank_comms
+from .gloo import run_comms
 from .kineto import RankProfile
 from .step import step_windows
 
@@ -155,7 +155,7 @@ def rank_graphs(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredC
     first and last host call of the step's thread); collective kernels carry the index of their
     measured collective."""
     notes: list[str] = []
-    comms = {p.rank: rank_comms(p) for p in profiles}
+    comms = run_comms(profiles, world, notes)
     instances = match(profiles, comms, world, notes)
     if len(instances) != len(collectives):
         raise LibraError(f"{profiles[0].source}: the replay matched {len(instances)} collectives, the measurement "

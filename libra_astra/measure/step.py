@@ -8,6 +8,10 @@ assumption). Each instant of the step is counted once, in this order:
 - **CPU-bound**: the device is idle while the step's thread runs an operator, not counting the
   time it blocks in a synchronization (``cuda*Synchronize``, a synchronous ``cudaMemcpy``);
 - **idle**: none of these (the thread between operators, or blocked with the device idle).
+
+On a CPU-only run (no device activity) the host is the device: an instant is **CPU-bound** when
+the step's thread runs an operator other than communication, else **exposed communication** when
+a gloo collective runs on a worker thread, else idle (GPU compute is 0).
 """
 
 from __future__ import annotations
@@ -49,8 +53,10 @@ def _active(spans: Sequence[tuple[int, int]], points: np.ndarray) -> np.ndarray:
     return (np.searchsorted(starts, points, "right") - np.searchsorted(ends, points, "right")) > 0
 
 
-def breakdown(window: tuple[int, int], comp, comm, cpu, sync) -> tuple[float, float, float, float, float]:
-    """(GPU compute, exposed communication, CPU-bound, idle, all communication) ns inside ``window``."""
+def breakdown(window: tuple[int, int], comp, comm, cpu, sync,
+              host_first: bool = False) -> tuple[float, float, float, float, float]:
+    """(GPU compute, exposed communication, CPU-bound, idle, all communication) ns inside ``window``;
+    ``host_first``: a CPU-only run, where the step thread's work hides communication."""
     lo, hi = window
     # times relative to the window: epoch nanoseconds are beyond a double's exact integers
     rel = [[(s - lo, e - lo) for s, e in spans if e > lo and s < hi] for spans in (comp, comm, cpu, sync)]
@@ -68,8 +74,12 @@ def breakdown(window: tuple[int, int], comp, comm, cpu, sync) -> tuple[float, fl
     a_comp, a_comm = _active(comp, mids), _active(comm, mids)
     a_cpu = _active(cpu, mids) & ~_active(sync, mids)
     g = float(width[a_comp].sum())
-    x = float(width[a_comm & ~a_comp].sum())
-    c = float(width[a_cpu & ~a_comp & ~a_comm].sum())
+    if host_first:
+        c = float(width[a_cpu & ~a_comp].sum())
+        x = float(width[a_comm & ~a_comp & ~a_cpu].sum())
+    else:
+        x = float(width[a_comm & ~a_comp].sum())
+        c = float(width[a_cpu & ~a_comp & ~a_comm].sum())
     return g, x, c, float(hi - lo) - g - x - c, float(width[a_comm].sum())
 
 
@@ -101,7 +111,7 @@ def rank_step(prof: RankProfile, comms: list[RankComm], offset_ns: int) -> RankS
             and (c.name.lower().endswith("synchronize") or c.name.lower() in ("cudamemcpy", "cudamemcpy2d"))]
     sums = np.zeros(5)
     for w in windows:
-        sums += breakdown(w, comp, comm, cpu, sync)
+        sums += breakdown(w, comp, comm, cpu, sync, host_first=not prof.device)
     n = len(windows)
     total = sum(e - s for s, e in windows)
     g, x, c, i, a = (sums / n).tolist()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from ..demand.workload import Workload
+from ..errors import LibraError
 from ..measure.faithful_time import FaithfulTime, faithful_time
 from ..measure.kineto import read_profiles
 from ..measure.measurement import measure_profiles
@@ -39,6 +40,9 @@ def faithful_model(measured: Sequence[str], net: Network, model: TimeModel) -> F
     timed by ``model``."""
     profiles, notes = read_profiles(measured)
     m = measure_profiles(profiles, notes, net, str(measured[0]))
+    if m.host_only:
+        raise LibraError(f"{measured[0]}: a CPU-only (gloo) run has no GPU to be faithful to; --gpu-faithful "
+                         "optimizes GPU runs (its host-faithful replay is shown by --measured alone)")
     return faithful_time(m, profiles, net, replace(model, overlap=False, replay=None))
 
 

@@ -5,12 +5,17 @@ same profiled steps, PyTorch's ExecutionTraceObserver output (host trace) and
 a Kineto trace (device trace), as the Chakra collection guide describes. The
 two are then linked by mlc-chakra's ``chakra_trace_link`` and converted by
 ``chakra_converter PyTorch``; the converter output is gzipped, unmodified, into
-``OUT/<set>/<set>.<rank>.et.gz``.
+``OUT/<set>/<set>.<rank>.et.gz``. With ``--keep-kineto`` each rank's Kineto trace
+is gzipped, unmodified, beside it as ``OUT/<set>/<set>.<rank>.json.gz`` (what
+``libra-astra measure`` reads), and ``--steps N`` has Kineto record N steps, the
+last of which the ExecutionTraceObserver records too.
 
 Runs only in the optional recording environment (torch, full mlc-chakra,
 PARAM et_replay); see tests/fixtures/real/README.md.
 
     python tools/record_traces/record.py --out tests/fixtures/real --raw /tmp/raw
+    python tools/record_traces/record.py --job ddp --keep-kineto --steps 3 --suffix k \
+        --out tests/fixtures/real/measured --raw /tmp/raw
 """
 
 from __future__ import annotations
@@ -126,7 +131,7 @@ def job_pipeline(rank: int, world: int):
 JOBS = {"ddp": job_ddp, "tpdp": job_tpdp, "pipeline": job_pipeline}
 
 
-def _worker(rank: int, world: int, job: str, raw: str, port: int) -> None:
+def _worker(rank: int, world: int, job: str, raw: str, port: int, steps: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -140,19 +145,19 @@ def _worker(rank: int, world: int, job: str, raw: str, port: int) -> None:
         et.register_callback(str(raw_dir / f"host_et.{rank}.json"))
         kineto_path = raw_dir / f"kineto.{rank}.json"
         # As in Chakra's collection guide: Kineto warms up for one step, then
-        # records the step during which the ET observer is on, so both traces
-        # hold the same operators (linked by their record-function ids).
+        # records the steps, the last of them with the ET observer on, so both
+        # traces hold that step's operators (linked by their record-function ids).
         with profile(
             activities=[ProfilerActivity.CPU],
-            schedule=schedule(wait=0, warmup=1, active=1),
+            schedule=schedule(wait=0, warmup=1, active=steps),
             record_shapes=True,
             on_trace_ready=lambda prof: prof.export_chrome_trace(str(kineto_path)),
         ) as prof:
-            for i in range(2):
-                if i == 1:
+            for i in range(1 + steps):
+                if i == steps:
                     et.start()
                 step()
-                if i == 1:
+                if i == steps:
                     et.stop()
                 prof.step()
         et.unregister_callback()
@@ -168,13 +173,19 @@ def _run(cmd: list[str], cwd: Path) -> None:
         sys.exit(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
 
 
-def record(job: str, world: int, out_root: Path, raw_root: Path, port: int) -> None:
-    name = f"{job}{world}"
+def _gzip(src_path: Path, dst_path: Path) -> None:
+    with open(src_path, "rb") as src, gzip.GzipFile(dst_path, "wb", compresslevel=9, mtime=0) as dst:
+        shutil.copyfileobj(src, dst)
+
+
+def record(job: str, world: int, out_root: Path, raw_root: Path, port: int, steps: int = 1,
+           keep_kineto: bool = False, suffix: str = "") -> None:
+    name = f"{job}{world}{suffix}"
     raw = (raw_root / name).resolve()
     if raw.exists():
         shutil.rmtree(raw)
     raw.mkdir(parents=True)
-    mp.start_processes(_worker, args=(world, job, str(raw), port), nprocs=world, start_method="spawn")
+    mp.start_processes(_worker, args=(world, job, str(raw), port, steps), nprocs=world, start_method="spawn")
     out = (out_root / name).resolve()
     out.mkdir(parents=True, exist_ok=True)
     for r in range(world):
@@ -188,6 +199,8 @@ def record(job: str, world: int, out_root: Path, raw_root: Path, port: int) -> N
         _run(["chakra_converter", "PyTorch", "--input", str(linked), "--output", str(converted)], cwd=raw)
         with open(converted, "rb") as src, gzip.GzipFile(out / f"{name}.{r}.et.gz", "wb", mtime=0) as dst:
             shutil.copyfileobj(src, dst)
+        if keep_kineto:
+            _gzip(raw / f"kineto.{r}.json", out / f"{name}.{r}.json.gz")
 
 
 def main() -> None:
@@ -197,9 +210,15 @@ def main() -> None:
     ap.add_argument("--job", choices=sorted(JOBS), action="append", help="job(s) to record (default: all)")
     ap.add_argument("--world", type=int, default=4, help="ranks per job (even)")
     ap.add_argument("--port", type=int, default=29511)
+    ap.add_argument("--steps", type=int, default=1, help="steps Kineto records (the ET records the last)")
+    ap.add_argument("--keep-kineto", action="store_true",
+                    help="also write each rank's Kineto trace, gzipped, as SET.RANK.json.gz beside the ET")
+    ap.add_argument("--suffix", default="", help="appended to the set name (JOBWORLD), e.g. k -> ddp4k")
     args = ap.parse_args()
+    if args.steps < 1:
+        ap.error("--steps must be at least 1")
     for i, job in enumerate(args.job or list(JOBS)):
-        record(job, args.world, args.out, args.raw, args.port + i)
+        record(job, args.world, args.out, args.raw, args.port + i, args.steps, args.keep_kineto, args.suffix)
 
 
 if __name__ == "__main__":
