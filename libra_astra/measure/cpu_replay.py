@@ -34,7 +34,7 @@ from .collectives import MeasuredCollective, match
 from .comms import RankComm
 from .gloo import run_comms
 from .kineto import HostOp, RankProfile
-from .replay import ReplayedRank
+from .replay import ReplayedRank, settle
 from .step import step_windows
 
 MODEL_NAME = ("host-faithful (CPU run replayed: the step thread's operators in recorded order, gloo collectives "
@@ -156,19 +156,8 @@ def cpu_replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCo
         last = max(c.start_ns - off[r] for r, c in inst)
         for r, c in inst:
             tails[r][i] = (c.end_ns - off[r]) - (last + collectives[i].transfer_ns)
-    release: dict[int, int] = {}
-    results = {}
-    for _ in range(len(collectives) + 2):
-        ready_all: dict[int, list[int]] = {}
-        for r, (nodes, _, (lo, _), _) in graphs.items():
-            start, end, ready = _times(nodes, lo, {i: t + off[r] for i, t in release.items()}, transfer, tails[r])
-            results[r] = (start, end)
-            for i, t in ready.items():
-                ready_all.setdefault(i, []).append(t - off[r])
-        new = {i: max(ts) for i, ts in ready_all.items()}
-        if new == release:
-            break
-        release = new
+    results = settle(lambda r, release: _times(graphs[r][0], graphs[r][2][0], release, transfer, tails[r]),
+                     list(graphs), len(collectives), off)
     out = []
     for p in profiles:
         nodes, rec, (lo, _), bounds = graphs[p.rank]

@@ -167,6 +167,27 @@ def rank_graphs(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredC
     return {p.rank: _rank_graph(p, coll_of[p.rank]) for p in profiles}
 
 
+def settle(times: Callable[[int, dict[int, int]], tuple[dict, dict, dict]], ranks: Sequence[int], count: int,
+           off: dict[int, int]) -> dict[int, tuple[dict, dict]]:
+    """Each rank's (start, end) of every node once the collectives' releases reach their fixed
+    point: ``times(rank, releases on its clock)`` replays one rank and gives (start, end, ready
+    of each collective); a release is its last member's readiness on the shared clock."""
+    release: dict[int, int] = {}
+    results: dict[int, tuple[dict, dict]] = {}
+    for _ in range(count + 2):
+        ready_all: dict[int, list[int]] = {}
+        for r in ranks:
+            start, end, ready = times(r, {i: t + off[r] for i, t in release.items()})
+            results[r] = (start, end)
+            for i, t in ready.items():
+                ready_all.setdefault(i, []).append(t - off[r])
+        new = {i: max(ts) for i, ts in ready_all.items()}
+        if new == release:
+            break
+        release = new
+    return results
+
+
 def replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCollective],
            transfer_ns: Callable[[MeasuredCollective], int], world: int,
            offsets_ns: Sequence[int] | None = None) -> list[ReplayedRank]:
@@ -179,19 +200,8 @@ def replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCollec
     # the release of a collective is when its last member is ready; iterate to the fixed point
     # each rank starts its step when it did; a release is on the shared (corrected) clock
     off = dict(zip((p.rank for p in profiles), offsets_ns or [0] * len(profiles)))
-    release: dict[int, int] = {}
-    for _ in range(len(collectives) + 2):
-        ready_all: dict[int, list[int]] = {}
-        results = {}
-        for r, (nodes, (lo, _), _) in graphs.items():
-            start, end, ready = _times(nodes, orders[r], lo, {i: t + off[r] for i, t in release.items()}, transfer)
-            results[r] = (start, end)
-            for i, t in ready.items():
-                ready_all.setdefault(i, []).append(t - off[r])
-        new = {i: max(ts) for i, ts in ready_all.items()}
-        if new == release:
-            break
-        release = new
+    results = settle(lambda r, release: _times(graphs[r][0], orders[r], graphs[r][1][0], release, transfer),
+                     list(graphs), len(collectives), off)
     out = []
     for p in profiles:
         nodes, (lo, hi), bounds = graphs[p.rank]
