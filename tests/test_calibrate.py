@@ -107,9 +107,14 @@ def test_cli_writes_once_and_refuses_again(tmp_path):
 @pytest.mark.astra
 @pytest.mark.skipif(not (BIN and os.access(BIN, os.X_OK)),
                     reason="set ASTRA_SIM_BIN to an AstraSim_Analytical_Congestion_Unaware binary to run this")
-def test_astra_sim_runs_the_calibrated_network_at_the_expected_times(tmp_path):
-    net = load_network(REAL / "ring8.yml")
-    content = write_calibration(calibrate(measure([str(DLRM)], net), net), tmp_path)
+@pytest.mark.parametrize("prefix, network", [
+    (DLRM, "ring8.yml"),
+    # a CPU (gloo) run, recorded with its Kineto traces
+    (REAL / "measured" / "ddp4k" / "ddp4k", "ring4.yml"),
+])
+def test_astra_sim_runs_the_calibrated_network_at_the_expected_times(tmp_path, prefix, network):
+    net = load_network(REAL / network)
+    content = write_calibration(calibrate(measure([str(prefix)], net), net), tmp_path)
     proc = subprocess.run([BIN, "--workload-configuration=check/collectives", "--system-configuration=system.json",
                            "--network-configuration=astra-network.yml",
                            "--remote-memory-configuration=memory.json"],
@@ -117,8 +122,10 @@ def test_astra_sim_runs_the_calibrated_network_at_the_expected_times(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = {int(r): int(t) for r, t in re.findall(r"sys\[(\d+)\] finished, (\d+) cycles", proc.stdout)}
     expected = content["check_trace"]["astra_finish_ns"]
-    assert len(got) == 8
+    assert len(got) == net.npus_count
     # the binary's event loop adds a few ns at the start of a run
-    assert all(abs(got[r] - expected[r]) <= 10 for r in range(8)), (got, expected)
-    measured = content["check_trace"]["measured_transfer_sum_ns"]
-    assert abs(max(got.values()) - measured) / measured < 0.05
+    assert all(abs(got[r] - expected[r]) <= 10 for r in range(net.npus_count)), (got, expected)
+    if prefix == DLRM:
+        # NCCL on V100s is an alpha-beta network; gloo on a loaded CPU is not (docs/time-models.md)
+        measured = content["check_trace"]["measured_transfer_sum_ns"]
+        assert abs(max(got.values()) - measured) / measured < 0.05

@@ -6,8 +6,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import re
-import subprocess
 from decimal import Decimal
 from pathlib import Path
 
@@ -18,7 +16,6 @@ from click.testing import CliRunner
 from libra_astra.cli import main
 from libra_astra.errors import LibraError
 from libra_astra.measure.calibrate import calibrate
-from libra_astra.measure.calibrate_files import write_calibration
 from libra_astra.measure.cpu_replay import cpu_replay
 from libra_astra.measure.fit import robust_nnls
 from libra_astra.measure.kineto import parse_profile
@@ -248,19 +245,3 @@ def test_predict_measured_table_on_the_tp_dp_run(tmp_path):
     assert [r[0] for r in table] == ["0", "1", "2", "3"]
     assert [f"{float(r[1]):.3f}" for r in table] == [f"{s.step_ns / 1e6:.3f}" for s in m.ranks]
     assert "host-faithful residual (mean)" in res.output and "replay rules" in res.output
-
-
-@pytest.mark.astra
-@pytest.mark.skipif(not (BIN and os.access(BIN, os.X_OK)),
-                    reason="set ASTRA_SIM_BIN to an AstraSim_Analytical_Congestion_Unaware binary to run this")
-def test_astra_sim_runs_the_cpu_calibration_at_the_expected_times(tmp_path):
-    net = load_network(REAL / "ring4.yml")
-    content = write_calibration(calibrate(measure([str(DDP)], net), net), tmp_path)
-    proc = subprocess.run([BIN, "--workload-configuration=check/collectives", "--system-configuration=system.json",
-                           "--network-configuration=astra-network.yml",
-                           "--remote-memory-configuration=memory.json"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = {int(r): int(t) for r, t in re.findall(r"sys\[(\d+)\] finished, (\d+) cycles", proc.stdout)}
-    expected = content["check_trace"]["astra_finish_ns"]
-    assert len(got) == 4 and all(abs(got[r] - expected[r]) <= 10 for r in range(4)), (got, expected)

@@ -28,7 +28,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from convert_param_dlrm import _run, add_record_function_ids, et_to_1_0_2
+from convert_param_dlrm import add_record_function_ids, link_and_convert
 
 SET_NAME = "astra_megatron8"
 RANKS = range(8)
@@ -62,15 +62,7 @@ def main() -> None:
         kineto = json.loads(kineto_path.read_text())
         matched, total = add_record_function_ids(kineto, et)
         print(f"rank {r}: rf_id given to {matched}/{total} Kineto CPU ops")
-        host = raw / f"host_et.{r}.json"
-        device = raw / f"kineto.{r}.json"
-        host.write_text(json.dumps(et_to_1_0_2(et)))
-        device.write_text(json.dumps(kineto))
-        linked = raw / f"linked.{r}.json"
-        converted = raw / f"{SET_NAME}.{r}.et"
-        _run(["chakra_trace_link", "--rank", str(r), "--chakra-host-trace", str(host),
-              "--chakra-device-trace", str(device), "--output-file", str(linked)], cwd=raw)
-        _run(["chakra_converter", "PyTorch", "--input", str(linked), "--output", str(converted)], cwd=raw)
+        converted = link_and_convert(raw, r, et, kineto, SET_NAME)
         _gzip(converted, out / f"{SET_NAME}.{r}.et.gz")
         _gzip(kineto_path, out / f"{SET_NAME}.{r}.json.gz")
 

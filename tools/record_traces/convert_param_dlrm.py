@@ -119,6 +119,21 @@ def _run(cmd: list[str], cwd: Path) -> None:
         sys.exit(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
 
 
+
+def link_and_convert(raw: Path, rank: int, et: dict, kineto: dict, set_name: str) -> Path:
+    """Write the rewritten host ET and Kineto trace of one rank into ``raw``, link them with
+    chakra_trace_link and convert the result with chakra_converter; the converted file."""
+    host = raw / f"host_et.{rank}.json"
+    device = raw / f"kineto.{rank}.json"
+    host.write_text(json.dumps(et_to_1_0_2(et)))
+    device.write_text(json.dumps(kineto))
+    linked = raw / f"linked.{rank}.json"
+    converted = raw / f"{set_name}.{rank}.et"
+    _run(["chakra_trace_link", "--rank", str(rank), "--chakra-host-trace", str(host),
+          "--chakra-device-trace", str(device), "--output-file", str(linked)], cwd=raw)
+    _run(["chakra_converter", "PyTorch", "--input", str(linked), "--output", str(converted)], cwd=raw)
+    return converted
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--param", type=Path, required=True, help="PARAM source checkout (holds et_replay/tests/inputs)")
@@ -142,15 +157,7 @@ def main() -> None:
         matched, total = add_record_function_ids(kineto, et)
         renamed = rename_nccl_kernels(kineto)
         print(f"rank {r}: rf_id given to {matched}/{total} Kineto CPU ops, {renamed} NCCL kernels renamed")
-        host = raw / f"host_et.{r}.json"
-        device = raw / f"kineto.{r}.json"
-        host.write_text(json.dumps(et_to_1_0_2(et)))
-        device.write_text(json.dumps(kineto))
-        linked = raw / f"linked.{r}.json"
-        converted = raw / f"{SET_NAME}.{r}.et"
-        _run(["chakra_trace_link", "--rank", str(r), "--chakra-host-trace", str(host),
-              "--chakra-device-trace", str(device), "--output-file", str(linked)], cwd=raw)
-        _run(["chakra_converter", "PyTorch", "--input", str(linked), "--output", str(converted)], cwd=raw)
+        converted = link_and_convert(raw, r, et, kineto, SET_NAME)
         with open(converted, "rb") as src, gzip.GzipFile(out / f"{SET_NAME}.{r}.et.gz", "wb", mtime=0) as dst:
             shutil.copyfileobj(src, dst)
 
