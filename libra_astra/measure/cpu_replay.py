@@ -28,13 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..errors import LibraError
 from ..traces.cpu_groups import GroupMap
-from .collectives import MeasuredCollective, match
+from .collectives import MeasuredCollective
 from .comms import RankComm
 from .gloo import run_comms
 from .kineto import HostOp, RankProfile
-from .replay import ReplayedRank, settle
+from .replay import ReplayedRank, collective_keys, settle
 from .step import step_windows
 
 MODEL_NAME = ("host-faithful (CPU run replayed: the step thread's operators in recorded order, gloo collectives "
@@ -137,16 +136,8 @@ def cpu_replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCo
                transfer_ns: Callable[[MeasuredCollective], int], world: int,
                offsets_ns: Sequence[int] | None = None, group_map: GroupMap | None = None) -> list[ReplayedRank]:
     """Every rank's step under the host-faithful model (module docstring), ns."""
-    notes: list[str] = []
-    comms = run_comms(profiles, world, notes, group_map)
-    instances = match(profiles, comms, world, notes)
-    if len(instances) != len(collectives):
-        raise LibraError(f"{profiles[0].source}: the replay matched {len(instances)} collectives, the measurement "
-                         f"{len(collectives)}; measure the same profiles")
-    coll_of: dict[int, dict[tuple[int, str], int]] = {p.rank: {} for p in profiles}
-    for i, inst in enumerate(instances):
-        for r, c in inst:
-            coll_of[r][(c.start_ns, c.name)] = i
+    comms = run_comms(profiles, world, [], group_map)
+    coll_of, instances = collective_keys(profiles, comms, collectives, world)
     transfer = {i: int(transfer_ns(c)) for i, c in enumerate(collectives)}
     graphs = {p.rank: _rank_graph(p, comms[p.rank], coll_of[p.rank]) for p in profiles}
     off = dict(zip((p.rank for p in profiles), offsets_ns or [0] * len(profiles)))

@@ -154,9 +154,16 @@ def rank_graphs(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredC
     """Per rank: its replay graph (nodes by key), the span of its steps, and per step (start, end,
     first and last host call of the step's thread); collective kernels carry the index of their
     measured collective."""
-    notes: list[str] = []
-    comms = run_comms(profiles, world, notes)
-    instances = match(profiles, comms, world, notes)
+    comms = run_comms(profiles, world, [])
+    coll_of, _ = collective_keys(profiles, comms, collectives, world)
+    return {p.rank: _rank_graph(p, coll_of[p.rank]) for p in profiles}
+
+
+def collective_keys(profiles: Sequence[RankProfile], comms: dict, collectives: Sequence[MeasuredCollective],
+                    world: int) -> tuple[dict[int, dict[tuple[int, str], int]], list]:
+    """Per rank: each of its communication records (start, name) -> the index of its measured
+    collective; and the matched instances. The profiles must be the measured ones."""
+    instances = match(profiles, comms, world, [])
     if len(instances) != len(collectives):
         raise LibraError(f"{profiles[0].source}: the replay matched {len(instances)} collectives, the measurement "
                          f"{len(collectives)}; measure the same profiles")
@@ -164,7 +171,7 @@ def rank_graphs(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredC
     for i, inst in enumerate(instances):
         for r, c in inst:
             coll_of[r][(c.start_ns, c.name)] = i
-    return {p.rank: _rank_graph(p, coll_of[p.rank]) for p in profiles}
+    return coll_of, instances
 
 
 def settle(times: Callable[[int, dict[int, int]], tuple[dict, dict, dict]], ranks: Sequence[int], count: int,
