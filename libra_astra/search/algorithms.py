@@ -28,7 +28,8 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Sequence
 
-from .upstream import LibraError, Network, TimeModel
+from .upstream import (IMPLEMENTATION_KEYS, KINDS, LibraError, Network, SystemTiming, TimeModel, choose_algorithms,
+                       chunk_count, chunk_phases, implementation_candidates, system_config)
 
 ALGORITHMS = ("ring", "auto")
 ENDPOINT_DELAY_NS = 1
@@ -36,8 +37,6 @@ ENDPOINT_DELAY_NS = 1
 
 def auto_model(model: TimeModel, num_dims: int) -> TimeModel:
     """The model the choice is made in: emit's system settings, ring everywhere to start from."""
-    from ..timing.system_phases import SystemTiming
-
     if model.kind != "pipelined":
         raise LibraError("search --algorithms auto applies to --model pipelined only (the LIBRA model has no "
                          "algorithms); drop --model libra")
@@ -47,9 +46,6 @@ def auto_model(model: TimeModel, num_dims: int) -> TimeModel:
 
 def system_record(num_dims: int, model: TimeModel, implementations: Sequence[Sequence[str]]) -> dict:
     """The design's system.json record (``{"path", "settings"}``) with the chosen lists."""
-    from ..astra.emit import system_config
-    from ..timing.astra_settings import IMPLEMENTATION_KEYS, KINDS
-
     settings = system_config(num_dims, splits=model.splits, endpoint_delay_ns=ENDPOINT_DELAY_NS,
                              local_mem_bw_gbps=float(model.local_mem_bw_gbps), peak_perf_tflops=1000.0,
                              scheduling_policy="LIFO")
@@ -62,8 +58,6 @@ def system_record(num_dims: int, model: TimeModel, implementations: Sequence[Seq
 def choose(workloads, net: Network, cost, objective: str, constraints, model: TimeModel, power, tco):
     """optimize/algorithms.choose_algorithms within ``auto_model`` (exact: every combination left
     after its pruning is solved)."""
-    from ..optimize.algorithms import choose_algorithms
-
     return choose_algorithms(workloads, net, cost, objective=objective, constraints=constraints,
                              model=auto_model(model, net.num_dims), power=power, tco=tco)
 
@@ -78,10 +72,6 @@ def least_collective(kind: str, size: float, participants: tuple[int, ...], dims
                      mem_gbps: float | None) -> tuple[tuple[float, ...], tuple[float, ...], float]:
     """(per dimension (K / cap) sum a_j, per dimension one chunk's sum a_j, sum c_j) of a
     hierarchical collective, each step at its least over the allowed implementations (see above)."""
-    from ..optimize.algorithms import candidates
-    from ..timing.system_phases import SystemTiming, chunk_count, chunk_phases
-    from ..timing.astra_settings import KINDS
-
     D = len(dims)
     zero = ((0.0,) * D, (0.0,) * D, 0.0)
     if kind not in KINDS or all(p <= 1 for p in participants):
@@ -91,7 +81,7 @@ def least_collective(kind: str, size: float, participants: tuple[int, ...], dims
     if K == 0:
         return zero
     pieces = tuple(_piece(d, p) for d, p in zip(dims, participants))
-    options = [candidates(kind, d) for d in dims]
+    options = [implementation_candidates(kind, d) for d in dims]
     steps = None
     for impl in ("ring", "direct", "halvingDoubling"):
         names = tuple(impl if impl in o else "ring" for o in options)

@@ -142,7 +142,7 @@ def print_report(rep: Report, echo: Callable[[str], None]) -> None:
         echo(f"{i + 1:>3} {'x'.join(map(str, k.shape)):<12} {blocks:<12} {k.par.label:<{w}} {k.placement_text:<18} "
              f"{' '.join(f'{b:.1f}' for b in o.bw_gbps):<26} {_usd(o.cost_usd):>13} {_t(o.time_ns):>12} "
              f"{o.rel_gap:>8.1e}" + (f" {o.objective_value:>22,.6g}" if unit else "")
-             + (f" {implementations_text(o, short=True):<{wa}} x{gain_over_ring(o):>7.4f}" if auto else ""))
+             + (f" {implementations_text(o, short=True):<{wa}} {'x' + format(gain_over_ring(o), '.4f'):>8}" if auto else ""))
     pruned = sum(c.pruned_bound.values())
     echo("")
     echo(f"space: {c.candidates_total:,} candidates ({c.networks_total:,} networks x parallelizations x placements)")

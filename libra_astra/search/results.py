@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .evaluate import Outcome
-from .upstream import write_json_atomic, write_text_atomic
+from .upstream import KINDS, write_json_atomic, write_text_atomic
 
 FORMAT = "libra_astra.search"
 VERSION = 1
@@ -41,7 +41,6 @@ KIND_SHORT = {"ALL_REDUCE": "AR", "ALL_GATHER": "AG", "REDUCE_SCATTER": "RS", "A
 def implementations_text(o: Outcome, short: bool = False) -> str:
     """The chosen lists per kind (``KIND=impl/impl``; ``short``: only kinds not ring everywhere,
     ``AR:d/r``, or ``ring``)."""
-    from ..timing.astra_settings import KINDS
     if not short:
         return "; ".join(f"{k}={'/'.join(v)}" for k, v in zip(KINDS, o.implementations))
     parts = [f"{KIND_SHORT[k]}:{'/'.join(SHORT.get(n, n) for n in v)}" for k, v in zip(KINDS, o.implementations)
