@@ -211,3 +211,22 @@ def test_ring_everywhere_in_the_auto_model_agrees_with_the_ring_model_on_strided
         assert a.ring_value == pytest.approx(r.objective_value, rel=3e-3), c
         strided += any(axis != c.placement[0][0] for axis, _ in c.placement)
     assert strided
+
+
+def test_auto_search_ranks_by_an_energy_objective_as_brute_force_does():
+    """min-energy: its bound (the NPUs' and nodes' power over a path's compute and constants) holds
+    for every implementation, and the winner is the best of every candidate and block choice."""
+    from libra_astra.model.power import load_power
+    auto = replace(_problem("auto", "min-energy"), power=load_power("network_configs/power.yml"))
+    st = Settings(npus=4, max_dims=2, top=2, sp="off")
+    space, res = _search(auto, st)
+    bounds = {(c.shape, c.blocks, c.par, c.placement): c.bound for c in space.candidates}
+    assert max(bounds.values()) > 0
+    values = []
+    for c in _all_blocks(auto, st):
+        o = evaluate(auto, c)
+        b = bounds.get((c.shape, c.blocks, c.par, c.placement))
+        if o.status == "ok":
+            values.append(o.objective_value)
+            assert b is None or o.objective_value >= b * (1 - 1e-9), (c, b, o.objective_value)
+    assert res.ranked()[0].objective_value == pytest.approx(min(values), rel=1e-9)

@@ -24,6 +24,10 @@ In the simulator-matching model a collective's bottleneck row also holds the hop
 every dimension it uses (ring steps x hops per step x latency per hop), a constant the path adds
 to the sum form.
 
+With ``--algorithms auto`` the traffic and latency of each collective are its least over every
+implementation (``algorithms.least_collective``; docs/search.md): the same forms hold with the
+queue bytes in the max form and one chunk's bytes (not divided by k) in the sum form.
+
 Paths used: the longest compute-only path, the longest path with each collective weighted by its
 bytes over the total bandwidth (both found once per parallelization), and each rank class's
 collective chain (the generator chains a rank's collectives in issue order).
@@ -227,7 +231,7 @@ def bound(objective: str, paths: Sequence[tuple[str, float, Sequence[float], flo
     if objective in ENERGY_OBJECTIVES:
         # c_min: the part of the objective's multiplier of T no bandwidth removes (time_multiplier_floor);
         # every path's compute and latency is a lower bound on T
-        for pname, comp, _S, lat in paths:
+        for pname, comp, _S, lat, *_chain in paths:
             if (comp + lat) * c_min > best:
                 best, name = (comp + lat) * c_min, pname
         return best, name
