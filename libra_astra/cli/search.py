@@ -192,6 +192,7 @@ def search_command(spec_path, npus, cost_path, catalog_path, total_bw, total_bw_
 
     Every candidate's bandwidth per dimension comes from the exact optimizer; proven lower bounds
     skip candidates that cannot enter the top K. Runs on Dask (a local cluster by default).
+    With --algorithms auto, each candidate's collective implementations are chosen too.
 
     \b
     Example:
