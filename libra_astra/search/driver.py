@@ -142,7 +142,7 @@ def print_report(rep: Report, echo: Callable[[str], None]) -> None:
         echo(f"{i + 1:>3} {'x'.join(map(str, k.shape)):<12} {blocks:<12} {k.par.label:<{w}} {k.placement_text:<18} "
              f"{' '.join(f'{b:.1f}' for b in o.bw_gbps):<26} {_usd(o.cost_usd):>13} {_t(o.time_ns):>12} "
              f"{o.rel_gap:>8.1e}" + (f" {o.objective_value:>22,.6g}" if unit else "")
-             + (f" {implementations_text(o, short=True):<{wa}} {'x' + format(gain_over_ring(o), '.4f'):>8}" if auto else ""))
+             + (f" {implementations_text(o, short=True):<{wa}} {_gain_text(o):>8}" if auto else ""))
     pruned = sum(c.pruned_bound.values())
     echo("")
     echo(f"space: {c.candidates_total:,} candidates ({c.networks_total:,} networks x parallelizations x placements)")
@@ -159,7 +159,7 @@ def print_report(rep: Report, echo: Callable[[str], None]) -> None:
     echo(f"  {res.stop_reason}; {rep.enumerate_s:.1f} s enumerating, {res.elapsed_s:.1f} s searching")
     if auto:
         echo("  algorithms: chosen per design with its bandwidths (r ring, d direct, hd halvingDoubling, per dimension; "
-             "kinds not listed: ring); vs ring: the same design with ring everywhere / chosen")
+             "kinds not listed: ring); vs ring: the same design with ring everywhere / chosen (-: infeasible with ring)")
     if res.counts.not_reached:
         echo(f"  proven: the best design is within {res.proven_gap:.2%} of the optimum over the whole space "
              f"(every candidate not reached has a lower bound >= {_bound_text(obj, res.lower_bound_rest)})")
@@ -174,6 +174,11 @@ def print_report(rep: Report, echo: Callable[[str], None]) -> None:
     for f in rep.files["files"]:
         if f.endswith(("ranked.csv", "search.json")):
             echo(f"wrote {f}")
+
+
+def _gain_text(o) -> str:
+    g = gain_over_ring(o)
+    return f"x{g:.4f}" if math.isfinite(g) else "-"     # ring everywhere infeasible there
 
 
 def _t(ns: float) -> str:

@@ -125,7 +125,8 @@ def evaluate(problem: Problem, cand: Candidate) -> Outcome:
             from .algorithms import choose
             choice = choose(workloads, net, problem.cost, problem.objective, problem.constraints, problem.model,
                             problem.power, problem.tco)
-            r, impls, ring_value = choice.result, choice.timing.implementations, choice.ring.fun
+            r, impls = choice.result, choice.timing.implementations
+            ring_value = choice.ring.fun if choice.ring is not None else math.inf   # ring: infeasible
         else:
             r = optimize(workloads, net, problem.cost, objective=problem.objective, constraints=problem.constraints,
                          model=problem.model, baselines=False, power=problem.power, tco=problem.tco)

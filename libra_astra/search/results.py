@@ -65,8 +65,10 @@ def outcome_row(rank: int, o: Outcome, objective: str, level_names: Sequence[str
             "compute_ns": o.compute_ns, "dual_bound": o.dual_bound, "rel_gap": o.rel_gap,
             "lower_bound": c.bound, "bound": c.bound_name, "solver": o.solver, "eval_s": round(o.eval_s, 6),
             "simulated_ns": (sim or {}).get("simulated_ns", ""), "sim_error": (sim or {}).get("error", ""),
-            **({"implementations": implementations_text(o), "ring_objective_value": o.ring_value,
-                "gain_over_ring": gain_over_ring(o)} if o.implementations else {})}
+            **({"implementations": implementations_text(o),
+                "ring_objective_value": o.ring_value if math.isfinite(o.ring_value) else "infeasible",
+                "gain_over_ring": gain_over_ring(o) if math.isfinite(o.ring_value) else ""}
+               if o.implementations else {})}
 
 
 def pareto_front(outcomes: Sequence[Outcome]) -> list[Outcome]:
