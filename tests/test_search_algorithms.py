@@ -230,3 +230,14 @@ def test_auto_search_ranks_by_an_energy_objective_as_brute_force_does():
             values.append(o.objective_value)
             assert b is None or o.objective_value >= b * (1 - 1e-9), (c, b, o.objective_value)
     assert res.ranked()[0].objective_value == pytest.approx(min(values), rel=1e-9)
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_the_auto_model_is_the_system_emit_writes_with_the_chosen_lists(dims):
+    from libra_astra.search.algorithms import system_record
+    from libra_astra.timing.system_phases import timing_of
+    model = simulator_model(2, 1e9)
+    assert timing_of(system_record(dims, model, [["ring"] * dims] * 4)) == auto_model(model, dims).system
+    lists = [["direct"] * dims, ["ring"] * dims, ["halvingDoubling"] * dims, ["direct"] * dims]
+    got = timing_of(system_record(dims, model, lists))
+    assert [list(v) for v in got.implementations] == lists
