@@ -29,7 +29,7 @@ from functools import lru_cache
 from typing import Sequence
 
 from .upstream import (IMPLEMENTATION_KEYS, KINDS, LibraError, Network, SystemTiming, TimeModel, choose_algorithms,
-                       chunk_count, chunk_phases, implementation_candidates, system_config)
+                       chunk_count, chunk_steps, implementation_candidates, phase, system_config)
 
 ALGORITHMS = ("ring", "auto")
 ENDPOINT_DELAY_NS = 1
@@ -67,7 +67,15 @@ def _piece(dim, p: int):
     return replace(dim, npus=p) if dim.topology == "Ring" and p < dim.npus else dim
 
 
-@lru_cache(maxsize=1 << 14)
+@lru_cache(maxsize=1 << 16)
+def _least_step(ptype: str, n: int, m: float, dim, allowed: tuple[str, ...], mem_gbps: float | None
+                ) -> tuple[float, float]:
+    """(least byte term, least constant) of one step over the implementations ``allowed``."""
+    got = [phase(alg, ptype, n, m, dim, float(ENDPOINT_DELAY_NS), mem_gbps, 0) for alg in allowed]
+    return min(p.a_bytes for p in got), min(p.c_ns for p in got)
+
+
+@lru_cache(maxsize=1 << 16)
 def least_collective(kind: str, size: float, participants: tuple[int, ...], dims: tuple, splits: int,
                      mem_gbps: float | None) -> tuple[tuple[float, ...], tuple[float, ...], float]:
     """(per dimension (K / cap) sum a_j, per dimension one chunk's sum a_j, sum c_j) of a
@@ -80,18 +88,12 @@ def least_collective(kind: str, size: float, participants: tuple[int, ...], dims
     K, chunk = chunk_count(kind, size, splits, total)
     if K == 0:
         return zero
-    pieces = tuple(_piece(d, p) for d, p in zip(dims, participants))
-    options = [implementation_candidates(kind, d) for d in dims]
-    steps = None
-    for impl in ("ring", "direct", "halvingDoubling"):
-        names = tuple(impl if impl in o else "ring" for o in options)
-        t = SystemTiming(tuple(names if k == kind else ("ring",) * D for k in KINDS), 1, float(ENDPOINT_DELAY_NS))
-        got = chunk_phases(kind, chunk, participants, pieces, t, mem_gbps)
-        steps = got if steps is None else [(q, s._replace(a_bytes=min(s.a_bytes, g.a_bytes), c_ns=min(s.c_ns, g.c_ns)))
-                                           for (q, s), (_, g) in zip(steps, got)]
-    if any(s.c_ns < 0 for _, s in steps):
-        return zero
-    chain = [0.0] * D
-    for _, s in steps:
-        chain[s.dim] += s.a_bytes
-    return tuple(K * a for a in chain), tuple(chain), sum(s.c_ns for _, s in steps)
+    chain, lat = [0.0] * D, 0.0
+    for d, ptype, n, m in chunk_steps(kind, chunk, participants):
+        a, c = _least_step(ptype, n, m, _piece(dims[d], participants[d]),
+                           tuple(implementation_candidates(kind, dims[d])), mem_gbps)
+        if c < 0:
+            return zero
+        chain[d] += a
+        lat += c
+    return tuple(K * a for a in chain), tuple(chain), lat

@@ -28,7 +28,7 @@ from ..optimize.problem import OBJECTIVES, Constraints
 from ..timing.astra_settings import IMPLEMENTATION_KEYS, KINDS
 from ..timing.model import TimeModel, simulator_model
 from ..timing.predict import predict
-from ..timing.system_phases import SystemTiming, chunk_count, chunk_phases
+from ..timing.system_phases import SystemTiming, chunk_count, chunk_steps, phase
 from ..tracegen.generate import assign_groups, build_plan, generate
 from ..tracegen.placement import Layout, place_axes
 from ..tracegen.program import COLL, COMP, RECV, SEND, Plan
@@ -47,5 +47,5 @@ __all__ = [
     "model_flops_per_step", "generate", "group_label", "hierarchical_traffic_bytes", "load_cost", "load_demand", "ring_steps", "load_network", "load_spec", "load_yaml",
     "make_collective", "optimize", "PowerModel", "load_power", "TcoSettings", "check_number", "energy_rate", "tco_rate", "p2p_collective", "p2p_dims", "path_bytes", "place_axes", "predict", "resolve_binary",
     "simulate", "simulator_model", "system_config", "implementation_candidates", "choose_algorithms",
-    "IMPLEMENTATION_KEYS", "KINDS", "SystemTiming", "chunk_count", "chunk_phases", "stage_compute_ns", "stage_pass_ns", "transformer_problem", "write_json_atomic", "write_text_atomic",
+    "IMPLEMENTATION_KEYS", "KINDS", "SystemTiming", "chunk_count", "chunk_steps", "phase", "stage_compute_ns", "stage_pass_ns", "transformer_problem", "write_json_atomic", "write_text_atomic",
 ]
