@@ -15,3 +15,8 @@ class LibraError(Exception):
 
 class InfeasibleError(LibraError):
     """No point satisfies the linear constraints (the caller may name the culprit)."""
+
+
+class TargetUnreachable(InfeasibleError):
+    """A time target (min-cost) that no bandwidth split meets: this design cannot, though the
+    linear constraints hold (another design, or other collective implementations, may)."""

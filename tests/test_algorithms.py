@@ -14,6 +14,7 @@ import pytest
 
 from cli_run import one_line_error, run
 from libra_astra.demand.workload import load_workloads
+from libra_astra.errors import LibraError
 from libra_astra.model.cost import unpriced
 from libra_astra.model.network import load_network, network_from_dict
 from libra_astra.optimize.algorithms import candidates, choose_algorithms
@@ -107,3 +108,18 @@ def test_the_simulator_confirms_the_auto_optimum(tmp_path, extra):
     run("emit", tmp_path / "d.json", "--out", tmp_path / "run")
     data = json.loads(run("simulate", tmp_path / "run", "--json").output)
     assert abs(data["prediction_error"]) < 2e-3, data
+
+
+def test_min_cost_keeps_a_choice_that_meets_a_target_ring_cannot():
+    """A time target between the auto optimum's fastest time and ring's: ring everywhere is
+    infeasible there, the choice is not (the combination is skipped, not the whole choice)."""
+    net, wl, model = _problem()
+    cons = Constraints(total_bw_gbps=200.0, total_bw_is_upper_bound=True)
+    fast = choose_algorithms(wl, net, unpriced(net), constraints=cons, model=model)
+    target = (fast.result.best.time_ns + fast.ring.best.time_ns) / 2
+    target_cons = Constraints(total_bw_gbps=200.0, total_bw_is_upper_bound=True, time_target_ns=target)
+    with pytest.raises(LibraError, match=r"^time target .* ns is infeasible: the fastest design"):
+        optimize(wl, net, unpriced(net), objective="min-cost", constraints=target_cons, model=model, baselines=False)
+    got = choose_algorithms(wl, net, unpriced(net), objective="min-cost", constraints=target_cons, model=model)
+    assert got.ring is None and got.to_dict()["gain_over_ring"] is None
+    assert got.result.best.time_ns <= target * (1 + 1e-9)

@@ -118,6 +118,9 @@ def _print_choice(choice, net: Network) -> None:
     if choice.open_combinations:
         click.echo(f"  {choice.open_combinations} other combination{'s' if choice.open_combinations != 1 else ''} "
                    "could be better: their optimum is only bounded (see the solver line)")
+    if choice.ring is None:
+        click.echo(f"  vs ring everywhere: infeasible -> {r_value(choice.result)}")
+        return
     gain = ratio(choice.ring.fun, choice.result.fun)
     click.echo(f"  vs ring everywhere: {r_value(choice.ring)} -> {r_value(choice.result)}"
                + (f" (x{gain:.4f})" if gain is not None else ""))

@@ -164,6 +164,10 @@ def _model(kind: str, splits: int, local_mem_bw: float, overlap: bool):
               help="Local memory bandwidth of the simulated system, GB/s.")
 @click.option("--overlap/--no-overlap", default=True, show_default=True,
               help="Dependency-aware time (as the simulator runs the traces) or the no-overlap sum.")
+@click.option("--algorithms", type=click.Choice(("ring", "auto")), default="ring", show_default=True,
+              help="Collective implementations: ring everywhere, or auto: chosen per candidate with its bandwidths "
+                   "among ring, direct and halvingDoubling (optimize --algorithms auto; exact), with bounds that hold "
+                   "for every implementation (docs/search.md).")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Designs to rank.")
 @click.option("--max-evals", type=click.IntRange(min=1), help="Stop after this many exact evaluations.")
 @click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), help="Stop starting evaluations after S seconds.")
@@ -182,12 +186,13 @@ def _model(kind: str, splits: int, local_mem_bw: float, overlap: bool):
 def search_command(spec_path, npus, cost_path, catalog_path, total_bw, total_bw_max, budget, time_target, objective,
                    power_path, usd_per_kwh, lifetime_years, run_steps, npu_usd, usd_per_provisioned_w, blocks, shapes,
                    max_dims, sp, micro_batches, schedules, virtual_stages, zeros, recomputes, cps, eps,
-                   hbm_gb, optimizer_bytes, model_kind, splits, local_mem_bw, overlap, top, max_evals, time_limit, n_sim,
+                   hbm_gb, optimizer_bytes, model_kind, splits, local_mem_bw, overlap, algorithms, top, max_evals, time_limit, n_sim,
                    binary, timeout, scheduler, workers, in_process, out_dir, force, quiet):
     """Search network shape, building blocks, parallelization and placement, with exact bandwidths.
 
     Every candidate's bandwidth per dimension comes from the exact optimizer; proven lower bounds
     skip candidates that cannot enter the top K. Runs on Dask (a local cluster by default).
+    With --algorithms auto, each candidate's collective implementations are chosen too.
 
     \b
     Example:
@@ -230,7 +235,7 @@ def search_command(spec_path, npus, cost_path, catalog_path, total_bw, total_bw_
                      (hbm_gb or spec.hbm_gb or 80.0) * 1e9, optimizer_bytes, top, max_evals, time_limit, n_sim, binary, timeout,
                      local_mem_bw, scheduler, workers, out, force, progress, on_note=lambda m: echo(m, err=True),
                      threads=in_process, shapes=shapes or None, power=power, tco=tco,
-                     job=_job_options(schedules, virtual_stages, zeros, recomputes, cps, eps))
+                     job=_job_options(schedules, virtual_stages, zeros, recomputes, cps, eps), algorithms=algorithms)
     progress.end()
     driver.print_report(res, echo)
 

@@ -7,7 +7,9 @@ dimension when another one takes no longer in every phase it would run there: ea
 phases has a byte term (the coefficient of 1 / B) and a constant no larger, so every row of
 every collective is no larger at every bandwidth, and the dropped choice cannot give a better
 optimum. Every remaining combination is solved; the best objective wins (ties: the earlier
-combination, ring first). What each choice gains is reported against ring everywhere.
+combination, ring first). A combination with no feasible bandwidths (a time target out of its
+reach, a power cap below its least) is skipped; when ring everywhere is one of them, the gain over
+it is not defined (``ring`` None). What each choice gains is reported against ring everywhere.
 
 Candidates per dimension (what ASTRA-sim runs there, system_phases.check_timing): ring; direct;
 halvingDoubling on a power-of-two dimension, not for all-to-all.
@@ -20,7 +22,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from ..errors import LibraError
+from ..errors import InfeasibleError, LibraError
 from ..model.collectives import ALL_TO_ALL
 from ..model.cost import CostModel
 from ..model.network import Dimension, Network
@@ -44,7 +46,7 @@ class Pruned:
 class AlgorithmChoice:
     result: OptimizeResult
     timing: SystemTiming                    # the chosen implementations
-    ring: OptimizeResult                    # the same problem with ring everywhere
+    ring: OptimizeResult | None             # the same problem with ring everywhere (None: infeasible)
     combinations: int                       # solved
     pruned: tuple[Pruned, ...]
     free: tuple[tuple[str, int], ...]       # the (kind, dimension) pairs chosen (kinds in the demand)
@@ -57,9 +59,10 @@ class AlgorithmChoice:
                 "combinations_solved": self.combinations,
                 "pruned": [{"kind": p.kind, "dimension": p.dim, "implementation": p.implementation,
                             "never_faster_than": p.by} for p in self.pruned],
-                "ring_everywhere": {"objective_value": self.ring.fun, "time_ns": self.ring.best.time_ns,
-                                    "bandwidth_gbps": list(self.ring.bw_gbps)},
-                "gain_over_ring": (self.ring.fun / self.result.fun) if self.result.fun > 0 else None,
+                "ring_everywhere": None if self.ring is None else {
+                    "objective_value": self.ring.fun, "time_ns": self.ring.best.time_ns,
+                    "bandwidth_gbps": list(self.ring.bw_gbps)},
+                "gain_over_ring": (self.ring.fun / self.result.fun) if self.ring and self.result.fun > 0 else None,
                 "combinations_possibly_better": self.open_combinations}
 
 
@@ -142,23 +145,32 @@ def choose_algorithms(workloads: Sequence[Workload], net: Network, cost: CostMod
             lists[KINDS.index(kind)][d] = impl
         return replace(model, system=replace(base, implementations=tuple(tuple(v) for v in lists)))
 
-    best = best_model = None
+    best = best_model = first_error = None
     bounds = []
     for i, choice in enumerate(itertools.product(*options)):
         if on_progress:
             on_progress(i, total)
         m = with_choice(choice)
-        r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=m, rel_gap=rel_gap,
-                     baselines=False, **optimize_options)
+        try:
+            r = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=m, rel_gap=rel_gap,
+                         baselines=False, **optimize_options)
+        except InfeasibleError as e:
+            first_error = first_error or e
+            continue
         bounds.append(r.dual_bound)
         if best is None or r.fun < best.fun * (1 - 1e-12):
             best, best_model = r, m
-    assert best_model is not None
+    if best_model is None:
+        assert first_error is not None
+        raise first_error
     result = optimize(workloads, net, cost, objective=objective, constraints=constraints, model=best_model,
                       rel_gap=rel_gap, **optimize_options)
     ring_model = with_choice(["ring"] * len(free))
-    ring = result if ring_model == best_model else optimize(workloads, net, cost, objective=objective,
-                                                            constraints=constraints, model=ring_model,
-                                                            rel_gap=rel_gap, baselines=False, **optimize_options)
+    try:
+        ring = result if ring_model == best_model else optimize(workloads, net, cost, objective=objective,
+                                                                constraints=constraints, model=ring_model,
+                                                                rel_gap=rel_gap, baselines=False, **optimize_options)
+    except InfeasibleError:
+        ring = None
     open_ = sum(1 for lb in bounds if lb < best.fun * (1 - 10 * rel_gap)) - (0 if best.success else 1)
     return AlgorithmChoice(result, best_model.system, ring, total, tuple(pruned), tuple(free), max(open_, 0))

@@ -29,7 +29,7 @@ from scipy.optimize import linprog
 
 from .constraints import LinearConstraint
 from ..model.cost import CostModel
-from ..errors import InfeasibleError, LibraError
+from ..errors import InfeasibleError, LibraError, TargetUnreachable
 from ..model.network import Network
 from ..timing.predict import critical_path_nodes, predict
 from .energy import J_PER_NJ
@@ -165,6 +165,8 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
             start_for, start_bw = _min_cost_start(workloads, net, cost, constraints, model)
         b, res, bw, n_paths = _solve_model(workloads, net, cost, constraints, objective, model, rel_gap, start_for,
                                            start_bw, max_path_rounds, multiplier=multiplier)
+    except TargetUnreachable:
+        raise        # the constraints hold: nothing to explain
     except InfeasibleError as e:
         raise InfeasibleError(_explain_infeasible(net, cost, constraints) or str(e)) from None
     best = evaluate(workloads, net, cost, bw, constraints, model)
@@ -363,7 +365,7 @@ def _min_cost_start(workloads, net, cost, cons: Constraints, model):
     fast = optimize(workloads, net, cost, objective="perf", constraints=fast_cons, model=model, rel_gap=1e-6,
                     baselines=False)
     if fast.best.time_ns >= cons.time_target_ns:
-        raise LibraError(f"time target {cons.time_target_ns:.6g} ns is infeasible: the fastest design under these "
+        raise TargetUnreachable(f"time target {cons.time_target_ns:.6g} ns is infeasible: the fastest design under these "
                          f"constraints takes {fast.best.time_ns:.6g} ns; raise --time-target or relax constraints")
     bw0 = np.array(fast.bw_gbps)
     if fast_cons is not None and any(lc.text == "cap" for lc in fast_cons.linear):

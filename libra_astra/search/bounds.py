@@ -24,6 +24,10 @@ In the simulator-matching model a collective's bottleneck row also holds the hop
 every dimension it uses (ring steps x hops per step x latency per hop), a constant the path adds
 to the sum form.
 
+With ``--algorithms auto`` the traffic and latency of each collective are its least over every
+implementation (``algorithms.least_collective``; docs/search.md): the same forms hold with the
+queue bytes in the max form and one chunk's bytes (not divided by k) in the sum form.
+
 Paths used: the longest compute-only path, the longest path with each collective weighted by its
 bytes over the total bandwidth (both found once per parallelization), and each rank class's
 collective chain (the generator chains a rank's collectives in issue order).
@@ -219,39 +223,43 @@ def bound(objective: str, paths: Sequence[tuple[str, float, Sequence[float], flo
     """(lower bound on the candidate's objective, name of the path that gives it); inf = infeasible.
 
     ``paths``: (name, compute_ns, per-dimension traffic S, latency_ns) of each path (see
-    ``engine._path_sums``; latency 0 for a model without latency)."""
+    ``candidates._path_sums``; latency 0 for a model without latency), or with a fifth item, the
+    per-dimension bytes of one chunk for the sum form in place of S / splits (``--algorithms
+    auto``: ``algorithms.least_collective``)."""
     k = float(splits)
     best, name = 0.0, "none"
     if objective in ENERGY_OBJECTIVES:
         # c_min: the part of the objective's multiplier of T no bandwidth removes (time_multiplier_floor);
         # every path's compute and latency is a lower bound on T
-        for pname, comp, _S, lat in paths:
+        for pname, comp, _S, lat, *_chain in paths:
             if (comp + lat) * c_min > best:
                 best, name = (comp + lat) * c_min, pname
         return best, name
     W, U = cons.total_bw_gbps, cons.budget_usd
-    for pname, comp, S, lat in paths:
+    for pname, comp, S, lat, *chain in paths:
         total = sum(S)
+        # the sum form: S / k, or (--algorithms auto) one chunk's least bytes as given
+        C, kc = (chain[0], 1.0) if chain else (S, k)
         if objective == "perf":
             comm = lat
             if W:
-                root = sum(math.sqrt(x) for x in S)
-                comm = max(total / W, root * root / (k * W) + lat)
+                root = sum(math.sqrt(x) for x in C)
+                comm = max(total / W, root * root / (kc * W) + lat)
             if U:
                 pS = [p * x for p, x in zip(prices, S)]
-                root = sum(math.sqrt(x) for x in pS)
-                comm = max(comm, sum(pS) / U, root * root / (k * U) + lat)
+                root = sum(math.sqrt(p * x) for p, x in zip(prices, C)) if chain else sum(math.sqrt(x) for x in pS)
+                comm = max(comm, sum(pS) / U, root * root / (kc * U) + lat)
             val = comp + comm
         else:
             pS = [p * x for p, x in zip(prices, S)]
-            root = sum(math.sqrt(x) for x in pS)
+            root = sum(math.sqrt(p * x) for p, x in zip(prices, C)) if chain else sum(math.sqrt(x) for x in pS)
             if objective == "perf-per-cost":
-                val = max(comp * c_min + sum(pS), (comp + lat) * c_min + root * root / k)
+                val = max(comp * c_min + sum(pS), (comp + lat) * c_min + root * root / kc)
             else:  # min-cost
                 T = cons.time_target_ns or math.inf
                 if T - comp - lat <= 0:
                     return math.inf, pname
-                val = max(sum(pS) / (T - comp), root * root / (k * (T - comp - lat)))
+                val = max(sum(pS) / (T - comp), root * root / (kc * (T - comp - lat)))
         if val > best:
             best, name = val, pname
     return best, name

@@ -71,6 +71,23 @@ def _path_sums(info, participants: tuple, with_lat: bool, cache: dict) -> tuple:
     return [ps.name for ps in info.paths], [ps.compute_ns for ps in info.paths], S, steps
 
 
+def _auto_path_sums(info, participants: tuple, net, model) -> list:
+    """``bounds.bound``'s paths for ``--algorithms auto``: per path, each collective at its least
+    over the implementations (``algorithms.least_collective``): queue bytes, chain bytes, constants."""
+    from .algorithms import least_collective
+
+    keys, counts = info.path_keys
+    D = net.num_dims
+    Q, Cb, L = np.zeros((len(keys), D)), np.zeros((len(keys), D)), np.zeros(len(keys))
+    for j, (kind, size, axis) in enumerate(keys):
+        Q[j], Cb[j], L[j] = least_collective(kind, float(size), participants[_AXIS[axis]], net.dims, model.splits,
+                                             model.local_mem_bw_gbps)
+    if not keys:
+        counts = np.zeros((len(info.paths), 0))
+    return [(ps.name, ps.compute_ns, q, float(lat), c) for ps, q, c, lat in
+            zip(info.paths, (counts @ Q).tolist(), (counts @ Cb).tolist(), (counts @ L).tolist())]
+
+
 class Context:
     """What the bounds of many candidates share: caches of traffic, paths, prices and bounds."""
 
@@ -85,6 +102,9 @@ class Context:
                              and problem.model.efficiency is None)
         # the bound depends on the blocks only through prices and hop latencies
         self.per_blocks = self.priced or self.with_lat
+        # --algorithms auto: bounds over every implementation (their constants depend on the blocks)
+        self.auto = problem.algorithms == "auto"
+        self.per_blocks = self.per_blocks or self.auto
         # the energy objectives' floor of their multiplier of T (bounds.time_multiplier_floor); set by
         # the engine, which knows the NPU count
         self.floor: float | None = None
@@ -117,6 +137,12 @@ class Context:
             for blocks in combos:
                 bkey = (pkey, shape, blocks) if self.per_blocks else pkey
                 got = self.bound_cache.get(bkey)
+                if got is None and self.auto:
+                    price = self.prices(shape, blocks, levels)[0]
+                    net = self.problem.catalog.network(shape, blocks, levels)
+                    got = self.bound_cache[bkey] = bnd.bound(
+                        problem.objective, _auto_path_sums(info, pi.participants, net, problem.model), price,
+                        problem.constraints, problem.model.splits, self._c_min(price))
                 if got is None:
                     price, hop_ns = self.prices(shape, blocks, levels)
                     names, comps, S, steps = path_s
@@ -135,7 +161,9 @@ class Context:
         spec = problem.spec
         if isinstance(spec.model, TransformerModel):
             sp = replace(spec, model=replace(spec.model, micro_batch=p.micro_batch), parallel=spec_parallel(p, spec))
-            perf_w = problem.constraints.total_bw_gbps if problem.objective == "perf" else None
+            # (--algorithms auto: compute only; its bytes terms hold for ring, not for direct)
+            perf_w = (problem.constraints.total_bw_gbps if problem.objective == "perf" and not self.auto
+                      else None)
             comp = pipeline_compute_ns(sp, perf_w)
         else:
             comp = 0.0

@@ -40,8 +40,9 @@ def candidate_raw_spec(raw: Mapping[str, Any], cand: Candidate) -> dict:
 
 def confirm(problem: Problem, cand: Candidate, bw_gbps: tuple[float, ...], predicted_ns: float, run_dir: str,
             spec_path: str, binary: str | None, local_mem_bw_gbps: float, timeout_s: float,
-            overwrite: bool = False) -> dict:
-    """Generate, emit and simulate one design; returns predicted, simulated and their error."""
+            overwrite: bool = False, implementations: tuple = ()) -> dict:
+    """Generate, emit and simulate one design; returns predicted, simulated and their error.
+    ``implementations`` (--algorithms auto): the lists chosen per kind, written to system.json."""
     t0 = time.perf_counter()
     out = Path(run_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -51,8 +52,13 @@ def confirm(problem: Problem, cand: Candidate, bw_gbps: tuple[float, ...], predi
     net = problem.catalog.network(cand.shape, cand.blocks, cand.levels)
     ref = WorkloadRef(problem.spec.name, 1.0, None, str(prefix.resolve()),
                       str(gen.groups_path.resolve()) if gen.groups_path else None)
+    system = None
+    if implementations:
+        from .algorithms import system_record
+        system = system_record(net.num_dims, problem.model, implementations)
     design = Design(f"{problem.spec.name}-{net.name}-{cand.par.label}", net, tuple(bw_gbps), problem.objective,
-                    problem.model.kind, predicted_ns, problem.cost.network_cost_usd(net, bw_gbps), (ref,))
+                    problem.model.kind, predicted_ns, problem.cost.network_cost_usd(net, bw_gbps), (ref,),
+                    system=system)
     t_gen = time.perf_counter() - t0
     # The demand built from the spec equals the traces' (tested), so emit need not read them back.
     spec = candidate_spec(problem.spec, net, cand.par, cand.placement)

@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .algorithms import ALGORITHMS, auto_model
 from .catalog import load_catalog
 from .confirm import confirm_or_reason
 from .dask_engine import Runner, cluster
 from .engine import Settings, check_problem, enumerate_space, run_search, SearchResult
 from .evaluate import Problem, evaluate_chunk
-from .results import write_results
+from .results import gain_over_ring, implementations_text, write_results
 from .space import JobOptions
 from .upstream import Constraints, CostModel, LibraError, PowerModel, TcoSettings, TimeModel, TraceSpec
 
@@ -37,9 +38,13 @@ def run(spec: TraceSpec, spec_path: str, npus: int, cost: CostModel, catalog_pat
         local_mem_bw: float, scheduler: str | None, workers: int | None, out: Path, overwrite: bool,
         progress: Callable, on_note: Callable[[str], None] = lambda _m: None, threads: bool = False,
         shapes: Sequence[tuple[int, ...]] | None = None, power: PowerModel | None = None,
-        tco: TcoSettings | None = None, job: JobOptions = JobOptions()) -> Report:
+        tco: TcoSettings | None = None, job: JobOptions = JobOptions(), algorithms: str = "ring") -> Report:
     catalog = load_catalog(catalog_path)
-    problem = Problem(spec, catalog, cost, objective, cons, model, power, tco)
+    if algorithms not in ALGORITHMS:
+        raise LibraError(f"--algorithms: unknown value {algorithms!r}; use one of {', '.join(ALGORITHMS)}")
+    if algorithms == "auto":
+        auto_model(model, 1)      # refuses a model without algorithms
+    problem = Problem(spec, catalog, cost, objective, cons, model, power, tco, algorithms)
     check_problem(problem)
     for b in blocks:
         if b not in ("Ring", "FullyConnected", "Switch"):
@@ -66,7 +71,8 @@ def run(spec: TraceSpec, spec_path: str, npus: int, cost: CostModel, catalog_pat
             for i, o in enumerate(ranked[:n_sim]):
                 futs.append(runner.submit(confirm_or_reason, o.candidate, o.bw_gbps, o.time_ns,
                                           str(out / "sim" / f"rank{i + 1}"),
-                                          spec_path, binary, local_mem_bw, timeout, overwrite))
+                                          spec_path, binary, local_mem_bw, timeout, overwrite,
+                                          o.implementations))
             try:
                 for i, f in enumerate(futs):
                     got = f.result()     # confirm_or_reason returns a failure as {"failed": ...}
@@ -101,7 +107,8 @@ def _summary(problem: Problem, st: Settings, res: SearchResult, spec_path: str, 
             "counts": res.counts.to_dict(), "stop_reason": res.stop_reason,
             "proven_gap": res.proven_gap, "lower_bound_of_rest": res.lower_bound_rest if
             math.isfinite(res.lower_bound_rest) else None,
-            "enumerate_s": t_enum, "search_s": res.elapsed_s}
+            "enumerate_s": t_enum, "search_s": res.elapsed_s,
+            **({"algorithms": problem.algorithms} if problem.algorithms != "ring" else {})}
 
 
 # the energy objectives' values get their own column (perf's is the time, min-cost's the cost)
@@ -124,14 +131,18 @@ def print_report(rep: Report, echo: Callable[[str], None]) -> None:
     obj = prob.objective
     unit = OBJECTIVE_UNITS.get(obj)
     w = max([22] + [len(o.candidate.par.label) for o in ranked[:rep.settings.top]])
+    auto = prob.algorithms == "auto"
+    wa = max([10] + [len(implementations_text(o, short=True)) for o in ranked[:rep.settings.top]]) if auto else 0
     echo(f"{'#':>3} {'shape':<12} {'blocks':<12} {'parallel':<{w}} {'placement':<18} {'GB/s per dim':<26} "
-         f"{'cost':>13} {'predicted':>12} {'gap':>8}" + (f" {obj + ', ' + unit:>22}" if unit else ""))
+         f"{'cost':>13} {'predicted':>12} {'gap':>8}" + (f" {obj + ', ' + unit:>22}" if unit else "")
+         + (f" {'algorithms':<{wa}} {'vs ring':>8}" if auto else ""))
     for i, o in enumerate(ranked[:rep.settings.top]):
         k = o.candidate
         blocks = "x".join({"Ring": "R", "FullyConnected": "F", "Switch": "S"}[b] for b in k.blocks)
         echo(f"{i + 1:>3} {'x'.join(map(str, k.shape)):<12} {blocks:<12} {k.par.label:<{w}} {k.placement_text:<18} "
              f"{' '.join(f'{b:.1f}' for b in o.bw_gbps):<26} {_usd(o.cost_usd):>13} {_t(o.time_ns):>12} "
-             f"{o.rel_gap:>8.1e}" + (f" {o.objective_value:>22,.6g}" if unit else ""))
+             f"{o.rel_gap:>8.1e}" + (f" {o.objective_value:>22,.6g}" if unit else "")
+             + (f" {implementations_text(o, short=True):<{wa}} {_gain_text(o):>8}" if auto else ""))
     pruned = sum(c.pruned_bound.values())
     echo("")
     echo(f"space: {c.candidates_total:,} candidates ({c.networks_total:,} networks x parallelizations x placements)")
@@ -146,6 +157,9 @@ def print_report(rep: Report, echo: Callable[[str], None]) -> None:
         echo(f"  programs built for {c.expanded_parallelizations:,} of the {fit:,} parallelizations that fit; the "
              "others' closed-form bound is at least the K-th best")
     echo(f"  {res.stop_reason}; {rep.enumerate_s:.1f} s enumerating, {res.elapsed_s:.1f} s searching")
+    if auto:
+        echo("  algorithms: chosen per design with its bandwidths (r ring, d direct, hd halvingDoubling, per dimension; "
+             "kinds not listed: ring); vs ring: the same design with ring everywhere / chosen (-: infeasible with ring)")
     if res.counts.not_reached:
         echo(f"  proven: the best design is within {res.proven_gap:.2%} of the optimum over the whole space "
              f"(every candidate not reached has a lower bound >= {_bound_text(obj, res.lower_bound_rest)})")
@@ -160,6 +174,11 @@ def print_report(rep: Report, echo: Callable[[str], None]) -> None:
     for f in rep.files["files"]:
         if f.endswith(("ranked.csv", "search.json")):
             echo(f"wrote {f}")
+
+
+def _gain_text(o) -> str:
+    g = gain_over_ring(o)
+    return f"x{g:.4f}" if math.isfinite(g) else "-"     # ring everywhere infeasible there
 
 
 def _t(ns: float) -> str:

@@ -241,7 +241,8 @@ def enumerate_space(problem: Problem, st: Settings, mapper: Callable) -> Space:
             for pi in pls:
                 combos = keep_cache.get((shape, pi.p2p_far))
                 if combos is None:
-                    combos = keep_cache[(shape, pi.p2p_far)] = list(_product(undominated_blocks(opts, pi.p2p_far)))
+                    combos = keep_cache[(shape, pi.p2p_far)] = list(_product(undominated_blocks(
+                        opts, pi.p2p_far, ring_over_switch=problem.algorithms != "auto")))
                 counts.pruned_dominated += nb - len(combos)
                 work[p].append((shape, levels, pi, combos))
     if not st.lazy:

@@ -43,6 +43,7 @@ class Problem:
     model: TimeModel
     power: PowerModel | None = None       # the energy objectives' figures
     tco: TcoSettings | None = None        # min-tco's prices and lifetime
+    algorithms: str = "ring"              # "auto": implementations chosen per candidate (algorithms.py)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,10 @@ class Outcome:
     solver: str = ""
     eval_s: float = 0.0
     reason: str = ""
+    # --algorithms auto: the implementation lists per kind (timing.astra_settings.KINDS order) and
+    # the same candidate's optimum with ring everywhere
+    implementations: tuple[tuple[str, ...], ...] = ()
+    ring_value: float = math.nan
 
 
 def candidate_spec(base: TraceSpec, net: Network, par: Parallelization,
@@ -107,22 +112,31 @@ def programs_for(base: TraceSpec, par: Parallelization) -> Programs:
 
 
 def evaluate(problem: Problem, cand: Candidate) -> Outcome:
-    """Exact optimum of one candidate (optimize() with the problem's time model)."""
+    """Exact optimum of one candidate (optimize() with the problem's time model; with
+    ``algorithms`` auto, the implementations chosen with the bandwidths)."""
     t0 = time.perf_counter()
     net = problem.catalog.network(cand.shape, cand.blocks, cand.levels)
     spec = candidate_spec(problem.spec, net, cand.par, cand.placement)
     demand = demand_from_spec(spec, net, programs=programs_for(problem.spec, cand.par), labels=False)
+    workloads = [Workload(demand, 1.0, spec.name)]
+    impls, ring_value = (), math.nan
     try:
-        r = optimize([Workload(demand, 1.0, spec.name)], net, problem.cost, objective=problem.objective,
-                     constraints=problem.constraints, model=problem.model, baselines=False, power=problem.power,
-                     tco=problem.tco)
+        if problem.algorithms == "auto":
+            from .algorithms import choose
+            choice = choose(workloads, net, problem.cost, problem.objective, problem.constraints, problem.model,
+                            problem.power, problem.tco)
+            r, impls = choice.result, choice.timing.implementations
+            ring_value = choice.ring.fun if choice.ring is not None else math.inf   # ring: infeasible
+        else:
+            r = optimize(workloads, net, problem.cost, objective=problem.objective, constraints=problem.constraints,
+                         model=problem.model, baselines=False, power=problem.power, tco=problem.tco)
     except InfeasibleError as e:
         return Outcome(cand, "infeasible", reason=str(e), eval_s=time.perf_counter() - t0)
     except LibraError as e:
         return Outcome(cand, "infeasible", reason=str(e), eval_s=time.perf_counter() - t0)
     b = r.best
     return Outcome(cand, "ok", r.fun, b.time_ns, b.cost_usd, tuple(b.bw_gbps), b.compute_ns, r.dual_bound, r.rel_gap,
-                   r.message, time.perf_counter() - t0)
+                   r.message, time.perf_counter() - t0, implementations=impls, ring_value=ring_value)
 
 
 def evaluate_chunk(problem: Problem, cands: Sequence[Candidate], threshold: float) -> list[Outcome]:

@@ -8,6 +8,8 @@ Files in the output directory (written atomically; an existing directory is refu
   recomputation; placement, GB/s per dimension, cost, predicted time, certificate, bound);
 - ``search.json``: settings, counts (evaluated, pruned by which rule or bound, infeasible), the
   top designs, the Pareto front and, with ``--simulate``, predicted versus simulated times;
+- with ``--algorithms auto``, three more fields per design: the implementations chosen per kind
+  and dimension, the same design's objective with ring everywhere and the gain (ring / chosen);
 - ``pareto.csv``: designs no other evaluated design beats in both time and cost;
 - ``pareto.png`` / ``pareto.svg`` and ``ranked.png``: plots, when matplotlib is installed.
 """
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .evaluate import Outcome
-from .upstream import write_json_atomic, write_text_atomic
+from .upstream import KINDS, write_json_atomic, write_text_atomic
 
 FORMAT = "libra_astra.search"
 VERSION = 1
@@ -30,6 +32,24 @@ CSV_FIELDS = ("rank", "objective", "objective_value", "time_ns", "cost_usd", "sh
               "zero", "recompute", "placement", "bandwidth_gbps",
               "compute_ns", "dual_bound", "rel_gap", "lower_bound", "bound", "solver", "eval_s",
               "simulated_ns", "sim_error")
+# --algorithms auto only (the ring search's files keep the fields above)
+AUTO_FIELDS = ("implementations", "ring_objective_value", "gain_over_ring")
+SHORT = {"ring": "r", "direct": "d", "halvingDoubling": "hd"}
+KIND_SHORT = {"ALL_REDUCE": "AR", "ALL_GATHER": "AG", "REDUCE_SCATTER": "RS", "ALL_TO_ALL": "A2A"}
+
+
+def implementations_text(o: Outcome, short: bool = False) -> str:
+    """The chosen lists per kind (``KIND=impl/impl``; ``short``: only kinds not ring everywhere,
+    ``AR:d/r``, or ``ring``)."""
+    if not short:
+        return "; ".join(f"{k}={'/'.join(v)}" for k, v in zip(KINDS, o.implementations))
+    parts = [f"{KIND_SHORT[k]}:{'/'.join(SHORT.get(n, n) for n in v)}" for k, v in zip(KINDS, o.implementations)
+             if any(n != "ring" for n in v)]
+    return " ".join(parts) or "ring"
+
+
+def gain_over_ring(o: Outcome) -> float:
+    return o.ring_value / o.objective_value if o.objective_value > 0 else math.nan
 
 
 def outcome_row(rank: int, o: Outcome, objective: str, level_names: Sequence[str],
@@ -44,7 +64,11 @@ def outcome_row(rank: int, o: Outcome, objective: str, level_names: Sequence[str
             "placement": c.placement_text, "bandwidth_gbps": " ".join(f"{b:.6g}" for b in o.bw_gbps),
             "compute_ns": o.compute_ns, "dual_bound": o.dual_bound, "rel_gap": o.rel_gap,
             "lower_bound": c.bound, "bound": c.bound_name, "solver": o.solver, "eval_s": round(o.eval_s, 6),
-            "simulated_ns": (sim or {}).get("simulated_ns", ""), "sim_error": (sim or {}).get("error", "")}
+            "simulated_ns": (sim or {}).get("simulated_ns", ""), "sim_error": (sim or {}).get("error", ""),
+            **({"implementations": implementations_text(o),
+                "ring_objective_value": o.ring_value if math.isfinite(o.ring_value) else "infeasible",
+                "gain_over_ring": gain_over_ring(o) if math.isfinite(o.ring_value) else ""}
+               if o.implementations else {})}
 
 
 def pareto_front(outcomes: Sequence[Outcome]) -> list[Outcome]:
@@ -60,7 +84,8 @@ def pareto_front(outcomes: Sequence[Outcome]) -> list[Outcome]:
 
 def to_csv(rows: Sequence[dict]) -> str:
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    auto = any("implementations" in r for r in rows)
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS + AUTO_FIELDS if auto else CSV_FIELDS, lineterminator="\n")
     w.writeheader()
     for r in rows:
         w.writerow(r)

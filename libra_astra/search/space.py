@@ -294,7 +294,8 @@ def blocks_for(shape: Sequence[int], levels: Sequence[int], catalog, allowed: Se
     return [[b for b in allowed if catalog.allows(lv, b, n)] for n, lv in zip(shape, levels)]
 
 
-def undominated_blocks(options: Sequence[Sequence[str]], p2p_far: Sequence[bool]) -> list[list[str]]:
+def undominated_blocks(options: Sequence[Sequence[str]], p2p_far: Sequence[bool],
+                       ring_over_switch: bool = True) -> list[list[str]]:
     """Drop blocks another allowed block of the same dimension provably beats or ties.
 
     In the time and cost models a block acts only through hop counts and the switch price: a
@@ -303,13 +304,14 @@ def undominated_blocks(options: Sequence[Sequence[str]], p2p_far: Sequence[bool]
     ports (and, in the power model, only a Switch draws switch power). Time is non-decreasing in hops,
     and cost, energy and TCO in price, power and time, so FullyConnected is never worse than
     Ring or Switch, and Ring never worse than Switch unless a send crosses the dimension over more
-    than 2 ring hops (``p2p_far``)."""
+    than 2 ring hops (``p2p_far``). With ``--algorithms auto`` (``ring_over_switch`` False) only the
+    first rule holds: direct and halvingDoubling send to peers more than 2 hops away on a Ring."""
     out = []
     for opts, far in zip(options, p2p_far):
         keep = list(opts)
         if "FullyConnected" in keep:
             keep = ["FullyConnected"]
-        elif "Ring" in keep and "Switch" in keep and not far:
+        elif "Ring" in keep and "Switch" in keep and not far and ring_over_switch:
             keep = ["Ring"]
         out.append(keep)
     return out

@@ -6,7 +6,7 @@ the imports together means a change of module layout touches only this file.
 
 from __future__ import annotations
 
-from ..astra.emit import emit
+from ..astra.emit import emit, system_config
 from ..astra.run import resolve_binary, simulate
 from ..demand.from_traces import demand_from_traces
 from ..demand.groups import group_label, p2p_collective, p2p_dims
@@ -19,13 +19,16 @@ from ..model.cost import CostModel, UnitPrices, load_cost
 from ..model.network import TOPOLOGIES, Dimension, Network, load_network
 from ..model.numbers import check_number
 from ..model.power import PowerModel, load_power
+from ..optimize.algorithms import candidates as implementation_candidates, choose_algorithms
 from ..optimize.energy import energy_rate
 from ..optimize.tco import TcoSettings, tco_rate
 from ..optimize.design import Design, WorkloadRef
 from ..optimize.optimizer import OptimizeResult, optimize
 from ..optimize.problem import OBJECTIVES, Constraints
+from ..timing.astra_settings import IMPLEMENTATION_KEYS, KINDS
 from ..timing.model import TimeModel, simulator_model
 from ..timing.predict import predict
+from ..timing.system_phases import SystemTiming, chunk_count, chunk_steps, phase
 from ..tracegen.generate import assign_groups, build_plan, generate
 from ..tracegen.placement import Layout, place_axes
 from ..tracegen.program import COLL, COMP, RECV, SEND, Plan
@@ -43,5 +46,6 @@ __all__ = [
     "demand_from_traces", "embedding_params", "emit", "h_kv", "in_flight", "layer_params",
     "model_flops_per_step", "generate", "group_label", "hierarchical_traffic_bytes", "load_cost", "load_demand", "ring_steps", "load_network", "load_spec", "load_yaml",
     "make_collective", "optimize", "PowerModel", "load_power", "TcoSettings", "check_number", "energy_rate", "tco_rate", "p2p_collective", "p2p_dims", "path_bytes", "place_axes", "predict", "resolve_binary",
-    "simulate", "simulator_model", "stage_compute_ns", "stage_pass_ns", "transformer_problem", "write_json_atomic", "write_text_atomic",
+    "simulate", "simulator_model", "system_config", "implementation_candidates", "choose_algorithms",
+    "IMPLEMENTATION_KEYS", "KINDS", "SystemTiming", "chunk_count", "chunk_steps", "phase", "stage_compute_ns", "stage_pass_ns", "transformer_problem", "write_json_atomic", "write_text_atomic",
 ]

@@ -179,27 +179,38 @@ def chunk_count(kind: str, size_bytes: float, splits: int, total_npus: int) -> t
     return -(-size // chunk), float(chunk)
 
 
-def chunk_phases(kind: str, chunk: float, participants: tuple[int, ...], dims: tuple[Dimension, ...],
-                 t: SystemTiming, mem: float | None) -> list[tuple[int, Phase]]:
-    """(queue, phase) of one chunk, in order. Queues are dimensions (one queue per dimension, as
-    ASTRA-sim runs by default); a localBWAware all-reduce's reduce-scatter and all-gather on a
-    dimension share its queue."""
-    order = range(len(dims) - 1, -1, -1) if kind == ALL_GATHER else range(len(dims))
+def chunk_steps(kind: str, chunk: float, participants: tuple[int, ...], baseline: bool = False
+                ) -> list[tuple[int, str, int, float]]:
+    """(dimension, phase type, members, bytes in) of each phase of one chunk, in order: the same
+    whatever the implementations (they only time each step)."""
+    D = len(participants)
+    order = range(D - 1, -1, -1) if kind == ALL_GATHER else range(D)
     active = [d for d in order if participants[d] > 1]
     if not active:
         return []
-    if kind == ALL_REDUCE and not t.baseline:
+    if kind == ALL_REDUCE and not baseline:
         steps = ([(d, REDUCE_SCATTER) for d in active[:-1]] + [(active[-1], ALL_REDUCE)]
                  + [(d, ALL_GATHER) for d in active[-2::-1]])
     else:
         steps = [(d, kind) for d in active]
     out, m = [], chunk
     for d, ptype in steps:
+        n = participants[d]
+        out.append((d, ptype, n, m))
+        m = {ALL_GATHER: m * n, REDUCE_SCATTER: m / n}.get(ptype, m)
+    return out
+
+
+def chunk_phases(kind: str, chunk: float, participants: tuple[int, ...], dims: tuple[Dimension, ...],
+                 t: SystemTiming, mem: float | None) -> list[tuple[int, Phase]]:
+    """(queue, phase) of one chunk, in order. Queues are dimensions (one queue per dimension, as
+    ASTRA-sim runs by default); a localBWAware all-reduce's reduce-scatter and all-gather on a
+    dimension share its queue."""
+    out = []
+    for d, ptype, n, m in chunk_steps(kind, chunk, participants, t.baseline):
         alg = parse_implementation(t.implementation(kind, d))[0]
         if alg == "halvingDoubling" and kind == ALL_TO_ALL:
             raise LibraError(f"all-to-all-implementation[{d}] halvingDoubling: the workload has all-to-alls, which "
                              "ASTRA-sim does not implement with it (it exits on the first one); use ring or direct")
-        n = participants[d]
         out.append((d, phase(alg, ptype, n, m, dims[d], t.endpoint_delay_ns, mem, d)))
-        m = {ALL_GATHER: m * n, REDUCE_SCATTER: m / n}.get(ptype, m)
     return out

@@ -18,10 +18,26 @@ import numpy as np
 
 from ..demand.types import Collective
 from ..errors import LibraError
-from ..model.network import Network
+from ..model.collectives import ring_steps
+from ..model.network import Dimension, Network
 from .rows import Rows, collective_rows_of
 from .system_flow import Flow, flow_rows, replay_ns
 from .system_phases import chunk_count, chunk_phases
+
+
+def _pieces(c: Collective, net: Network) -> tuple[Dimension, ...]:
+    """The dimensions as emit lays a collective's members out (astra/logical.py): on a Ring, a
+    group of ``p`` members ``s`` NPUs apart is a ring of ``p`` whose steps take ``s`` hops (its
+    hops say ``s``: demand.types.default_hops); elsewhere every step takes the dimension's hops."""
+    out = []
+    for d, (dim, p) in enumerate(zip(net.dims, c.participants)):
+        p = int(p)
+        steps = ring_steps(c.type, p)
+        if dim.topology == "Ring" and 1 < p and steps and (p < dim.npus or c.hops[d] != steps):
+            stride = c.hops[d] // steps if c.hops[d] % steps == 0 and c.hops[d] >= steps else 1
+            dim = replace(dim, npus=p, latency_ns=dim.latency_ns * stride)
+        out.append(dim)
+    return tuple(out)
 
 
 def _flow(c: Collective, net: Network, model) -> Flow:
@@ -30,7 +46,7 @@ def _flow(c: Collective, net: Network, model) -> Flow:
     if chunks == 0:
         raise LibraError(f"collective {c.name or c.type} of {c.size_bytes:g} bytes: ASTRA-sim makes 0-byte chunks of an "
                          f"all-gather smaller than its {model.splits} splits and never ends; use fewer splits")
-    phases = chunk_phases(c.type, chunk, c.participants, net.dims, model.system, model.local_mem_bw_gbps)
+    phases = chunk_phases(c.type, chunk, c.participants, _pieces(c, net), model.system, model.local_mem_bw_gbps)
     return Flow(tuple(phases), chunks, model.system.active_chunks)
 
 
