@@ -201,11 +201,13 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
     success, status = res.success, res.status
     if bounded_only:
         success, status = False, 3
-        msg = (f"not certified: proven within {rel:.3%} of the optimum (the time of a localBWAware all-reduce "
-               "over shared queues is bounded from below by the model's rows; this design is the best a search "
-               "on ASTRA-sim's queue replay found from the bound's optimum)" if math.isfinite(rel) else
+        what = ("a localBWAware all-reduce over shared queues, or of double binary trees with several active "
+                "chunks and more chunks than that")
+        msg = (f"not certified: proven within {rel:.3%} of the optimum (the time of {what} is bounded from below "
+               "by the model's rows; this design is the best a search on ASTRA-sim's queue replay found from the "
+               "bound's optimum)" if math.isfinite(rel) else
                "not certified: no design found meets the constraints under ASTRA-sim's queue replay (the model's "
-               "rows bound a localBWAware all-reduce over shared queues from below)")
+               f"rows bound the time of {what} from below)")
     msg += f"; {n_paths} dependency paths" if model.overlap else ""
     out = OptimizeResult(objective, best, fun, dual, rel, success, status, msg, res.solve_time_s,
                          res.newton_steps, b.num_collectives, b.num_terms)
