@@ -30,6 +30,7 @@ case the tests try: the two trees are one another shifted by a position.)
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import NamedTuple, Sequence
 
@@ -67,8 +68,7 @@ class TreeFlow(NamedTuple):
 
     @property
     def exact(self) -> bool:
-        queues = [q for q, _ in self.phases]
-        return self.chunks <= self.capacity or (self.capacity == 1 and len(set(queues)) == len(queues))
+        return fixed_order(self)
 
     def time_ns(self, inv_bw: Sequence[float]) -> float:
         """ASTRA-sim's time of the collective (its slowest rank) at bandwidths ``1 / inv_bw``."""
@@ -95,6 +95,24 @@ def _vmax(parts: Sequence[np.ndarray]) -> np.ndarray:
 
 def _plus(p: np.ndarray, term: np.ndarray) -> np.ndarray:
     return p + term
+
+
+def _least_of(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """A lower bound of min(p, q): min(a x + c, a' x + c') >= min(a, a') x + min(c, c') for x >= 0."""
+    return _prune(np.minimum(p[:, None, :], q[None, :, :]).reshape(-1, p.shape[1]))
+
+
+def _kth_least(values: Sequence[np.ndarray], k: int) -> np.ndarray:
+    """A lower bound of the k-th smallest of ``values``: the least over k of them of their
+    maximum (all of them at once when there are too many such sets)."""
+    sets = list(itertools.combinations(range(len(values)), k)) if math.comb(len(values), k) <= 64 else []
+    if not sets:
+        out = np.vstack(values)
+        return out.min(axis=0, keepdims=True)
+    out = _vmax([values[x] for x in sets[0]])
+    for t in sets[1:]:
+        out = _least_of(out, _vmax([values[x] for x in t]))
+    return out
 
 
 def _term(D: int, dim: int = -1, a: float = 0.0, c: float = 0.0) -> np.ndarray:
@@ -140,28 +158,69 @@ def _tree_step(S: list, step: TreePhase, root_max: bool, slot: int, sizes: Seque
     return E
 
 
+def _turns(f: TreeFlow) -> list[list[int]]:
+    """Which tree each chunk's step runs (even: the root last): ASTRA-sim counts a dimension's
+    tree phases per kind in the order the chunks' phases are made, chunk by chunk."""
+    seen: dict[int, int] = {}
+    out = []
+    for _ in range(f.chunks):
+        row = []
+        for _, ph in f.phases:
+            k = seen[ph.dim] = seen.get(ph.dim, -1) + 1 if isinstance(ph, TreePhase) else -1
+            row.append(k)
+        out.append(row)
+    return out
+
+
+def _queue_before(f: TreeFlow) -> dict[tuple[int, int], tuple[int, int]]:
+    """(chunk, step) -> the phase its queue runs just before it, when the order is fixed and
+    the queue runs one at a time: a queue of one step takes the chunks in order; a queue of the
+    first and last steps (a localBWAware all-reduce on two dimensions) takes every chunk's first
+    step, all queued at the issue, then the last steps as they come, in chunk order."""
+    queues = [q for q, _ in f.phases]
+    out = {}
+    for q in dict.fromkeys(queues):
+        steps = [j for j, x in enumerate(queues) if x == q]
+        order = [(i, j) for j in steps for i in range(f.chunks)]
+        out.update({b: a for a, b in zip(order, order[1:])})
+    return out
+
+
+def fixed_order(f: TreeFlow) -> bool:
+    """Whether every queue's order is fixed (the rows are then the time)."""
+    queues = [q for q, _ in f.phases]
+    steps = {q: [j for j, x in enumerate(queues) if x == q] for q in queues}
+    return f.chunks <= f.capacity or (f.capacity == 1 and all(
+        len(s) == 1 or (len(s) == 2 and s == [0, len(queues) - 1]) for s in steps.values()))
+
+
 def _ends(f: TreeFlow, tree_dims: list[int], sizes: list[int], D: int, relaxed: bool):
     """The slowest position's end of the collective as a max-plus expression."""
     P = math.prod(sizes)
     zero = np.zeros((1, D + 1))
-    turn: dict[int, int] = {}
-    prev_chunk: list | None = None                  # the previous chunk's ends, per step
-    last = []
-    for _ in range(f.chunks):
-        ends, S = [], [zero] * P
-        for j, (_, ph) in enumerate(f.phases):
-            if prev_chunk is not None and not relaxed and f.chunks > f.capacity:
-                S = [_vmax([s, e]) for s, e in zip(S, prev_chunk[j])]       # the queue's one slot
+    turns = _turns(f)
+    before = {} if relaxed or f.chunks <= f.capacity else _queue_before(f)
+    E: dict[tuple[int, int], list] = {}
+    first: list = []                                # (relaxed) each chunk's start of its first step
+    q0 = f.phases[0][0]
+    for j, (q, ph) in enumerate(f.phases):          # a queue's phase waits only for earlier steps
+        for i in range(f.chunks):
+            S = E[(i, j - 1)] if j else [zero] * P
+            if (i, j) in before:                    # the queue's one slot
+                S = [_vmax([s, e]) for s, e in zip(S, E[before[(i, j)]])]
+            elif relaxed and f.chunks > f.capacity and j == 0 and i >= f.capacity:
+                # every chunk waits in the first queue from the issue, in order: chunk i starts
+                # once i - capacity + 1 of the earlier ones have ended
+                S = [_kth_least([E[(x, 0)][p] for x in range(i)], i - f.capacity + 1) for p in range(P)]
+            elif relaxed and f.chunks > f.capacity and j and q == q0:
+                S = [_vmax([s, e]) for s, e in zip(S, first[-1])]   # behind every chunk's first step
+            if j == 0:
+                first.append(S)
             if isinstance(ph, TreePhase):
-                k = turn[ph.dim] = turn.get(ph.dim, -1) + 1
-                E = _tree_step(S, ph, k % 2 == 0, tree_dims.index(ph.dim), sizes, D)
+                E[(i, j)] = _tree_step(S, ph, turns[i][j] % 2 == 0, tree_dims.index(ph.dim), sizes, D)
             else:
-                E = [_plus(s, _term(D, ph.dim, ph.a_bytes, ph.c_ns)) for s in S]
-            ends.append(E)
-            S = E
-        prev_chunk = ends
-        last.extend(ends[-1])
-    return _vmax(last)
+                E[(i, j)] = [_plus(s, _term(D, ph.dim, ph.a_bytes, ph.c_ns)) for s in S]
+    return _vmax([e for i in range(f.chunks) for e in E[(i, len(f.phases) - 1)]])
 
 
 def _least_ns(step: TreePhase, root_max: bool, D: int) -> list[np.ndarray]:
@@ -184,26 +243,33 @@ def _least_ns(step: TreePhase, root_max: bool, D: int) -> list[np.ndarray]:
 
 
 def _work_rows(f: TreeFlow, tree_dims: list[int], sizes: list[int], D: int) -> list[np.ndarray]:
-    """Lower bounds from the queues' work: at each position a queue holds every chunk's phase
-    for at least its least time, ``capacity`` at a time, after the phases before it that do not
-    depend on the position (ring, direct, halving-doubling) and before those after it."""
-    rows = []
-    fixed = [None if isinstance(ph, TreePhase) else _term(D, ph.dim, ph.a_bytes, ph.c_ns) for _, ph in f.phases]
-    turn: dict[int, int] = {}
-    least: list[list] = [[] for _ in f.phases]        # per step: per chunk, per member
-    for _ in range(f.chunks):
+    """Lower bounds from the queues' work, per position: a queue holds each chunk's phase for at
+    least its least time, ``capacity`` at a time (so for at least the sum over the capacity, and
+    for ``ceil(chunks / capacity)`` of the shortest), after the position's least time through the
+    steps before and before its least time through the steps after. (The least of two affine
+    times is bounded from below by their least coefficients.)"""
+    P, J = math.prod(sizes), len(f.phases)
+    lb = np.zeros((P, f.chunks, J, D + 1))          # least time of each position's, chunk's and step's phase
+    turns = _turns(f)
+    for i in range(f.chunks):
         for j, (_, ph) in enumerate(f.phases):
-            if isinstance(ph, TreePhase):
-                k = turn[ph.dim] = turn.get(ph.dim, -1) + 1
-                least[j].append(_least_ns(ph, k % 2 == 0, D))
-    for j, (_, ph) in enumerate(f.phases):
-        rest = sum((t for i, t in enumerate(fixed) if i != j and t is not None), _term(D))
-        if not isinstance(ph, TreePhase):
-            rows.append(rest + -(-f.chunks // f.capacity) * fixed[j])
-            continue
-        for y in range(ph.n):
-            rows.append(rest + sum(chunk[y] for chunk in least[j]) / f.capacity)
-    return rows
+            if not isinstance(ph, TreePhase):
+                lb[:, i, j] = _term(D, ph.dim, ph.a_bytes, ph.c_ns)
+                continue
+            least = np.array(_least_ns(ph, turns[i][j] % 2 == 0, D))
+            slot = tree_dims.index(ph.dim)
+            lb[:, i, j] = least[np.arange(P) // math.prod(sizes[:slot]) % sizes[slot]]
+    low = lb.min(axis=1)                            # (P, J): whichever chunk comes first
+    queues = [q for q, _ in f.phases]
+    rows = []
+    for q in dict.fromkeys(queues):
+        steps = [j for j in range(J) if queues[j] == q]
+        outside = low[:, :steps[0]].sum(axis=1) + low[:, steps[-1] + 1:].sum(axis=1)
+        rows.append(outside + lb[:, :, steps].sum(axis=(1, 2)) / f.capacity)
+        for j in steps:
+            rest = low.sum(axis=1) - low[:, j]
+            rows.append(rest + -(-f.chunks // f.capacity) * low[:, j])
+    return list(np.vstack(rows))
 
 
 def tree_rows(f: TreeFlow, num_dims: int) -> tuple[np.ndarray, np.ndarray]:
