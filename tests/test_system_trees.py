@@ -177,3 +177,30 @@ def test_calibrated_dlrm_optimum_is_confirmed_by_the_simulator(tmp_path):
     data = json.loads(r.output[r.output.index("{"):])
     for row in data["rows"]:
         assert abs(row["simulated_ns"] / row["predicted_ns"] - 1) < 0.01, row
+
+
+def test_where_rows_only_bound_trees_the_result_says_how_far_it_is_proven():
+    # a localBWAware all-reduce over three dimensions, two chunks: the middle queue's order moves
+    net, model, settings, c = _case(*BOUNDED[2])
+    wl = [Workload(single_class("ar", net.npus_per_dim, 1e5, [c]))]
+    r = optimize(wl, net, unpriced(net), constraints=Constraints(total_bw_gbps=200.0), model=model,
+                 baselines=False)
+    assert not r.success and r.status == 3
+    assert r.message.startswith(f"not certified: proven within {r.rel_gap:.3%} of the optimum (the time of a "
+                                "localBWAware all-reduce over shared queues, or of double binary trees with several "
+                                "active chunks and more chunks than that, is bounded from below")
+    assert 0.01 < r.rel_gap < 0.1
+    # the reported time is ASTRA-sim's at the reported design
+    assert r.best.time_ns == pytest.approx(1e5 + _astra_ns(c, net, settings, r.bw_gbps), abs=1e-6)
+
+
+def test_a_one_entry_tree_list_with_sub_group_collectives_is_refused():
+    from libra_astra.demand.types import Collective
+    from libra_astra.errors import LibraError
+
+    net, model, _, _ = _case((("Ring", 8, 500),), (T,), "ALL_REDUCE", 1, 1, False)
+    group = Collective("ALL_REDUCE", 1e6, (4,), (1.5e6,), (1,), name="ar_tp", algorithm="flat_ring")
+    with pytest.raises(LibraError, match=r"^all-reduce-implementation \['doubleBinaryTree'\] with a sub-group "
+                                         r"collective \(ar_tp\): ASTRA-sim uses the group's ring as a tree and "
+                                         r"crashes; use ring for that kind$"):
+        collective_rows(group, net, model)
