@@ -202,7 +202,7 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
     if bounded_only:
         success, status = False, 3
         what = ("a localBWAware all-reduce over shared queues, or of double binary trees with several active "
-                "chunks and more chunks than that")
+                "chunks and more chunks than that,")
         msg = (f"not certified: proven within {rel:.3%} of the optimum (the time of {what} is bounded from below "
                "by the model's rows; this design is the best a search on ASTRA-sim's queue replay found from the "
                "bound's optimum)" if math.isfinite(rel) else
