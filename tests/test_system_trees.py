@@ -201,6 +201,6 @@ def test_a_one_entry_tree_list_with_sub_group_collectives_is_refused():
     net, model, _, _ = _case((("Ring", 8, 500),), (T,), "ALL_REDUCE", 1, 1, False)
     group = Collective("ALL_REDUCE", 1e6, (4,), (1.5e6,), (1,), name="ar_tp", algorithm="flat_ring")
     with pytest.raises(LibraError, match=r"^all-reduce-implementation \['doubleBinaryTree'\] with a sub-group "
-                                         r"collective \(ar_tp\): ASTRA-sim uses the group's ring as a tree and "
+                                         r"ALL_REDUCE of 4 NPUs: ASTRA-sim uses the group's ring as a tree and "
                                          r"crashes; use ring for that kind$"):
         collective_rows(group, net, model)

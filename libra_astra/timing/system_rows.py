@@ -53,8 +53,8 @@ def _settings(model) -> SystemSettings:
 def _built(key: tuple, net: Network, model) -> tuple[np.ndarray, np.ndarray, Flow | TreeFlow | None]:
     c = Collective(*key)
     if c.algorithm == "flat_ring" and model.system.implementations[KINDS.index(c.type)] == ("doubleBinaryTree",):
-        raise LibraError(f"{IMPLEMENTATION_KEYS[c.type]} ['doubleBinaryTree'] with a sub-group collective "
-                         f"({c.name or c.type}): ASTRA-sim uses the group's ring as a tree and crashes; use ring "
+        raise LibraError(f"{IMPLEMENTATION_KEYS[c.type]} ['doubleBinaryTree'] with a sub-group {c.type} of "
+                         f"{c.participants[0]} NPUs: ASTRA-sim uses the group's ring as a tree and crashes; use ring "
                          "for that kind")
     if c.algorithm != "hierarchical":
         A, const, _ = collective_rows_of((c,), net, replace(model, system=None, efficiency=None))
