@@ -204,3 +204,8 @@ def test_a_one_entry_tree_list_with_sub_group_collectives_is_refused():
                                          r"ALL_REDUCE of 4 NPUs: ASTRA-sim uses the group's ring as a tree and "
                                          r"crashes; use ring for that kind$"):
         collective_rows(group, net, model)
+
+
+def test_a_tree_on_a_dimension_without_bandwidth_takes_forever():
+    net, model, _, c = _case(*BOUNDED[1])
+    assert collective_time_ns(c, [0.0], net, model) == float("inf")

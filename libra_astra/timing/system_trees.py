@@ -72,7 +72,9 @@ class TreeFlow(NamedTuple):
 
     def time_ns(self, inv_bw: Sequence[float]) -> float:
         """ASTRA-sim's time of the collective (its slowest rank) at bandwidths ``1 / inv_bw``."""
-        links = [ac.Link(topo, n, 1.0 / inv if inv > 0 else math.inf, lat)
+        if any(inv == math.inf and used for inv, used in zip(inv_bw, self.involved)):
+            return math.inf                         # a dimension it uses has no bandwidth
+        links = [ac.Link(topo, n, 1.0 / inv if 0 < inv < math.inf else 1.0, lat)
                  for (topo, n, lat), inv in zip(self.dims, inv_bw)]
         return float(ac.collective_time_ns(self.kind, self.size_bytes, self.involved, links, self.settings))
 
