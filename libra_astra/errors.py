@@ -15,3 +15,7 @@ class LibraError(Exception):
 
 class InfeasibleError(LibraError):
     """No point satisfies the linear constraints (the caller may name the culprit)."""
+
+
+class NeverEnds(LibraError):
+    """Inputs on which ASTRA-sim's ranks wait on each other for ever (it exits with ranks unfinished)."""

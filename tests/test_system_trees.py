@@ -209,3 +209,55 @@ def test_a_one_entry_tree_list_with_sub_group_collectives_is_refused():
 def test_a_tree_on_a_dimension_without_bandwidth_takes_forever():
     net, model, _, c = _case(*BOUNDED[1])
     assert collective_time_ns(c, [0.0], net, model) == float("inf")
+
+
+# A localBWAware all-reduce over three dimensions with a tree in the middle and three chunks: the
+# middle dimension's queue takes reduce-scatter and all-gather phases in different orders on
+# different ranks, which then wait on each other for ever (the binary below: every rank unfinished)
+DEADLOCK = ((("Switch", 4, 100), ("Ring", 4, 200), ("Ring", 4, 300)), ("ring", T, "ring"), "ALL_REDUCE", 3, 1, False)
+
+
+def test_ranks_that_wait_on_each_other_for_ever_are_named_and_never_end_in_the_model():
+    from libra_astra.errors import LibraError
+
+    net, model, settings, c = _case(*DEADLOCK, mem=1600.0, ed=5)
+    c = make_collective("ALL_REDUCE", 3 * 2**20, (4, 4, 4), net=net)
+    bw = [100.0, 50.0, 70.0]
+    with pytest.raises(LibraError, match=r"^doubleBinaryTree: ranks take their chunks' tree phases through a shared "
+                                         r"queue in different orders and wait on each other for ever"):
+        _astra_ns(c, net, settings, bw)
+    assert collective_time_ns(c, bw, net, model) == float("inf")
+    wl = [Workload(single_class("ar", net.npus_per_dim, 1e5, [c]))]
+    r = optimize(wl, net, unpriced(net), constraints=Constraints(total_bw_gbps=200.0), model=model, baselines=False)
+    assert r.status == 3 and r.message.startswith("not certified: no design found both meets the constraints and "
+                                                  "ends under ASTRA-sim's queue replay")
+    # two chunks finish
+    net, model, settings, c = _case(*DEADLOCK[:3], 2, 1, False, mem=1600.0, ed=5)
+    c = make_collective("ALL_REDUCE", 3 * 2**20, (4, 4, 4), net=net)
+    assert collective_time_ns(c, bw, net, model) == _astra_ns(c, net, settings, bw) > 0
+
+
+@pytest.mark.astra
+@pytest.mark.skipif(not (BIN and os.access(BIN, os.X_OK)),
+                    reason="set ASTRA_SIM_BIN to an AstraSim_Analytical_Congestion_Unaware binary to run this")
+def test_the_simulator_leaves_every_rank_unfinished_where_the_model_says_it_never_ends(tmp_path):
+    from libra_astra.astra import emit, simulate
+    from libra_astra.demand.types import demand_to_dict
+    from libra_astra.errors import LibraError
+    from libra_astra.optimize.design import Design, WorkloadRef
+
+    net, _, _, _ = _case(*DEADLOCK)
+    demand = single_class("ar", [4, 4, 4], 0.0, [make_collective("ALL_REDUCE", 3 * 2**20, [4, 4, 4])])
+    (tmp_path / "d.json").write_text(json.dumps(demand_to_dict(demand)))
+    design = Design("d", net, (100.0, 50.0, 70.0), workloads=(WorkloadRef("w", demand=str(tmp_path / "d.json")),))
+    names = ["ring", T, "ring"]
+    system = {"scheduling-policy": "LIFO", "endpoint-delay": 5, "active-chunks-per-dimension": 1,
+              "preferred-dataset-splits": 2, "collective-optimization": "localBWAware", "local-mem-bw": 1600.0,
+              **{f"{k}-implementation": names for k in ("all-reduce", "reduce-scatter", "all-gather", "all-to-all")}}
+    emit(design, tmp_path / "run", splits=2, local_mem_bw_gbps=1600.0, system={"path": "s.json", "settings": system})
+    assert simulate(tmp_path / "run", BIN, timeout_s=120).simulated_time_ns > 0
+    # three chunks: emit's own prediction refuses them, so the file is changed by hand
+    written = json.loads((tmp_path / "run/system.json").read_text())
+    (tmp_path / "run/system.json").write_text(json.dumps({**written, "preferred-dataset-splits": 3}))
+    with pytest.raises(LibraError, match="ASTRA-sim exited 0 but 64 of 64 ranks never finished"):
+        simulate(tmp_path / "run", BIN, timeout_s=120, overwrite=True)

@@ -206,8 +206,8 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
         msg = (f"not certified: proven within {rel:.3%} of the optimum (the time of {what} is bounded from below "
                "by the model's rows; this design is the best a search on ASTRA-sim's queue replay found from the "
                "bound's optimum)" if math.isfinite(rel) else
-               "not certified: no design found meets the constraints under ASTRA-sim's queue replay (the model's "
-               f"rows bound the time of {what} from below)")
+               "not certified: no design found both meets the constraints and ends under ASTRA-sim's queue replay "
+               f"(the model's rows bound the time of {what} from below)")
     msg += f"; {n_paths} dependency paths" if model.overlap else ""
     out = OptimizeResult(objective, best, fun, dual, rel, success, status, msg, res.solve_time_s,
                          res.newton_steps, b.num_collectives, b.num_terms)

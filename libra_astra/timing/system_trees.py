@@ -76,7 +76,10 @@ class TreeFlow(NamedTuple):
             return math.inf                         # a dimension it uses has no bandwidth
         links = [ac.Link(topo, n, 1.0 / inv if 0 < inv < math.inf else 1.0, lat)
                  for (topo, n, lat), inv in zip(self.dims, inv_bw)]
-        return float(ac.collective_time_ns(self.kind, self.size_bytes, self.involved, links, self.settings))
+        try:
+            return float(ac.collective_time_ns(self.kind, self.size_bytes, self.involved, links, self.settings))
+        except ac.NeverEnds:        # ASTRA-sim deadlocks at these bandwidths
+            return math.inf
 
 
 # ---- max-plus expressions: rows [a_0 .. a_{D-1}, c], the value max_r (a_r @ x + c_r) ----
