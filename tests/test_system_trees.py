@@ -176,7 +176,7 @@ def test_calibrated_dlrm_optimum_is_confirmed_by_the_simulator(tmp_path):
             tmp_path / "cal/system.json", "--total-bw", 150, "--out", tmp_path / "loop", "--json")
     data = json.loads(r.output[r.output.index("{"):])
     for row in data["rows"]:
-        assert abs(row["simulated_ns"] / row["predicted_ns"] - 1) < 0.01, row
+        assert abs(row["simulated_ns"] / row["predicted_ns"] - 1) < 1e-3, row
 
 
 def test_where_rows_only_bound_trees_the_result_says_how_far_it_is_proven():
