@@ -20,3 +20,7 @@ class InfeasibleError(LibraError):
 class TargetUnreachable(InfeasibleError):
     """A time target (min-cost) that no bandwidth split meets: this design cannot, though the
     linear constraints hold (another design, or other collective implementations, may)."""
+
+
+class NeverEnds(LibraError):
+    """Inputs on which ASTRA-sim's ranks wait on each other for ever (it exits with ranks unfinished)."""

@@ -68,12 +68,9 @@ def test_fixture_files_are_refused_naming_file_key_and_value(name, message):
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"all_reduce_implementation": ["doubleBinaryTree", "ring"]},
-     "all-reduce-implementation[0] 'doubleBinaryTree': the optimizer does not model it (its ranks finish at different "
-     f"times); {PREDICT}; use ring, direct or halvingDoubling"),
     ({"all_to_all_implementation": ["ring", "oneDirect"]},
      "all-to-all-implementation[1] 'oneDirect': the optimizer does not model it (it flattens every dimension into "
-     f"one ring); {PREDICT}; use ring, direct or halvingDoubling"),
+     f"one ring); {PREDICT}; use ring, direct, halvingDoubling or doubleBinaryTree"),
     ({"all_to_all_implementation": ["ring", "halvingDoubling"]},
      "all-to-all-implementation[1] halvingDoubling: the workload has all-to-alls, which ASTRA-sim does not implement "
      "with it (it exits on the first one); use ring or direct"),

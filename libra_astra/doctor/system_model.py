@@ -3,11 +3,12 @@ file (``preferred-dataset-splits``, ``local-mem-bw``, and as a ``SystemTiming`` 
 implementations, ``active-chunks-per-dimension``, ``endpoint-delay``, ``collective-optimization``),
 and a one-line refusal for any setting the model does not follow.
 
-The model (timing/system_phases.py, system_flow.py) follows ring, direct and halvingDoubling in
-any dimension, any splits and active chunks, both collective optimizations, any endpoint delay
-and local-mem-bw; docs/astra-sim-settings.md says what each value changes. Double binary trees,
-the flattened one* variants, direct windows, custom collectives, the roofline compute model and
-the shared memory bus are refused with a pointer to ``libra-astra predict``, which times them.
+The model (timing/system_phases.py, system_flow.py, system_trees.py) follows ring, direct,
+halvingDoubling and doubleBinaryTree in any dimension, any splits and active chunks, both
+collective optimizations, any endpoint delay and local-mem-bw; docs/astra-sim-settings.md says
+what each value changes. The flattened one* variants, direct windows, custom collectives, the
+roofline compute model and the shared memory bus are refused with a pointer to
+``libra-astra predict``, which times them.
 The file is read by :func:`.system.load_system`, as ASTRA-sim reads it.
 """
 
@@ -19,6 +20,7 @@ from typing import Any, Mapping
 
 from ..errors import LibraError
 from ..model.network import Dimension
+from ..timing.astra_settings import IMPLEMENTATION_KEYS, KINDS
 from ..timing.system_phases import SystemTiming, check_timing
 from .system import CUSTOM_KEYS, PER_NODE_CUSTOM, SystemFile, load_system
 
@@ -90,6 +92,15 @@ def _ignored_notes(sf: SystemFile) -> tuple[str, ...]:
     return tuple(notes)
 
 
+def _tree_note(sf: SystemFile) -> tuple[str, ...]:
+    keys = [IMPLEMENTATION_KEYS[k] for k in KINDS if "doubleBinaryTree" in sf.settings.implementations(k)]
+    if not keys:
+        return ()
+    return (f"{sf.path}: doubleBinaryTree in {', '.join(keys)}: each tree collective is timed as its slowest rank "
+            "(exact for the collective alone); ASTRA-sim's ranks that finish a tree early start what follows "
+            "early, so a chain of them can take less than the model says; 'libra-astra predict' times every rank",)
+
+
 def read_user_system(path: str | Path, dims: tuple[Dimension, ...]) -> UserSystem:
     """The system.json at ``path`` for a network with dimensions ``dims``; LibraError (one line
     naming the file, the key and its value) for a setting the optimizer does not model."""
@@ -97,7 +108,7 @@ def read_user_system(path: str | Path, dims: tuple[Dimension, ...]) -> UserSyste
     refusal = _refusal(sf, tuple(dims))
     if refusal is not None:
         raise refusal
-    notes = _ignored_notes(sf)
+    notes = _ignored_notes(sf) + _tree_note(sf)
     mem = float(sf.settings.local_mem_bw_gbps) or None
     if mem is None:
         notes += (f"{sf.path}: local-mem-bw {sf.data.get('local-mem-bw', 'absent')!r}: ASTRA-sim reduces in 0 ns "

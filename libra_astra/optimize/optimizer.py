@@ -39,7 +39,7 @@ from .tco import TcoSettings
 from .problem import FRACTIONAL, OBJECTIVES, Constraints, ScaledProblem, Workload, build_problem, linear_rows, unscale
 from .terms import item_terms, node_path_terms
 from . import bounded
-from .refine import refine
+from .refine import bounded_message, refine
 from .solver import solve, term_values, unbounded_coordinates
 from ..timing.model import LIBRA, TimeModel, demand_time
 from ..timing.rows import column
@@ -203,11 +203,7 @@ def optimize(workloads: Sequence[Workload], net: Network, cost: CostModel, *, ob
     success, status = res.success, res.status
     if bounded_only:
         success, status = False, 3
-        msg = (f"not certified: proven within {rel:.3%} of the optimum (the time of a localBWAware all-reduce "
-               "over shared queues is bounded from below by the model's rows; this design is the best a search "
-               "on ASTRA-sim's queue replay found from the bound's optimum)" if math.isfinite(rel) else
-               "not certified: no design found meets the constraints under ASTRA-sim's queue replay (the model's "
-               "rows bound a localBWAware all-reduce over shared queues from below)")
+        msg = bounded_message(rel)
     msg += f"; {n_paths} dependency paths" if model.overlap else ""
     out = OptimizeResult(objective, best, fun, dual, rel, success, status, msg, res.solve_time_s,
                          res.newton_steps, b.num_collectives, b.num_terms)

@@ -47,3 +47,15 @@ def refine(evaluate: Callable[[Sequence[float]], object], value: Callable[[objec
     minimize(f, np.zeros(basis.shape[1]), method="Nelder-Mead",
              options={"maxfev": max_evaluations, "xatol": 1e-7, "fatol": 1e-12 * best[1]})
     return best[0], best[1]
+
+
+def bounded_message(rel: float) -> str:
+    """The result's message where the rows only bound the time and the design comes from refine."""
+    what = ("a localBWAware all-reduce over shared queues, or of double binary trees with several active "
+            "chunks and more chunks than that,")
+    if math.isfinite(rel):
+        return (f"not certified: proven within {rel:.3%} of the optimum (the time of {what} is bounded from below "
+                "by the model's rows; this design is the best a search on ASTRA-sim's queue replay found from the "
+                "bound's optimum)")
+    return ("not certified: no design found both meets the constraints and ends under ASTRA-sim's queue replay "
+            f"(the model's rows bound the time of {what} from below)")

@@ -1,21 +1,20 @@
 """ASTRA-sim's own timing of collectives, for any system.json: the time, in ns, that ASTRA-sim
 518bd51 with its analytical congestion-unaware backend gives a collective, or a chain of
-collectives issued one after the other on every rank.
+collectives issued one after the other on every rank. docs/astra-sim-settings.md derives each
+rule from ASTRA-sim's sources. In short:
 
-docs/astra-sim-settings.md derives each rule from ASTRA-sim's sources. In short:
-
-- a collective of S bytes becomes K chunks of ``S // splits`` bytes (at least the NPU count,
-  except all-gather); each chunk runs one *phase* per dimension (all-reduce with localBWAware:
-  reduce-scatter up, all-reduce on the last dimension, all-gather down);
-- a phase waits in its dimension's queue, which runs ``ceil(active_chunks / queues_per_dim)``
-  phases at once, first come first served; phases on one rank never slow each other down (the
-  congestion-unaware backend gives every message the full link);
-- a phase is a sequence of messages, each paying ``endpoint_delay`` before it leaves,
-  ``int(hops * latency + bytes / bandwidth)`` in the network and, where data is reduced,
-  ``3 * int(bytes / local_mem_bw)``.
+- a collective of S bytes becomes K chunks of ``S // splits`` bytes (at least the NPU count, except all-gather);
+  each chunk runs one *phase* per dimension (all-reduce with localBWAware: reduce-scatter up, all-reduce on the
+  last dimension, all-gather down);
+- a phase waits in its dimension's queue, which runs ``ceil(active_chunks / queues_per_dim)`` phases at once,
+  first come first served; phases on one rank never slow each other down (the congestion-unaware backend gives
+  every message the full link);
+- a phase is a sequence of messages, each paying ``endpoint_delay`` before it leaves, ``int(hops * latency +
+  bytes / bandwidth)`` in the network and, where data is reduced, ``3 * int(bytes / local_mem_bw)``.
 
 Ring, direct and halving-doubling phases take the same time on every rank (timed once); double
-binary tree phases differ per position (ranks simulated per position). Times are exact to the ns.
+binary tree phases differ per position (ranks simulated per position). Times are exact to the ns;
+ranks that would wait on each other for ever raise ``NeverEnds``.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from collections import deque
 from functools import lru_cache
 from typing import Any, NamedTuple, Sequence
 
-from ..errors import LibraError
+from ..errors import LibraError, NeverEnds
 from ..model.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
 from .astra_settings import IMPLEMENTATION_KEYS, KINDS, SystemSettings, parse_implementation
 
@@ -171,9 +170,8 @@ def _reduce_ns(msg: int, mem: float) -> int:
 
 @lru_cache(maxsize=64)
 def _tree(n: int, root_max: bool) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
-    """(parent, children) per position of ASTRA-sim's binary tree over n (a power of two)
-    positions: a complete tree of n - 1 positions numbered in order, under a root that is the
-    last position (root_max) or the first."""
+    """(parent, children) per position of ASTRA-sim's binary tree over n (a power of two) positions: a
+    complete tree of n - 1 positions numbered in order, under the last position (root_max) or the first."""
     parent, kids = [-1] * n, [[] for _ in range(n)]
 
     def build(lo: int, hi: int, up: int) -> None:
@@ -195,9 +193,8 @@ class _Phase(NamedTuple):
 
 
 def collective_plan(c: Coll, links: Sequence[Link], s: SystemSettings, state: dict) -> list[list[_Phase]]:
-    """The phases of each chunk of one collective (``state`` carries ASTRA-sim's per-rank
-    counters from one collective to the next: queue allocators, which double tree is next; it
-    is updated)."""
+    """The phases of each chunk of one collective (``state``, updated, carries ASTRA-sim's per-rank counters
+    from one collective to the next: queue allocators, which double tree is next)."""
     if c.kind not in KINDS:
         raise LibraError(f"collective type {c.kind!r}: ASTRA-sim simulates only {list(KINDS)}")
     if len(c.involved) != len(links):
@@ -266,10 +263,9 @@ def collective_plan(c: Coll, links: Sequence[Link], s: SystemSettings, state: di
 
 def rank_finish_ns(colls: Sequence[Coll], links: Sequence[Link], settings: SystemSettings) -> tuple[int, ...]:
     """ASTRA-sim's finish time of each rank (ns, rank order) when every rank runs ``colls`` one
-    after the other from time 0, each issued when the previous one ends on that rank.
-
-    With ``endpoint_delay_ns`` 0 ASTRA-sim aborts on an event at time 0; the times are those of
-    collectives issued later."""
+    after the other from time 0, each issued when the previous one ends on that rank. (With
+    ``endpoint_delay_ns`` 0 ASTRA-sim aborts on an event at time 0; these are the times of
+    collectives issued later.)"""
     links = checked_links(links)
     state: dict = {}
     return rank_times([collective_plan(c, links, settings, state) for c in colls], links, settings)
@@ -349,6 +345,10 @@ class _Replay:
         while self.heap:
             t, _, fn, args = heapq.heappop(self.heap)
             fn(t, *args)
+        if len(self.finish) < len(self.classes):
+            raise NeverEnds("doubleBinaryTree: ranks take their chunks' tree phases through a shared queue in "
+                            "different orders and wait on each other for ever (ASTRA-sim exits with ranks "
+                            "unfinished); use fewer splits, more active chunks or ring on that dimension")
         return self.finish
 
     def issue(self, t: int, x: tuple, ci: int) -> None:

@@ -11,9 +11,10 @@ replays them to the nanosecond). Here every phase is written as ``a / B_d + c`` 
 - halvingDoubling: log2(n) steps, partner and message size halving (doubling for all-gather);
 - ``collective-optimization: baseline``: every dimension runs an all-reduce of the whole chunk.
 
-Where the time model cannot follow a setting (double binary trees, whose ranks finish at
-different times; the flattened one* variants; a direct window below n - 1, whose packets pace
-each other) :func:`check_timing` refuses it in one line that points to ``libra-astra predict``.
+A double binary tree phase is not one affine time (its ranks finish at different times): it is
+a :class:`system_trees.TreePhase`, timed per position by system_trees.py. Where the time model
+cannot follow a setting (the flattened one* variants; a direct window below n - 1, whose packets
+pace each other) :func:`check_timing` refuses it in one line that points to ``libra-astra predict``.
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ from ..model.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATT
 from ..model.network import Dimension
 from . import astra_collective
 from .astra_settings import IMPLEMENTATION_KEYS, KINDS, SystemSettings, parse_implementation
+from .system_trees import TreePhase
 
 # Implementations the optimizer times (the rest: libra-astra predict).
-MODELED = ("ring", "direct", "halvingDoubling")
+MODELED = ("ring", "direct", "halvingDoubling", "doubleBinaryTree")
 # a bandwidth at which a message's bytes take no time (ASTRA-sim's truncation keeps whole ns)
 _FREE_BW_GBPS = 1e30
 
@@ -99,18 +101,18 @@ def check_timing(t: SystemTiming, dims: tuple[Dimension, ...], source: str) -> N
         for d, (name, dim) in enumerate(zip(names, dims)):
             alg, flat, window = parse_implementation(name, f"{source}: {key}[{d}]")
             if flat or alg not in MODELED:
-                why = ("its ranks finish at different times" if alg == "doubleBinaryTree"
-                       else "it flattens every dimension into one ring")
-                raise LibraError(f"{source}: {key}[{d}] {name!r}: the optimizer does not model it ({why}); "
-                                 "'libra-astra predict' times it exactly; use ring, direct or halvingDoubling")
+                raise LibraError(f"{source}: {key}[{d}] {name!r}: the optimizer does not model it (it flattens every "
+                                 "dimension into one ring); 'libra-astra predict' times it exactly; use ring, direct, "
+                                 "halvingDoubling or doubleBinaryTree")
             if alg == "direct" and 0 <= window < dim.npus - 1:
                 raise LibraError(f"{source}: {key}[{d}] {name!r}: a direct window below the dimension's "
                                  f"{dim.npus - 1} peers is not modeled (its packets pace each other); use direct "
                                  "or ring, or 'libra-astra predict'")
             # (halvingDoubling all-to-all exits only when an all-to-all runs: chunk_phases refuses it)
-            if alg == "halvingDoubling" and dim.npus & (dim.npus - 1):
-                raise LibraError(f"{source}: {key}[{d}] halvingDoubling needs a power of two NPUs, not {dim.npus} "
-                                 "(ASTRA-sim hangs); use ring or direct there")
+            if alg in ("halvingDoubling", "doubleBinaryTree") and dim.npus & (dim.npus - 1):
+                raise LibraError(f"{source}: {key}[{d}] {alg} needs a power of two NPUs, not {dim.npus} "
+                                 f"(ASTRA-sim {'hangs' if alg == 'halvingDoubling' else 'crashes'}); use ring or "
+                                 "direct there")
 
 
 class Phase(NamedTuple):
@@ -181,8 +183,9 @@ def chunk_count(kind: str, size_bytes: float, splits: int, total_npus: int) -> t
 
 def chunk_steps(kind: str, chunk: float, participants: tuple[int, ...], baseline: bool = False
                 ) -> list[tuple[int, str, int, float]]:
-    """(dimension, phase type, members, bytes in) of each phase of one chunk, in order: the same
-    whatever the implementations (they only time each step)."""
+    """(dimension, phase type, members, bytes in) of each phase of one chunk, in order, with ring,
+    direct or halving-doubling on every dimension: the same whatever those implementations (they
+    only time each step). A double binary tree keeps the chunk whole (chunk_phases)."""
     D = len(participants)
     order = range(D - 1, -1, -1) if kind == ALL_GATHER else range(D)
     active = [d for d in order if participants[d] > 1]
@@ -202,15 +205,20 @@ def chunk_steps(kind: str, chunk: float, participants: tuple[int, ...], baseline
 
 
 def chunk_phases(kind: str, chunk: float, participants: tuple[int, ...], dims: tuple[Dimension, ...],
-                 t: SystemTiming, mem: float | None) -> list[tuple[int, Phase]]:
-    """(queue, phase) of one chunk, in order. Queues are dimensions (one queue per dimension, as
-    ASTRA-sim runs by default); a localBWAware all-reduce's reduce-scatter and all-gather on a
-    dimension share its queue."""
-    out = []
-    for d, ptype, n, m in chunk_steps(kind, chunk, participants, t.baseline):
+                 t: SystemTiming, mem: float | None) -> list[tuple[int, Phase | TreePhase]]:
+    """(queue, phase) of one chunk, in order (a double binary tree's: system_trees.TreePhase). Queues
+    are dimensions (one queue per dimension, as ASTRA-sim runs by default); a localBWAware
+    all-reduce's reduce-scatter and all-gather on a dimension share its queue."""
+    out, m = [], chunk
+    for d, ptype, n, _ in chunk_steps(kind, chunk, participants, t.baseline):
         alg = parse_implementation(t.implementation(kind, d))[0]
         if alg == "halvingDoubling" and kind == ALL_TO_ALL:
             raise LibraError(f"all-to-all-implementation[{d}] halvingDoubling: the workload has all-to-alls, which "
                              "ASTRA-sim does not implement with it (it exits on the first one); use ring or direct")
+        if alg == "doubleBinaryTree":       # an all-reduce of the whole chunk, whatever the kind
+            out.append((d, TreePhase(d, n, m, t.endpoint_delay_ns, _reduce_ns(m, mem), dims[d].topology,
+                                     dims[d].latency_ns)))
+            continue
         out.append((d, phase(alg, ptype, n, m, dims[d], t.endpoint_delay_ns, mem, d)))
+        m = {ALL_GATHER: m * n, REDUCE_SCATTER: m / n}.get(ptype, m)
     return out

@@ -22,7 +22,9 @@ from ..model.collectives import ring_steps
 from ..model.network import Dimension, Network
 from .rows import Rows, collective_rows_of
 from .system_flow import Flow, flow_rows, replay_ns
+from .astra_settings import IMPLEMENTATION_KEYS, KINDS, SystemSettings
 from .system_phases import chunk_count, chunk_phases
+from .system_trees import TreeFlow, TreePhase, tree_rows
 
 
 def _pieces(c: Collective, net: Network) -> tuple[Dimension, ...]:
@@ -46,18 +48,36 @@ def _flow(c: Collective, net: Network, model) -> Flow:
     if chunks == 0:
         raise LibraError(f"collective {c.name or c.type} of {c.size_bytes:g} bytes: ASTRA-sim makes 0-byte chunks of an "
                          f"all-gather smaller than its {model.splits} splits and never ends; use fewer splits")
-    phases = chunk_phases(c.type, chunk, c.participants, _pieces(c, net), model.system, model.local_mem_bw_gbps)
+    dims = _pieces(c, net)
+    phases = chunk_phases(c.type, chunk, c.participants, dims, model.system, model.local_mem_bw_gbps)
+    if any(isinstance(p, TreePhase) for _, p in phases):
+        return TreeFlow(tuple(phases), chunks, model.system.active_chunks, c.type, int(c.size_bytes),
+                        tuple(n > 1 for n in c.participants),
+                        tuple((d.topology, d.npus, d.latency_ns) for d in dims), _settings(model))
     return Flow(tuple(phases), chunks, model.system.active_chunks)
 
 
+def _settings(model) -> SystemSettings:
+    """ASTRA-sim's settings of the model (its replay times trees where the rows only bound them)."""
+    t = model.system
+    mem = model.local_mem_bw_gbps or 1e300          # absent: reductions take 0 ns, as ASTRA-sim's do
+    return SystemSettings(*t.implementations, splits=model.splits, active_chunks=t.active_chunks,
+                          endpoint_delay_ns=int(t.endpoint_delay_ns), local_mem_bw_gbps=mem,
+                          collective_optimization="baseline" if t.baseline else "localBWAware")
+
+
 @lru_cache(maxsize=1 << 14)
-def _built(key: tuple, net: Network, model) -> tuple[np.ndarray, np.ndarray, Flow | None]:
+def _built(key: tuple, net: Network, model) -> tuple[np.ndarray, np.ndarray, Flow | TreeFlow | None]:
     c = Collective(*key)
+    if c.algorithm == "flat_ring" and model.system.implementations[KINDS.index(c.type)] == ("doubleBinaryTree",):
+        raise LibraError(f"{IMPLEMENTATION_KEYS[c.type]} ['doubleBinaryTree'] with a sub-group {c.type} of "
+                         f"{c.participants[0]} NPUs: ASTRA-sim uses the group's ring as a tree and crashes; use ring "
+                         "for that kind")
     if c.algorithm != "hierarchical":
         A, const, _ = collective_rows_of((c,), net, replace(model, system=None, efficiency=None))
         return A, const, None
     f = _flow(c, net, model)
-    A, const = flow_rows(f, net.num_dims)
+    A, const = tree_rows(f, net.num_dims) if isinstance(f, TreeFlow) else flow_rows(f, net.num_dims)
     return A, const, (None if f.exact else f)
 
 
@@ -81,7 +101,7 @@ def system_rows_of(colls: Sequence[Collective], net: Network, model):
     return Rows(np.ascontiguousarray(A), const, starts)
 
 
-def bounded_flows(colls: Sequence[Collective], net: Network, model) -> list[tuple[int, Flow]]:
+def bounded_flows(colls: Sequence[Collective], net: Network, model) -> list[tuple[int, Flow | TreeFlow]]:
     """(index, flow) of the collectives whose rows only bound their time."""
     out = []
     for i, c in enumerate(colls):
@@ -107,5 +127,5 @@ def exact_times_ns(colls: Sequence[Collective], times_ns: np.ndarray, bw_gbps: S
 
 
 @lru_cache(maxsize=1 << 14)
-def _replayed(f: Flow, inv: tuple[float, ...]) -> float:
-    return replay_ns(f, inv)
+def _replayed(f: Flow | TreeFlow, inv: tuple[float, ...]) -> float:
+    return f.time_ns(inv) if isinstance(f, TreeFlow) else replay_ns(f, inv)
