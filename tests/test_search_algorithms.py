@@ -241,3 +241,31 @@ def test_the_auto_model_is_the_system_emit_writes_with_the_chosen_lists(dims):
     lists = [["direct"] * dims, ["ring"] * dims, ["halvingDoubling"] * dims, ["direct"] * dims]
     got = timing_of(system_record(dims, model, lists))
     assert [list(v) for v in got.implementations] == lists
+
+
+def test_ring_block_dominance_drops_nothing_better():
+    """Ring over Switch holds only where no ring step takes more than 2 hops: a group whose members
+    lie 4 NPUs apart on a Ring of 8 (dp outermost of tp2-pp2-dp2) keeps the Switch, which wins
+    there; nothing the dominance drops beats the search's winner."""
+    from libra_astra.search.space import Parallelization, p2p_far_dims
+
+    ring = _problem("ring")
+    par = next(p for p in __import__("libra_astra.search.space", fromlist=["x"]).parallelizations(
+        ring.spec, 8, sp="off").valid if (p.tp, p.pp, p.dp) == (2, 2, 2))
+    assert isinstance(par, Parallelization)
+    assert p2p_far_dims((8,), {"pp": [0], "tp": [0], "dp": [0]}, par) == [True]
+    assert p2p_far_dims((8,), {"tp": [0], "dp": [0], "pp": [0]}, par) == [True]
+    assert p2p_far_dims((2, 4), {"tp": [0], "pp": [1], "dp": [1]}, par) == [False, False]
+    # the case itself: dp's members 4 apart on the Ring of 8, so the Switch is faster
+    from libra_astra.search.evaluate import Candidate
+    placed = (("pp", (0,)), ("tp", (0,)), ("dp", (0,)))
+    levels = ring.catalog.levels_of((8,))
+    on = {b: evaluate(ring, Candidate((8,), (b,), levels, par, placed)).objective_value for b in ("Ring", "Switch")}
+    assert on["Switch"] < on["Ring"]
+    for dims in (1, 2):
+        st = Settings(npus=8, max_dims=dims, top=1, sp="off")
+        _, res = _search(ring, st)
+        best = res.ranked()[0].objective_value
+        for c in _all_blocks(ring, st):
+            o = evaluate(ring, c)
+            assert o.status != "ok" or o.objective_value >= best * (1 - 1e-9), c

@@ -253,7 +253,8 @@ def placement_count(shape: tuple[int, ...], degrees: tuple[int, ...]) -> int:
 
 @functools.lru_cache(maxsize=1 << 16)
 def _axis_sizes(shape: tuple[int, ...], name: str, parts: tuple) -> tuple[tuple[int, ...], tuple[bool, ...]]:
-    """An axis' size in each dimension and, for pp, the dimensions a send crosses over > 2 ring hops."""
+    """An axis' size in each dimension and the dimensions where a Ring would take over 2 hops a
+    step for it: for pp a send, for the other axes a step of the group's own ring (p2p_far_dims)."""
     p = [1] * len(shape)
     far = [False] * len(shape)
     for d, size, stride in parts:
@@ -262,6 +263,8 @@ def _axis_sizes(shape: tuple[int, ...], name: str, parts: tuple) -> tuple[tuple[
             # a send moves the coordinate by the stride, or wraps by stride x (size - 1)
             n = shape[d]
             far[d] = min(stride, n - stride) > 2 or min(stride * (size - 1), n - stride * (size - 1)) > 2
+        else:
+            far[d] = size > 1 and stride > 2
     return tuple(p), tuple(far)
 
 
@@ -277,8 +280,7 @@ def placement_infos(shape: tuple[int, ...], degrees: tuple[int, ...]) -> tuple[P
         far = near
         for name, _, parts in chosen:
             sizes[name], f = _axis_sizes(shape, name, parts)
-            if name == "pp":
-                far = f
+            far = tuple(a or b for a, b in zip(far, f))
         out.append(PlacementInfo(tuple((name, dims) for name, dims, _ in chosen),
                                  tuple(sizes[a] for a in AXES), far))
     return tuple(out)
@@ -303,8 +305,8 @@ def undominated_blocks(options: Sequence[Sequence[str]], p2p_far: Sequence[bool]
     the ring distance on a Ring, 1 hop on FullyConnected and 2 on a Switch; only a Switch pays switch
     ports (and, in the power model, only a Switch draws switch power). Time is non-decreasing in hops,
     and cost, energy and TCO in price, power and time, so FullyConnected is never worse than
-    Ring or Switch, and Ring never worse than Switch unless a send crosses the dimension over more
-    than 2 ring hops (``p2p_far``). With ``--algorithms auto`` (``ring_over_switch`` False) only the
+    Ring or Switch, and Ring never worse than Switch unless a send or a group's ring step crosses
+    the dimension over more than 2 ring hops (``p2p_far``). With ``--algorithms auto`` (``ring_over_switch`` False) only the
     first rule holds: direct and halvingDoubling send to peers more than 2 hops away on a Ring."""
     out = []
     for opts, far in zip(options, p2p_far):
@@ -318,11 +320,11 @@ def undominated_blocks(options: Sequence[Sequence[str]], p2p_far: Sequence[bool]
 
 
 def p2p_far_dims(shape: Sequence[int], placement: dict, par: Parallelization) -> list[bool]:
-    """Dimensions a pipeline send may cross over more than 2 hops of a ring."""
+    """Dimensions where a Ring may take more than 2 hops per step: a pipeline send crossing more
+    than 2 hops of the ring, or a collective group whose members lie more than 2 NPUs apart on it
+    (emit lays such a group out as its own ring, each step as many hops as the stride)."""
     far = [False] * len(shape)
-    if par.pp <= 1 or "pp" not in placement:
-        return far
-    # the pp axis' part in a dimension moves a coordinate by its stride (or wraps by stride*(size-1))
+    # an axis' part in a dimension moves a coordinate by its stride (a send also wraps by stride*(size-1))
     cap = list(shape)
     stride = [1] * len(shape)
     order = list(placement)
@@ -335,6 +337,8 @@ def p2p_far_dims(shape: Sequence[int], placement: dict, par: Parallelization) ->
                 for step in (stride[d], stride[d] * (take - 1)):
                     if min(step, n - step) > 2:
                         far[d] = True
+            elif take > 1 and stride[d] > 2:
+                far[d] = True
             stride[d] *= take
             cap[d] //= take
             left //= take
