@@ -30,9 +30,10 @@ import numpy as np
 
 from ..demand.types import Dag, Demand, RankClass
 from ..errors import LibraError
-from .astra_aware import rank_times_for
+from .astra_aware import aware_rank_times, rank_times_for
 from .astra_collective import checked_links, collective_plan
 from .astra_durations import Durations, Spec, arrival_skew, check_cycles
+from .astra_messages import message_rank_times
 from .plan import plan_of
 from .predict import replay_ends
 
@@ -135,7 +136,8 @@ def refine_trees(d: Demand, offsets: Sequence[int], durs: Durations, source: str
     part_of = np.empty(npus, dtype=np.int64)
     for k, (_, ranks) in enumerate(parts):
         part_of[ranks] = k
-    # each instance: its spec, and per part the node (-1 if the part does not issue it)
+    # each instance: its spec, per part the node (-1 if the part does not issue it), its plan, how
+    # its ranks are timed from their issue times, and its time when issued together (None: trees)
     jobs = []
     for inst in sorted(_instances(d, offsets, trees)):
         specs = {durs.trees[g][0] for g in inst}
@@ -143,33 +145,42 @@ def refine_trees(d: Demand, offsets: Sequence[int], durs: Durations, source: str
             raise LibraError(f"{source}: doubleBinaryTree: a collective shared by rank classes follows different "
                              "collectives on them, so its trees differ between ranks; not modeled")
         spec = specs.pop()
-        node = np.full(len(parts), -1, dtype=np.int64)
-        for g in inst:
-            ci = int(np.searchsorted(offsets, g, side="right")) - 1
-            for k, (cj, _) in enumerate(parts):
-                if cj == ci:
-                    node[k] = new[k] + g - offsets[ci]
+        node = _nodes(inst, offsets, parts, new)
         if not _whole_groups(node, parts, spec.coll.involved, d.npus_per_dim):
             raise LibraError(f"{source}: doubleBinaryTree: a collective is missing from some of its members' "
                              "graphs; ASTRA-sim would not finish it")
         times = durs.trees[inst[0]][1]
         have = node >= 0
         dur[node[have]] = [times[ranks[0]] for (_, ranks), h in zip(parts, have) if h]
-        jobs.append((spec, node, plans[spec]))
+        jobs.append((spec, node, plans[spec], rank_times, None))
+    # the other collectives on the whole network: places that issue them apart start them apart
+    even = []
+    for inst in sorted(_instances(d, offsets, set(durs.even))):
+        specs = {durs.even[g] for g in inst}
+        node = _nodes(inst, offsets, parts, new)
+        if len(specs) == 1 and _whole_groups(node, parts, next(iter(specs)).coll.involved, d.npus_per_dim):
+            spec = specs.pop()
+            jobs.append((spec, node, tree_plan(spec), _skewed_times(backend), dur[node[node >= 0]].copy()))
+            even.extend(inst)
+    if even:
+        split, _ = split_by_place(d, offsets, trees | set(even), tree_dims, source)
     memo: dict = {}
     for _ in range(len(jobs) + 1):
         r = replay_ends(split, dur)
         check_cycles(r)
         ends = np.asarray(r.finish, dtype=float)
-        for spec, node, plan in jobs:
+        for spec, node, plan, timer, together in jobs:
             # parts that do not issue it (another stage's ranks) are timed apart, from 0, and ignored
             have = node >= 0
             issue = np.where(have, ends[node] - dur[node], np.inf)
             rel = np.where(have, issue - issue.min(), 0).astype(np.int64)
             key = (spec, rel.tobytes())
             if key not in memo:
-                timed = np.asarray(rank_times([plan], spec.links, spec.settings, rel[part_of].tolist()))
-                memo[key] = (timed[[ranks[0] for _, ranks in parts]] - rel).astype(float)[have]
+                if together is not None and not rel.any():
+                    memo[key] = together
+                else:
+                    timed = np.asarray(timer([plan], spec.links, spec.settings, rel[part_of].tolist()))
+                    memo[key] = (timed[[ranks[0] for _, ranks in parts]] - rel).astype(float)[have]
             if not np.array_equal(memo[key], dur[node[have]]):
                 # the later ones were issued after this one's old end: replay before timing them
                 dur[node[have]] = memo[key]
@@ -178,6 +189,22 @@ def refine_trees(d: Demand, offsets: Sequence[int], durs: Durations, source: str
             return ({rank: r.end_ns(r.class_last(k)) for k, (_, ranks) in enumerate(parts) for rank in ranks},
                     arrival_skew(plan_of(split), r.finish))
     raise LibraError(f"{source}: doubleBinaryTree: the ranks' tree times did not settle in {len(jobs) + 1} passes")
+
+
+def _skewed_times(backend: str):
+    """Each rank's times of collectives whose ranks issue them apart: messages replayed per rank."""
+    return aware_rank_times if backend == "aware" else message_rank_times
+
+
+def _nodes(inst: list[int], offsets: Sequence[int], parts: list, new: Sequence[int]) -> np.ndarray:
+    """Per part, its node of the collective ``inst`` (global nodes of the demand), or -1."""
+    node = np.full(len(parts), -1, dtype=np.int64)
+    for g in inst:
+        ci = int(np.searchsorted(offsets, g, side="right")) - 1
+        for k, (cj, _) in enumerate(parts):
+            if cj == ci:
+                node[k] = new[k] + g - offsets[ci]
+    return node
 
 
 def _whole_groups(node: np.ndarray, parts: list, involved: Sequence[bool], shape: Sequence[int]) -> bool:
