@@ -7,18 +7,22 @@ its messages then wait for whichever rank is late. Neither a collective's slowes
 common start is the answer.
 
 Here every rank class is split by the ranks' places in the trees (ranks at one place run alike)
-and the replay runs again and again: each pass takes the tree collectives in the order the
-ranks issue them (one after the other), each place's issue time from the last replay, and times
-the collective from those issue times with astra_collective's replay of the tree's messages;
-the first whose times change is updated and the replay runs again (the later ones were issued
-after its old end). It stops when none changes: then every tree collective is timed from the
-issue times its own times lead to. Other
-collectives (rings, communicator groups) still start together on every place of a class and of
-the classes they are shared with, as in the replay of the classes whole.
+and the replay runs again and again: each pass takes the collectives in the order the ranks
+issue them, each place's issue time from the last replay, and times the collective from those
+issue times: a tree with astra_collective's replay of the tree's messages; a ring, direct or
+halving-doubling collective on the whole network, when places issue it apart, with every rank's
+messages replayed (astra_messages: the early ranks wait for the late ones' messages). The first
+whose times change is updated and the replay runs again (the later ones were issued after its
+old end). It stops when none changes: then every such collective is timed from the issue times
+its own times lead to. Collectives on communicator groups still start together on every place
+of a class and of the classes they are shared with, as in the replay of the classes whole;
+sends never wait for other places.
 
-A receive of another class waits for the send at its own place when the send crosses a
-dimension above every tree dimension (ranks agree below the dimension a send crosses); other
-sends between classes split by place are refused: the demand does not say which rank sends.
+A receive waits for the part holding the rank it names (``Dag.senders``, read from the traces):
+a part whose ranks receive from ranks of different parts is split until each receive of a part
+waits on one part. Without the senders (a demand file written without them), a receive of
+another class waits for the send at its own place when the send crosses a dimension above every
+tree dimension (ranks agree below the dimension a send crosses); other such sends are refused.
 """
 
 from __future__ import annotations
