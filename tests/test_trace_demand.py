@@ -74,6 +74,14 @@ def test_hand_worked_demand(tmp_path):
     # the receive stays in the graph with 0 ns on no slot, waiting for the senders' send
     assert receivers.dag.nodes[3] == ("free", 0.0)
     assert (receivers.dag.links, receivers.dag.syncs) == (((3, 0, 3),), ((2, 0, 2),))
+    # each receiver names its sender (r - 4): what a class split by tree places needs
+    assert receivers.dag.senders == ((0, 1, 2, 3),) and senders.dag.senders == ()
+    assert demand_from_dict(demand_to_dict(d)) == d
+    bad = demand_to_dict(d)
+    bad["rank_classes"][1]["dag"]["senders"] = [[0, 1, 2]]
+    with pytest.raises(LibraError, match=r"rank_classes\[1\]: dag senders must list one rank below 8 per rank of "
+                                         r"the class \(4\); fix or remove it"):
+        demand_from_dict(bad, "d.json")
     # summary: mean bytes per NPU
     assert s.bytes_by_type == {"ALL_GATHER": (0.0, 256.0), "ALL_REDUCE": (1536.0, 0.0), "P2P": (0.0, 2048.0)}
     assert s.skipped == {"COMM_RECV (charged on the send side)": 4}

@@ -157,7 +157,8 @@ def with_links(ctx: Context, programs: list[Program], rank_prog: np.ndarray,
                 theirs = reps[cj].comm_pos[(bkey == comm[0]) & (binv == comm[1])]
                 syncs.extend((int(a), cj, int(b)) for a, b in zip(mine.tolist(), theirs.tolist()))
         if links or syncs:
-            rc = replace(rc, dag=replace(rc.dag, links=tuple(links), syncs=tuple(sorted(syncs))))
+            senders = _senders(cols, programs, rank_prog, rc.ranks, [v for v, _, _ in links], ctx.net.npus_count)
+            rc = replace(rc, dag=replace(rc.dag, links=tuple(links), syncs=tuple(sorted(syncs)), senders=senders))
         out.append(rc)
     return out
 
@@ -186,6 +187,30 @@ def _recv_links(ctx: Context, cols, programs: list[Program], rank_prog: np.ndarr
         taken[src] = k + 1
         links.append((int(info.topo_of[pos]), int(class_of[src]), sends[k]))
     return links
+
+
+def _senders(cols, programs: list[Program], rank_prog: np.ndarray, ranks: tuple[int, ...], nodes: list[int],
+             npus: int) -> tuple[tuple[int, ...], ...]:
+    """Per receive node (topological index) of a class's links, the rank each of its ranks
+    receives from: the class's ranks run one program shape, each names its own source. Empty
+    when some rank's source is not a valid other rank (the links then say only the class)."""
+    if not nodes:
+        return ()
+    per_prog: dict[int, list[int]] = {}
+    rows = []
+    for r in ranks:
+        p = int(rank_prog[r])
+        got = per_prog.get(p)
+        if got is None:
+            info = programs[p]
+            recv = np.flatnonzero(info.prog.types == COMM_RECV_NODE)
+            src_of = dict(zip(info.topo_of[recv].tolist(), cols["comm_src"][info.prog.attr[recv]].tolist()))
+            got = per_prog[p] = [int(src_of.get(v, -1)) for v in nodes]
+        rows.append(got)
+    m = np.asarray(rows, dtype=np.int64)
+    if ((m < 0) | (m >= npus) | (m == np.asarray(ranks, dtype=np.int64)[:, None])).any():
+        return ()
+    return tuple(map(tuple, m.T.tolist()))
 
 
 def _sends_by_dst(cols, info: Program) -> dict[int, list[int]]:

@@ -43,7 +43,9 @@ in ns), ``"free"`` (a node on no resource, such as a receive: time in ns, normal
 (value = index into ``collectives``); ``deps`` lists edges u -> v (v waits for u), node indices in topological order; optional
 ``links`` [[node, source class, source node], ...] make a receive wait for the matching send of
 another rank class (pipeline parallelism); optional ``syncs`` [[node, class, node], ...] make a
-collective start only when the same collective of another class is ready too. Every source
+collective start only when the same collective of another class is ready too; optional
+``senders`` [[rank, ...], ...], one list per link, names the rank each of the class's ``ranks``
+waits for there (read from the traces; without it a link says only which class sends). Every source
 (class, node) must exist (a class without a ``dag`` is its one node 0) and a sync pairs two
 ``"coll"`` nodes: the reader refuses a file that breaks this, since the replay could not place
 the wait.
@@ -92,13 +94,17 @@ class Dag:
     ``links`` are the waits on other ranks: (node, source class, source node) means ``node`` (a
     receive) cannot finish before ``source node`` of a rank of ``source class`` (the matching
     send) has finished. ``syncs`` (node, class, node) pair a collective with the same collective
-    issued by a rank of another class: it starts only when both are ready.
+    issued by a rank of another class: it starts only when both are ready. ``senders`` (empty when
+    not known) gives, per link, the rank whose send each rank of the class waits for (in the
+    class's ``ranks`` order): ranks of a class that run alike can still wait on different ranks
+    that do not (ASTRA-sim's double binary trees set ranks of one class apart).
     """
 
     nodes: tuple[tuple[str, float | int], ...]
     deps: tuple[tuple[int, int], ...]
     links: tuple[tuple[int, int, int], ...] = ()
     syncs: tuple[tuple[int, int, int], ...] = ()
+    senders: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -287,7 +293,13 @@ def _dag_from_dict(raw: Any, where: str, num_coll: int) -> Dag:
                                  f"node < {len(nodes)}")
             out.append((e[0], e[1], e[2]))
         waits[field_name] = tuple(out)
-    return Dag(tuple(nodes), tuple(deps), waits["links"], waits["syncs"])
+    senders = raw.get("senders", [])
+    if not (isinstance(senders, list) and (not senders or len(senders) == len(waits["links"]))
+            and all(isinstance(e, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in e)
+                    for e in senders)):
+        raise LibraError(f"{where}: dag senders must be one list of ranks per link ({len(waits['links'])}); fix or "
+                         "remove it")
+    return Dag(tuple(nodes), tuple(deps), waits["links"], waits["syncs"], tuple(map(tuple, senders)))
 
 
 def _class_from_dict(raw: Mapping, where: str, shape: tuple[int, ...]) -> RankClass:
@@ -303,6 +315,12 @@ def _class_from_dict(raw: Mapping, where: str, shape: tuple[int, ...]) -> RankCl
     if not isinstance(num, int) or num < 1:
         raise LibraError(f"{where}: num_ranks must be a positive integer, got {num!r}")
     dag = _dag_from_dict(raw["dag"], where, len(colls)) if raw.get("dag") is not None else None
+    npus = 1
+    for n in shape:
+        npus *= n
+    if dag is not None and any(len(e) != len(ranks) or max(e, default=0) >= npus for e in dag.senders):
+        raise LibraError(f"{where}: dag senders must list one rank below {npus} per rank of the class "
+                         f"({len(ranks)}); fix or remove it")
     return RankClass(compute, colls, num, tuple(ranks), dag)
 
 
@@ -387,6 +405,8 @@ def demand_to_dict(d: Demand) -> dict[str, Any]:
                 item["dag"]["links"] = [list(e) for e in rc.dag.links]
             if rc.dag.syncs:
                 item["dag"]["syncs"] = [list(e) for e in rc.dag.syncs]
+            if rc.dag.senders:
+                item["dag"]["senders"] = [list(e) for e in rc.dag.senders]
         classes.append(item)
     out: dict[str, Any] = {"format": FORMAT, "version": VERSION, "name": d.name, "npus_per_dim": list(d.npus_per_dim)}
     if d.dim_names:

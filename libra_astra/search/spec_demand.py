@@ -304,10 +304,15 @@ def demand_from_spec(spec: TraceSpec, net: Network | None = None, *, programs: P
             if src < 0 or src == r0:
                 continue
             sends = getattr(infos[int(rank_prog[src])], theirs)
-            links.extend((int(a), int(class_of[src]), int(b)) for a, b in zip(recvs, sends))
-        links.sort(key=lambda e: e[0])
+            # each rank's own sender there (demand.links._senders: what the traces name)
+            who = tuple(int(peer[r]) for r in rs)
+            links.extend(((int(a), int(class_of[src]), int(b)), who) for a, b in zip(recvs, sends))
+        links.sort(key=lambda e: e[0][0])
+        senders = tuple(w for _, w in links)
+        if any(x < 0 or x >= N or x == r for w in senders for x, r in zip(w, rs)):
+            senders = ()
         syncs = _syncs(ci, r0, info, ops, groups, class_of, rank_prog, plan, infos, gkey, used_axes, N)
-        dag = Dag(nodes, info.edges, tuple(links), tuple(sorted(syncs)))
+        dag = Dag(nodes, info.edges, tuple(e for e, _ in links), tuple(sorted(syncs)), senders)
         out.append(RankClass(info.compute_ns, tuple(colls), len(rs), tuple(rs), dag))
     notes = (RECV_NOTE,) if any(op.kind == RECV for ops in plan.programs.values() for op in ops) else ()
     return Demand(name or spec.name, tuple(net.npus_per_dim), tuple(out), notes, net.dim_names)

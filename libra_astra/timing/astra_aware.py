@@ -115,6 +115,7 @@ class _Machine:
         alg, ptype, dim, m, window, ed, mem, local, self.sign = work
         self.rp, self.st, self.alg, self.ptype = rp, st, alg, ptype
         self.n, self.ed, self.mem, self.me = dim.n, ed, mem, st[0][0]
+        self.who = self.me          # the rank whose Sys events these are (its position here)
         self.par, self.nonzero, sends, self.seq = _packets(alg, ptype, dim.n, m, window, local)
         self.gated = alg == "direct" and ptype == ALL_REDUCE    # its all-gather half waits for n - 1 receipts
         self.ins, self.left, self.free, self.recv = 0, sends, 0, 0
@@ -145,7 +146,7 @@ class _Machine:
         rnd, pos = divmod(i, self.par + self.nonzero)
         done = pos >= self.par and (self.ptype == REDUCE_SCATTER or (self.ptype == ALL_REDUCE and rnd % 2 == 0))
         self.unsent.append(i)
-        self.rp.bundle(self.me, t, self.ed, _reduce_ns(self.seq[i][1], self.mem) if done else -1, self.general)
+        self.rp.bundle(self.who, t, self.ed, _reduce_ns(self.seq[i][1], self.mem) if done else -1, self.general)
 
     def general(self, t: int) -> None:
         self.free += 1

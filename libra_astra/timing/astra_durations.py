@@ -79,9 +79,9 @@ class IssueTimer:
         self.aware = backend == "aware"
 
     def time_ns(self, c: Coll, links: tuple[Link, ...],
-                settings: SystemSettings) -> tuple[Spec | None, tuple[int, ...]]:
-        """(the spec if ``c`` runs a double binary tree, each rank's time of ``c``, rank order over
-        ``links``) issued at 0 into idle queues."""
+                settings: SystemSettings) -> tuple[Spec, tuple[int, ...], bool]:
+        """(the spec, each rank's time of ``c`` (rank order over ``links``) issued at 0 into idle
+        queues, whether it runs a double binary tree or its ranks' times differ)."""
         spec = Spec(c, links, settings, self.state)
         hit = self.memo.get(spec)
         if hit is None:
@@ -95,7 +95,7 @@ class IssueTimer:
             tree = any(p.tree for chunk in plan for p in chunk) or (self.aware and len(set(times)) > 1)
             hit = self.memo[spec] = (times, after, tree)
         self.state = hit[1]
-        return (spec if hit[2] else None), hit[0]
+        return spec, hit[0], hit[2]
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,9 @@ class Durations:
     dur: np.ndarray
     # global node -> (the collective as its ranks issue it, each rank's time from a common start, rank order)
     trees: dict[int, tuple[Spec, tuple[int, ...]]] = field(default_factory=dict)
+    # global node -> spec: the other collectives on the whole network (ring, direct, halving-doubling),
+    # which astra_trees times per rank when tree places issue them at different times
+    even: dict[int, Spec] = field(default_factory=dict)
 
 
 class _Timing:
@@ -130,18 +133,18 @@ class _Timing:
             return aware_message_ns(link, c.hops[dims[0]], int(c.size_bytes))
         return message_ns(link, c.hops[dims[0]], int(c.size_bytes))
 
-    def class_times(self, rc: RankClass, order: Sequence[int]) -> list[tuple[Spec | None, tuple[int, ...]]]:
-        """(spec, each rank's time: rank order, or one value) of the class's collectives ``order``
-        (indexes, in issue order)."""
+    def class_times(self, rc: RankClass, order: Sequence[int]) -> list[tuple[Spec | None, tuple[int, ...], bool]]:
+        """(spec, each rank's time: rank order, or one value; whether ranks differ: IssueTimer) of
+        the class's collectives ``order`` (indexes, in issue order); no spec for sends and custom ones."""
         timer = IssueTimer(self.memo, self.system.backend)
         out = []
         for i in order:
             c = rc.collectives[i]
             if c.algorithm == "p2p" or c.type == coll.P2P:
-                out.append((None, (self.p2p_ns(c),)))
+                out.append((None, (self.p2p_ns(c),), False))
                 continue
             if c.type in dict(self.system.custom):
-                out.append((None, self.custom_ns(c, rc)))
+                out.append((None, self.custom_ns(c, rc), False))
                 continue
             out.append(timer.time_ns(*self.astra_coll(c, rc)))
         return out
@@ -301,20 +304,23 @@ def _node_durations(d: Demand, plan, system: AstraSystem) -> Durations:
     # ASTRA-sim truncates a roofline compute time to whole ns (the recorded ones are whole already)
     dur = np.floor(plan.base_ns)
     trees: dict[int, tuple[Spec, tuple[int, ...]]] = {}
+    even: dict[int, Spec] = {}
     for ci, rc in enumerate(d.rank_classes):
         off = plan.offsets[ci]
         if rc.dag is None:
             times = t.class_times(rc, range(len(rc.collectives)))
-            dur[off] = rc.compute_time_ns + sum(c.count * max(x) for c, (_, x) in zip(rc.collectives, times))
+            dur[off] = rc.compute_time_ns + sum(c.count * max(x) for c, (_, x, _) in zip(rc.collectives, times))
             continue
         nodes = [i for i, (kind, _) in enumerate(rc.dag.nodes) if kind == "coll"]
         times = t.class_times(rc, [int(rc.dag.nodes[i][1]) for i in nodes])
         ranks = rc.ranks or range(rc.num_ranks)
         # a collective timed on every rank (the full network) takes the class's slowest rank's time
         pick = itemgetter(*ranks) if len(ranks) > 1 else (lambda x: [x[r] for r in ranks])  # one call per node
-        dur[[off + i for i in nodes]] = [max(pick(x)) if len(x) == t.npus else max(x) for _, x in times]
-        trees.update((off + i, (spec, x)) for i, (spec, x) in zip(nodes, times) if spec is not None)
-    return Durations(dur, trees)
+        dur[[off + i for i in nodes]] = [max(pick(x)) if len(x) == t.npus else max(x) for _, x, _ in times]
+        trees.update((off + i, (spec, x)) for i, (spec, x, tree) in zip(nodes, times) if tree)
+        even.update((off + i, spec) for i, (spec, _, tree) in zip(nodes, times)
+                    if spec is not None and not tree and not spec.coll.group)
+    return Durations(dur, trees, even)
 
 
 def arrival_skew(plan, finish) -> tuple[int, int]:
