@@ -49,13 +49,14 @@ def load_cpu_groups(path: str | None):
 
 def design_comparison(measured: Sequence[str], net, bw_gbps: Sequence[float], splits: int, local_mem_bw_gbps: float,
                       system: Mapping[str, Any] | None, other_ns: Sequence[float] | None,
-                      cpu_groups: str | None = None):
+                      cpu_groups: str | None = None, loaded=None):
     """The measured run against a design, with the system settings emit would give the simulator;
-    ``cpu_groups``: the --cpu-collective-groups file, for a CPU run's gloo collectives too."""
+    ``cpu_groups``: the --cpu-collective-groups file, for a CPU run's gloo collectives too;
+    ``loaded``: (measurement, profiles) if read already."""
     from ..measure.compare import compare_design
 
     return compare_design(measured, net, bw_gbps, run_settings(net, splits, local_mem_bw_gbps, system), other_ns,
-                          load_cpu_groups(cpu_groups))
+                          load_cpu_groups(cpu_groups), loaded)
 
 
 def _signed(ns: float) -> str:

@@ -255,8 +255,9 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, algo
             data["gpu_faithful"] = faithful_to_dict(faithful, "model")
             design_bw, design_ns = faithful.result.bw_gbps, faithful.model_ns
         # the optimum as emit would simulate it, beside the optimizer's own time of the workload
+        loaded = None if faithful is None else (faithful.time.measurement, faithful.time.profiles)
         cmp = design_comparison(measured, net, design_bw, tm.splits, mem_bw, system_record,
-                                [design_ns] * net.npus_count, shared.cpu_collective_groups)
+                                [design_ns] * net.npus_count, shared.cpu_collective_groups, loaded)
         from ..measure.compare import comparison_to_dict
 
         data["measured"] = comparison_to_dict(cmp)

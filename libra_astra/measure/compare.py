@@ -116,14 +116,19 @@ def _host_bound_note(m: Measurement, replayed: Sequence[ReplayedRank]) -> list[s
 
 
 def compare_design(inputs: Sequence[str], net: Network, bw_gbps: Sequence[float], settings: SystemSettings,
-                   other_ns: Sequence[float] | None = None, group_map: GroupMap | None = None) -> Comparison:
+                   other_ns: Sequence[float] | None = None, group_map: GroupMap | None = None,
+                   loaded: tuple[Measurement, Sequence[RankProfile]] | None = None) -> Comparison:
     """The measured run (Kineto ``inputs``) against a design: the GPU-faithful replay with ASTRA-sim's
-    transfers on the design's bandwidths, beside ``other_ns`` per rank (another model's times)."""
+    transfers on the design's bandwidths, beside ``other_ns`` per rank (another model's times).
+    ``loaded``: the run's measurement and profiles on ``net``, if read already."""
     from .kineto import read_profiles
     from .measurement import measure_profiles
 
-    profiles, notes = read_profiles(inputs)
-    m = measure_profiles(profiles, notes, net, str(inputs[0]), group_map)
+    if loaded is not None:
+        m, profiles = loaded
+    else:
+        profiles, notes = read_profiles(inputs)
+        m = measure_profiles(profiles, notes, net, str(inputs[0]), group_map)
     links = [Link(d.topology, d.npus, float(b), d.latency_ns) for d, b in zip(net.dims, bw_gbps)]
     return compare(m, profiles, net, links, settings, other_ns)
 

@@ -37,6 +37,8 @@ class FaithfulTime:
     item_of: tuple[int, ...]            # per measured collective: its index in the demand, or -1 (kept)
     measured_ns: tuple[int, ...]
     rows: tuple[np.ndarray, np.ndarray, np.ndarray]   # the demand's rows in the time model (A, g, starts)
+    measurement: Measurement                            # the run, as measured on the network
+    profiles: tuple[RankProfile, ...]
     name: str = NAME
 
     def transfers_ns(self, bw_gbps: Sequence[float]) -> list[float]:
@@ -106,4 +108,4 @@ def faithful_time(m: Measurement, profiles: Sequence[RankProfile], net: Network,
     floor = max(graph.rank_steps_ns([0.0 if i >= 0 else float(t) for i, t in zip(item_of, measured)]))
     demand = single_class(f"{NAME}:{m.source}", net.npus_per_dim, floor, colls, net.dim_names)
     A, g, starts = demand_rows(demand, net, model)
-    return FaithfulTime(graph, demand, tuple(item_of), measured, (A, g, starts))
+    return FaithfulTime(graph, demand, tuple(item_of), measured, (A, g, starts), m, tuple(profiles))
