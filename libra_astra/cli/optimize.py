@@ -197,6 +197,9 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, algo
       libra-astra optimize --demand gpt3.demand.json --network network_configs/sample_8x8.yml \\
           --cost network_configs/cost.yml --power network_configs/power.yml --objective min-tco \\
           --total-bw-max 1000 --electricity-usd-per-kwh 0.1 --lifetime-years 4 --run-steps 1e5 --npu-usd 30000
+      libra-astra optimize tests/fixtures/real/param_dlrm8/param_dlrm8 --network tests/fixtures/real/ring8.yml \\
+          --cost network_configs/cost.yml --objective min-cost --time-target 24e6 \\
+          --measured tests/fixtures/real/param_dlrm8/param_dlrm8 --gpu-faithful
     """
     from ..files import check_writable, write_json_atomic
     from ..optimize.design import Design, WorkloadRef, design_to_dict, result_to_dict
