@@ -245,3 +245,38 @@ def test_predict_measured_table_on_the_tp_dp_run(tmp_path):
     assert [r[0] for r in table] == ["0", "1", "2", "3"]
     assert [f"{float(r[1]):.3f}" for r in table] == [f"{s.step_ns / 1e6:.3f}" for s in m.ranks]
     assert "host-faithful residual (mean)" in res.output and "replay rules" in res.output
+
+
+@pytest.mark.parametrize("which, network, extra, robust_err, total_err", [
+    # mean host-faithful error under each fit, as measured (docs/time-models.md)
+    ("ddp", "ring4.yml", [], -0.327, -0.001),
+    ("tpdp", "ring2x2.yml", ["--cpu-collective-groups", str(TPDP_GROUPS)], -0.249, 0.018),
+])
+def test_total_fit_adds_the_collectives_up_to_the_measured_ones(tmp_path, which, network, extra, robust_err,
+                                                                 total_err):
+    prefix = SETS[which][0]
+    errors = {}
+    for fit in ("robust", "total"):
+        cal = tmp_path / fit
+        res = CliRunner().invoke(main, ["calibrate", str(prefix), "-n", str(REAL / network), "-o", str(cal),
+                                        "--fit", fit] + extra)
+        assert res.exit_code == 0, res.output
+        data = json.loads((cal / "calibration.json").read_text())
+        assert data["fit"] == fit
+        res = CliRunner().invoke(main, ["predict", str(prefix), "--network-configuration",
+                                        str(cal / "astra-network.yml"), "--system-configuration",
+                                        str(cal / "system.json"), "--measured", str(prefix), "--json"] + extra)
+        assert res.exit_code == 0, res.output
+        errors[fit] = json.loads(res.output)["measured"]["mean"]["gpu_faithful_error"]
+        if fit == "total" and which == "ddp":
+            # least squares with a latency column: the calibrated times add up to the measured ones
+            checks = data["astra_sim_check"]
+            assert sum(c["astra_ns"] for c in checks) == pytest.approx(sum(c["measured_ns"] for c in checks),
+                                                                       rel=1e-3)
+    assert errors["robust"] == pytest.approx(robust_err, abs=1e-3)
+    assert errors["total"] == pytest.approx(total_err, abs=1e-3)
+
+
+def test_unknown_fit_is_one_line(ddp):
+    with pytest.raises(LibraError, match=r"^unknown fit 'median'; use one of \['robust', 'total'\]$"):
+        calibrate(ddp, load_network(REAL / "ring4.yml"), "median")

@@ -24,17 +24,22 @@ def _pct(x: float) -> str:
                    "calibration.json into this directory.")
 @click.option("--force", is_flag=True, help="Replace an earlier calibration in --out.")
 @click.option("--json", "as_json", is_flag=True, help="Print the calibration as JSON.")
+@click.option("--fit", type=click.Choice(["robust", "total"]), default="robust", show_default=True,
+              help="robust: Huber weights on relative residuals, the network's typical speed (a slow instance "
+                   "does not move it); total: least squares on the times, so the calibrated collectives add up "
+                   "to about what the run's did, slow instances included (a network whose speed varies, as "
+                   "gloo on a loaded CPU).")
 @cpu_groups_option
 def calibrate_command(kineto: tuple[str, ...], network: str, out_dir: str | None, force: bool,
-                      as_json: bool, cpu_groups: str | None) -> None:
+                      as_json: bool, fit: str, cpu_groups: str | None) -> None:
     """Calibrate the network from a real run's Kineto traces (as `measure` reads them).
 
     For each network dimension, from the collectives that cross only it (each one's transfer:
     its shortest instance across the ranks): an alpha-beta fit per collective kind (latency and
     effective bandwidth per NPU), and the latency per hop, bandwidth and ASTRA-sim
     implementation per kind with which ASTRA-sim's own times come closest to the measured ones.
-    Both fits are robust (Huber weights on relative residuals) and every collective is also
-    predicted by a fit made without it (held out).
+    Both fits are robust (Huber weights on relative residuals) unless --fit total, and every
+    collective is also predicted by a fit made without it (held out).
 
     \b
     Example (PARAM's 8-GPU DLRM run):
@@ -46,12 +51,13 @@ def calibrate_command(kineto: tuple[str, ...], network: str, out_dir: str | None
     from ..model.network import load_network
 
     net = load_network(network)
-    cal = calibrate(measure(kineto, net, load_cpu_groups(cpu_groups)), net)
+    cal = calibrate(measure(kineto, net, load_cpu_groups(cpu_groups)), net, fit)
     content = write_calibration(cal, out_dir, force) if out_dir else calibration_to_dict(cal)
     if as_json:
         click.echo(json.dumps(content, indent=1))
         return
-    click.echo(f"calibrated from {cal.source} on network {net.name!r} (transfer = shortest instance across ranks)")
+    click.echo(f"calibrated from {cal.source} on network {net.name!r} (transfer = shortest instance across ranks; "
+               f"{fit} fit)")
     rows = [["dimension", "kind", "points", "latency", "bandwidth", "fit error median/max", "held out median"]]
     for k in cal.kinds:
         q = k.quality

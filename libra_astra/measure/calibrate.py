@@ -14,8 +14,9 @@ its NPUs (each collective's transfer: its shortest instance across the ranks):
   ``direct``, ...), and the choice whose exact ASTRA-sim times are closest to the measurement is
   kept: those are the calibrated network and system settings.
 
-Both fits are robust and non-negative (fit.py), and each point is also predicted by a fit made
-without it (held out).
+Both fits are non-negative and robust by default, or least squares on the times (``fit="total"``:
+the calibrated times then add up to about the measured ones, slow instances included; fit.py),
+and each point is also predicted by a fit made without it (held out).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from ..model.network import Network
 from ..timing.astra_collective import Link, collective_time_ns
 from ..timing.astra_settings import IMPLEMENTATION_KEYS, KINDS, SystemSettings
 from ..timing.settings import DEFAULT_LOCAL_MEM_BW_GBPS
-from .fit import FitQuality, quality, robust_nnls
+from .fit import FITS, FitQuality, fit_nnls, quality
 from .measurement import Measurement, collective_dims
 
 ENDPOINT_DELAY_NS = 1
@@ -87,6 +88,7 @@ class Calibration:
     dims: tuple[DimCalibration, ...]
     checks: tuple[CheckRow, ...]
     notes: tuple[str, ...]
+    fit: str = "robust"
 
 
 def _points(m: Measurement, net: Network, notes: list[str]) -> dict[int, list]:
@@ -105,11 +107,12 @@ def _points(m: Measurement, net: Network, notes: list[str]) -> dict[int, list]:
     return per_dim
 
 
-def _kind_fit(dim: str, kind: str, colls: list, p: int) -> KindFit:
+def _kind_fit(dim: str, kind: str, colls: list, p: int, loss: str) -> KindFit:
     x = np.array([[1.0, ring_traffic_bytes(kind, c.size_bytes, p)] for c in colls])
     y = np.array([float(c.transfer_ns) for c in colls])
-    coef = robust_nnls(x, y)
-    return KindFit(dim, kind, float(coef[0]), 1.0 / float(coef[1]) if coef[1] > 0 else None, quality(x, y, coef))
+    coef = fit_nnls(x, y, loss)
+    return KindFit(dim, kind, float(coef[0]), 1.0 / float(coef[1]) if coef[1] > 0 else None,
+                   quality(x, y, coef, loss=loss))
 
 
 def _settings(num_dims: int, impls: dict[int, dict[str, str]]) -> SystemSettings:
@@ -136,8 +139,9 @@ def _coefficients(net: Network, d: int, colls: list, settings: SystemSettings) -
     return np.array(rows)
 
 
-def _fit_dim(net: Network, d: int, colls: list, impls: dict[int, dict[str, str]]):
-    """The best implementation choice for dimension d: (error, DimCalibration, astra times)."""
+def _fit_dim(net: Network, d: int, colls: list, impls: dict[int, dict[str, str]], loss: str):
+    """The best implementation choice for dimension d: (error, DimCalibration, astra times);
+    robust: the least median relative error; total: the least squared error of the times."""
     kinds = sorted({c.kind for c in colls})
     y = np.array([float(c.transfer_ns) for c in colls])
     best = None
@@ -149,24 +153,27 @@ def _fit_dim(net: Network, d: int, colls: list, impls: dict[int, dict[str, str]]
         except LibraError:
             continue
         x = co[:, :2]
-        coef = robust_nnls(x, y - co[:, 2])
+        coef = fit_nnls(x, y - co[:, 2], loss)
         lat = float(coef[0])
         bw = 1.0 / float(coef[1]) if coef[1] > 0 else _BIG_BW
         involved = tuple(i == d for i in range(net.num_dims))
         astra = [collective_time_ns(c.kind, c.size_bytes, involved, _links(net, d, bw, lat), settings)
                  for c in colls]
         rel = np.abs(np.array(astra) - y) / y
-        err = (float(np.median(rel)), float(rel.max()))
+        err = ((float(np.median(rel)), float(rel.max())) if loss == "robust" else
+               (float(((np.array(astra) - y) ** 2).sum()), float(rel.max())))
         if best is None or err < best[0]:
-            q = quality(x, y - co[:, 2], coef)
+            q = quality(x, y - co[:, 2], coef, loss=loss)
             best = (err, DimCalibration(net.dims[d].name, lat, bw, tuple(zip(kinds, choice)), q), astra, trial)
     if best is None:
         raise LibraError(f"dimension {net.dims[d].name!r}: no ASTRA-sim implementation runs its measured collectives")
     return best
 
 
-def calibrate(m: Measurement, net: Network) -> Calibration:
+def calibrate(m: Measurement, net: Network, fit: str = "robust") -> Calibration:
     """Fit the network's dimensions to the measured collectives (module docstring)."""
+    if fit not in FITS:
+        raise LibraError(f"unknown fit {fit!r}; use one of {list(FITS)}")
     notes: list[str] = []
     per_dim = _points(m, net, notes)
     if not per_dim:
@@ -179,8 +186,9 @@ def calibrate(m: Measurement, net: Network) -> Calibration:
     for d in sorted(per_dim):
         colls = per_dim[d]
         for kind in sorted({c.kind for c in colls}):
-            kinds.append(_kind_fit(net.dims[d].name, kind, [c for c in colls if c.kind == kind], net.dims[d].npus))
-        _, cal, astra, impls = _fit_dim(net, d, colls, impls)
+            kinds.append(_kind_fit(net.dims[d].name, kind, [c for c in colls if c.kind == kind], net.dims[d].npus,
+                                   fit))
+        _, cal, astra, impls = _fit_dim(net, d, colls, impls, fit)
         dims.append(cal)
         bws[d] = cal.bw_gbps
         new_dims[d] = replace(net.dims[d], latency_ns=cal.latency_ns)
@@ -193,7 +201,7 @@ def calibrate(m: Measurement, net: Network) -> Calibration:
         notes.append(f"dimension(s) {missing} carried no measured collective: latency kept, no bandwidth")
     checks.sort(key=lambda r: r.index)
     return Calibration(m.source, replace(net, dims=tuple(new_dims), name=f"{net.name}-calibrated"), tuple(bws),
-                       _settings(net.num_dims, impls), tuple(kinds), tuple(dims), tuple(checks), tuple(notes))
+                       _settings(net.num_dims, impls), tuple(kinds), tuple(dims), tuple(checks), tuple(notes), fit)
 
 
 def system_json(c: Calibration) -> dict[str, Any]:
@@ -232,7 +240,7 @@ def _q(q: FitQuality) -> dict[str, Any]:
 
 def calibration_to_dict(c: Calibration) -> dict[str, Any]:
     return {
-        "format": "libra_astra.calibration", "version": 1, "source": c.source,
+        "format": "libra_astra.calibration", "version": 1, "source": c.source, "fit": c.fit,
         "network": c.network.to_dict(), "bw_gbps": list(c.bw_gbps), "system": system_json(c),
         "alpha_beta": [{"dim": k.dim, "kind": k.kind, "alpha_ns": k.alpha_ns, "bw_gbps": k.bw_gbps, **_q(k.quality)}
                        for k in c.kinds],

@@ -1,9 +1,13 @@
-"""Robust, non-negative linear fits of measured times, their quality and held-out errors.
+"""Non-negative linear fits of measured times, their quality and held-out errors.
 
-Times of collectives span orders of magnitude (a few microseconds to milliseconds), so a fit
-minimizes *relative* residuals; one outlier (a transfer still holding some wait) must not move
-it, so the weights are Huber's, iterated (IRLS) with the residuals' median absolute deviation
-as the scale. Coefficients are latencies and inverse bandwidths: never negative (NNLS).
+Two losses. ``robust`` (the default): times of collectives span orders of magnitude (a few
+microseconds to milliseconds), so the fit minimizes *relative* residuals, and one outlier (a
+transfer still holding some wait) must not move it, so the weights are Huber's, iterated (IRLS)
+with the residuals' median absolute deviation as the scale: the network's typical speed.
+``total``: least squares on the times themselves, so the fitted times add up to about what the
+measured ones did, slow instances included (a network whose speed varies from one collective to
+the next, as gloo on a loaded CPU). Coefficients are latencies and inverse bandwidths: never
+negative (NNLS).
 """
 
 from __future__ import annotations
@@ -15,6 +19,14 @@ from scipy.optimize import nnls
 
 HUBER_K = 1.345
 ITERATIONS = 30
+FITS = ("robust", "total")
+
+
+def fit_nnls(x: np.ndarray, y: np.ndarray, loss: str = "robust") -> np.ndarray:
+    """Coefficients >= 0 of ``y ~ x @ c`` under ``loss`` (module docstring)."""
+    if loss == "total":
+        return nnls(np.asarray(x, dtype=float), np.asarray(y, dtype=float))[0]
+    return robust_nnls(x, y)
 
 
 def robust_nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -55,7 +67,7 @@ class FitQuality:
         return float(np.median(np.abs(self.held_out))) if self.held_out else None
 
 
-def quality(x: np.ndarray, y: np.ndarray, coef: np.ndarray, held_out: bool = True) -> FitQuality:
+def quality(x: np.ndarray, y: np.ndarray, coef: np.ndarray, held_out: bool = True, loss: str = "robust") -> FitQuality:
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     pred = x @ coef
     ss_tot = float(((y - y.mean()) ** 2).sum())
@@ -65,6 +77,6 @@ def quality(x: np.ndarray, y: np.ndarray, coef: np.ndarray, held_out: bool = Tru
     if held_out and len(y) > x.shape[1]:
         for i in range(len(y)):
             keep = np.arange(len(y)) != i
-            c = robust_nnls(x[keep], y[keep])
+            c = fit_nnls(x[keep], y[keep], loss)
             loo.append(float((x[i] @ c - y[i]) / y[i]))
     return FitQuality(len(y), tuple(float(v) for v in (pred - y) / y), r2, tuple(loo))
