@@ -280,3 +280,28 @@ def test_total_fit_adds_the_collectives_up_to_the_measured_ones(tmp_path, which,
 def test_unknown_fit_is_one_line(ddp):
     with pytest.raises(LibraError, match=r"^unknown fit 'median'; use one of \['robust', 'total'\]$"):
         calibrate(ddp, load_network(REAL / "ring4.yml"), "median")
+
+
+def test_pipeline_sends_calibrate_their_dimension(tmp_path):
+    groups = ["--cpu-collective-groups", str(PIPE_GROUPS)]
+    cal = tmp_path / "cal"
+    res = CliRunner().invoke(main, ["calibrate", str(PIPE), "-n", str(REAL / "ring2x2.yml"), "-o", str(cal),
+                                    "--fit", "total"] + groups)
+    assert res.exit_code == 0, res.output
+    data = json.loads((cal / "calibration.json").read_text())
+    dp = next(d for d in data["dimensions"] if d["dim"] == "dp")
+    sends = [r for r in data["astra_sim_check"] if r["kind"] == "P2P"]
+    assert len(sends) == 12 and all(r["dim"] == "dp" for r in sends)
+    # one message of 2,048 bytes over one hop of the Ring of 2, as ASTRA-sim times it
+    assert all(r["astra_ns"] == int(dp["latency_ns"] + 2048 / dp["bw_gbps"]) for r in sends)
+    # the check trace chains the collectives only
+    colls = [r for r in data["astra_sim_check"] if r["kind"] != "P2P"]
+    assert data["check_trace"]["measured_transfer_sum_ns"] == sum(r["measured_ns"] for r in colls)
+    res = CliRunner().invoke(main, ["predict", str(PIPE), "--network-configuration", str(cal / "astra-network.yml"),
+                                    "--system-configuration", str(cal / "system.json"), "--measured", str(PIPE),
+                                    "--json"] + groups)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)["measured"]
+    assert not any("does not time" in n for n in out["notes"])       # the sends are the network's now
+    assert out["transfer_modelled_ns"] == pytest.approx(out["transfer_measured_ns"], rel=1e-3)
+    assert out["mean"]["gpu_faithful_error"] == pytest.approx(-0.146, abs=1e-3)

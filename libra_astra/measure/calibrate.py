@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import LibraError
-from ..model.collectives import COLLECTIVE_TYPES, ring_traffic_bytes
+from ..model.collectives import COLLECTIVE_TYPES, P2P, ring_traffic_bytes
 from ..model.network import Network
-from ..timing.astra_collective import Link, collective_time_ns
+from ..timing.astra_collective import Link, collective_time_ns, message_ns
 from ..timing.astra_settings import IMPLEMENTATION_KEYS, KINDS, SystemSettings
 from ..timing.settings import DEFAULT_LOCAL_MEM_BW_GBPS
 from .fit import FITS, FitQuality, fit_nnls, quality
@@ -96,19 +96,21 @@ def _points(m: Measurement, net: Network, notes: list[str]) -> dict[int, list]:
     skipped = 0
     for c in m.collectives:
         dims = collective_dims(net, c.group, m.source)
-        if c.kind not in COLLECTIVE_TYPES or c.size_bytes <= 0 or len(dims) != 1 or c.transfer_ns <= 0 \
-                or len(c.group) != net.dims[dims[0]].npus:
+        whole = c.kind == P2P or (c.kind in COLLECTIVE_TYPES and len(dims) == 1
+                                  and len(c.group) == net.dims[dims[0]].npus)
+        if not whole or c.size_bytes <= 0 or len(dims) != 1 or c.transfer_ns <= 0:
             skipped += 1
             continue
         per_dim.setdefault(dims[0], []).append(c)
     if skipped:
-        notes.append(f"{skipped} collective(s) not used: not over all NPUs of exactly one dimension, of a kind "
-                     "ASTRA-sim does not run, or without a size")
+        notes.append(f"{skipped} collective(s) not used: not over all NPUs of exactly one dimension (a send: "
+                     "not within one), of a kind ASTRA-sim does not run, or without a size")
     return per_dim
 
 
 def _kind_fit(dim: str, kind: str, colls: list, p: int, loss: str) -> KindFit:
-    x = np.array([[1.0, ring_traffic_bytes(kind, c.size_bytes, p)] for c in colls])
+    # a send moves its bytes once; a collective each NPU's ring traffic
+    x = np.array([[1.0, c.size_bytes if kind == P2P else ring_traffic_bytes(kind, c.size_bytes, p)] for c in colls])
     y = np.array([float(c.transfer_ns) for c in colls])
     coef = fit_nnls(x, y, loss)
     return KindFit(dim, kind, float(coef[0]), 1.0 / float(coef[1]) if coef[1] > 0 else None,
@@ -126,23 +128,41 @@ def _links(net: Network, d: int, bw: float, lat: float) -> list[Link]:
             for i, x in enumerate(net.dims)]
 
 
+def _send_hops(net: Network, c) -> int:
+    from ..demand.groups import p2p_dims
+
+    _, hops = p2p_dims(net, np.array([c.group[0]]), np.array([c.group[-1]]))
+    return int(hops[0])
+
+
+def _astra_ns(net: Network, d: int, c, links: list[Link], settings: SystemSettings) -> int:
+    """ASTRA-sim's time of one measured collective or send on dimension d alone."""
+    if c.kind == P2P:
+        return message_ns(links[d], _send_hops(net, c), int(c.size_bytes))
+    return collective_time_ns(c.kind, c.size_bytes, tuple(i == d for i in range(net.num_dims)), links, settings)
+
+
 def _coefficients(net: Network, d: int, colls: list, settings: SystemSettings) -> np.ndarray:
-    """Per collective: (n hops of latency, c bytes over bandwidth, e messages' endpoint delay)."""
+    """Per collective: (n hops of latency, c bytes over bandwidth, e messages' endpoint delay); a
+    send's are its hops and bytes (its one message has no endpoint delay)."""
     involved = tuple(i == d for i in range(net.num_dims))
     quiet = replace(settings, endpoint_delay_ns=0)
     rows = []
     for c in colls:
+        if c.kind == P2P:
+            rows.append((_send_hops(net, c), float(c.size_bytes), 0.0))
+            continue
         n = collective_time_ns(c.kind, c.size_bytes, involved, _links(net, d, _BIG_BW, _PROBE_LATENCY), quiet)
         b = collective_time_ns(c.kind, c.size_bytes, involved, _links(net, d, 1.0, 0.0), quiet)
         e = collective_time_ns(c.kind, c.size_bytes, involved, _links(net, d, _BIG_BW, 0.0), settings)
         rows.append((round(n / _PROBE_LATENCY), float(b), float(e)))
-    return np.array(rows)
+    return np.array(rows).reshape(len(rows), 3)
 
 
 def _fit_dim(net: Network, d: int, colls: list, impls: dict[int, dict[str, str]], loss: str):
     """The best implementation choice for dimension d: (error, DimCalibration, astra times);
     robust: the least median relative error; total: the least squared error of the times."""
-    kinds = sorted({c.kind for c in colls})
+    kinds = sorted({c.kind for c in colls if c.kind != P2P})    # a send has no implementation to choose
     y = np.array([float(c.transfer_ns) for c in colls])
     best = None
     for choice in itertools.product(*(CANDIDATES[k] for k in kinds)):
@@ -156,9 +176,7 @@ def _fit_dim(net: Network, d: int, colls: list, impls: dict[int, dict[str, str]]
         coef = fit_nnls(x, y - co[:, 2], loss)
         lat = float(coef[0])
         bw = 1.0 / float(coef[1]) if coef[1] > 0 else _BIG_BW
-        involved = tuple(i == d for i in range(net.num_dims))
-        astra = [collective_time_ns(c.kind, c.size_bytes, involved, _links(net, d, bw, lat), settings)
-                 for c in colls]
+        astra = [_astra_ns(net, d, c, _links(net, d, bw, lat), settings) for c in colls]
         rel = np.abs(np.array(astra) - y) / y
         err = ((float(np.median(rel)), float(rel.max())) if loss == "robust" else
                (float(((np.array(astra) - y) ** 2).sum()), float(rel.max())))

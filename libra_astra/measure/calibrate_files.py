@@ -5,7 +5,7 @@ collectives with which ASTRA-sim itself can be checked against the measurement.
     DIR/astra-network.yml    ASTRA-sim's analytical network: calibrated latency and bandwidth (GiB/s)
     DIR/system.json          the implementations and settings the fit chose
     DIR/memory.json          {"memory-type": "NO_MEMORY_EXPANSION"}
-    DIR/check/collectives.RANK.et   the collectives the fit used, in issue order, one after the other
+    DIR/check/collectives.RANK.et   the collectives the fit used, in issue order, one after the other (not the sends)
     DIR/calibration.json     fits, residuals, held-out errors, the check's expected times
 
 ASTRA-sim run on ``check/collectives`` with these files finishes each rank at the time
@@ -23,16 +23,22 @@ from ..errors import LibraError
 from ..files import write_json_atomic, write_text_atomic
 from ..model.network import dump_network
 from ..timing.astra_collective import Coll, Link, rank_finish_ns
+from ..model.collectives import P2P
 from ..traces import chakra_io as cio
 from .calibrate import Calibration, astra_network_yaml, calibration_to_dict, system_json
 
 CHECK_PREFIX = "check/collectives"
 
 
+def chained(c: Calibration) -> list:
+    """The check rows the check trace set chains: the collectives (a send is fitted, not chained)."""
+    return [r for r in c.checks if r.kind != P2P]
+
+
 def check_chain(c: Calibration) -> tuple[list[Coll], tuple[int, ...]]:
     """The checked collectives as ASTRA-sim nodes, and ASTRA-sim's finish time of each rank."""
     names = c.network.dim_names
-    colls = [Coll(r.kind, r.size_bytes, tuple(n == r.dim for n in names)) for r in c.checks]
+    colls = [Coll(r.kind, r.size_bytes, tuple(n == r.dim for n in names)) for r in chained(c)]
     links = [Link(d.topology, d.npus, bw, d.latency_ns) for d, bw in zip(c.network.dims, c.bw_gbps)]
     return colls, rank_finish_ns(colls, links, c.settings)
 
@@ -56,9 +62,9 @@ def write_calibration(c: Calibration, out_dir: str | Path, overwrite: bool = Fal
         for r in range(c.network.npus_count):
             nodes = [cio.coll_node(i, f"measured_{row.index}_{row.kind.lower()}", row.kind, row.size_bytes,
                                    involved_dim=list(coll.involved), ctrl_deps=[i - 1] if i else [])
-                     for i, (row, coll) in enumerate(zip(c.checks, colls))]
+                     for i, (row, coll) in enumerate(zip(chained(c), colls))]
             cio.write_et(out / f"{CHECK_PREFIX}.{r}.et", nodes, overwrite=True)
         content["check_trace"] = {"prefix": CHECK_PREFIX, "astra_finish_ns": list(finish),
-                                  "measured_transfer_sum_ns": sum(r.measured_ns for r in c.checks)}
+                                  "measured_transfer_sum_ns": sum(r.measured_ns for r in chained(c))}
     write_text_atomic(out / "calibration.json", json.dumps(content, indent=1) + "\n", overwrite)
     return content

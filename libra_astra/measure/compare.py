@@ -17,9 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..model.collectives import COLLECTIVE_TYPES
+import numpy as np
+
+from ..model.collectives import COLLECTIVE_TYPES, P2P
 from ..model.network import Network
-from ..timing.astra_collective import Link, collective_time_ns
+from ..timing.astra_collective import Link, collective_time_ns, message_ns
 from ..timing.astra_settings import SystemSettings
 from ..traces.cpu_groups import GroupMap
 from .cpu_replay import MODEL_NAME as CPU_MODEL_NAME
@@ -59,8 +61,10 @@ class Comparison:
 
 def modelled_transfers(m: Measurement, net: Network, links: Sequence[Link], settings: SystemSettings,
                        notes: list[str]) -> list[int]:
-    """ASTRA-sim's time of each measured collective on these links; the measured transfer where
-    ASTRA-sim has no such collective."""
+    """ASTRA-sim's time of each measured collective (or send, within one dimension) on these links;
+    the measured transfer where ASTRA-sim has no such collective."""
+    from ..demand.groups import p2p_dims
+
     out = []
     kept = 0
     for c in m.collectives:
@@ -68,6 +72,9 @@ def modelled_transfers(m: Measurement, net: Network, links: Sequence[Link], sett
         if c.kind in COLLECTIVE_TYPES and dims:
             involved = tuple(d in dims for d in range(net.num_dims))
             out.append(collective_time_ns(c.kind, c.size_bytes, involved, links, settings))
+        elif c.kind == P2P and len(dims) == 1:
+            _, hops = p2p_dims(net, np.array([c.group[0]]), np.array([c.group[-1]]))
+            out.append(message_ns(links[dims[0]], int(hops[0]), int(c.size_bytes)))
         else:
             kept += 1
             out.append(c.transfer_ns)
