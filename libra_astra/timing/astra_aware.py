@@ -222,7 +222,11 @@ class _AwareReplay(_Replay):
             if ph.tree:
                 self.tree(t, st, *ph.tree)
             else:
-                _Machine(self, st, ph.work).start(t)
+                self.machine(st, ph).start(t)
+
+    def machine(self, st: list, ph) -> "_Machine":
+        """The machine that steps a non-tree phase at one rank."""
+        return _Machine(self, st, ph.work)
 
     def tree(self, t: int, st: list, d: int, link: Link, m: int, root_max: bool) -> None:
         """A double binary tree phase at one rank, as ``DoubleBinaryTreeAllReduce::run`` steps: a

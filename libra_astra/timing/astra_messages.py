@@ -47,15 +47,11 @@ class _MessageReplay(_AwareReplay):
         self.posted: dict = {}
         self.batches: dict = {}
 
-    def fill(self, t: int, q: list) -> None:
-        while q[1] and q[0] < self.limit:
-            q[0] += 1
-            st = q[1].popleft()
-            ph = self.plans[st[1]][st[2]][st[3]]
-            if ph.tree:
-                _Replay.tree(self, t, st, *ph.tree)
-            else:
-                _RankMachine(self, st, ph.work, self.position(st, st[0])).start(t)
+    # trees step as the congestion-unaware backend runs them; other phases message by message
+    tree = _Replay.tree
+
+    def machine(self, st: list, ph) -> _RankMachine:
+        return _RankMachine(self, st, ph.work, self.position(st, st[0]))
 
     transmit = _Replay.transmit
 
