@@ -1,0 +1,96 @@
+"""doubleBinaryTree as a candidate of ``optimize --algorithms auto-tree`` (algorithms.py): where
+it is no candidate, and the proof that drops it where another implementation is never slower.
+
+Where a tree is no candidate (besides a dimension whose size is not a power of two, which
+ASTRA-sim crashes on):
+
+- a one-dimensional network whose workload has sub-group collectives of the kind (flat rings):
+  ASTRA-sim uses a one-entry list as written for them, takes the group's ring for a tree and
+  crashes (system_rows refuses the same setting under --system);
+- a dimension a hierarchical collective covers only part of: emit splits it into pieces, one
+  logical dimension each, and every collective over the whole dimension would run one tree per
+  piece, which the model (one tree over the dimension) does not time.
+
+A tree phase is not one affine time, so the phase-by-phase test of algorithms.py does not apply.
+A tree is dropped on (kind, dimension) when some other candidate X gives every hierarchical
+collective of the kind rows each no larger, coefficient by coefficient and constant by constant,
+than one of the tree's rows: then the maximum over X's rows is no larger at every bandwidth. It
+is checked with every combination of the candidates of the kind's other dimensions (a tree there
+changes what reaches this one), so the tree cannot give a better optimum of the rows in any
+combination. (Where rows only bound a collective's time, as for the queues that reorder, it is
+the bound that is compared, as for the other implementations.)
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from typing import Sequence
+
+import numpy as np
+
+from ..model.collectives import P2P
+from ..model.network import Network
+from ..timing.astra_settings import KINDS
+from ..timing.model import TimeModel
+from ..timing.system_rows import system_rows_of
+
+TREE = "doubleBinaryTree"
+# contexts (combinations of the kind's other dimensions) beyond which a tree is kept unproven
+MAX_CONTEXTS = 64
+
+
+def tree_refusals(workloads, net: Network, free: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
+    """(kind, dimension) -> why a tree is no candidate there, for the pairs ``free``."""
+    colls = [c for w in workloads for rc in w.demand.rank_classes for c in rc.collectives]
+    split = {d for c in colls if c.algorithm == "hierarchical" and c.type != P2P
+             for d, p in enumerate(c.participants) if 1 < p < net.dims[d].npus}
+    out = {}
+    for kind, d in free:
+        n = net.dims[d].npus
+        sub = next((c for c in colls if c.type == kind and c.algorithm == "flat_ring"), None)
+        if n & (n - 1):
+            out[(kind, d)] = f"{n} NPUs, not a power of two (ASTRA-sim crashes)"
+        elif net.num_dims == 1 and sub is not None:
+            out[(kind, d)] = (f"sub-group {kind} of {sub.participants[0]} NPUs with a one-entry list (ASTRA-sim "
+                              "uses the group's ring as a tree and crashes)")
+        elif d in split:
+            out[(kind, d)] = ("a group covers part of the dimension: emit splits it and ASTRA-sim would run one "
+                              "tree per piece, which the model does not time")
+    return out
+
+
+def _rows_below(x: tuple[np.ndarray, np.ndarray], t: tuple[np.ndarray, np.ndarray]) -> bool:
+    """Whether every row of ``x`` is at most some row of ``t`` in every coefficient and the constant."""
+    (ax, cx), (at, ct) = x, t
+    le = np.all(ax[:, None, :] <= at[None, :, :] * (1 + 1e-12) + 1e-15, axis=2) & (cx[:, None] <= ct[None, :] + 1e-9)
+    return bool(le.any(axis=1).all())
+
+
+def _model(model: TimeModel, kind: str, names: dict[int, str]) -> TimeModel:
+    lists = [list(v) for v in model.system.implementations]
+    for d, name in names.items():
+        lists[KINDS.index(kind)][d] = name
+    return replace(model, system=replace(model.system, implementations=tuple(tuple(v) for v in lists)))
+
+
+def tree_dominated(workloads, net: Network, model: TimeModel, kind: str, d: int, others: Sequence[str],
+                   rest: dict[int, Sequence[str]]) -> str | None:
+    """The first of ``others`` never slower than a tree on (kind, d) whatever the candidates
+    ``rest`` (dimension -> candidates) of the kind's other dimensions; None if there is none."""
+    colls = list({(c.type, c.size_bytes, c.participants, c.hops): c for w in workloads
+                  for rc in w.demand.rank_classes for c in rc.collectives
+                  if c.type == kind and c.algorithm == "hierarchical" and c.participants[d] > 1}.values())
+    dims = sorted(rest)
+    contexts = list(itertools.product(*(rest[e] for e in dims)))
+    if not colls or len(contexts) > MAX_CONTEXTS:
+        return None
+
+    def rows(names: dict[int, str], c) -> tuple[np.ndarray, np.ndarray]:
+        r = system_rows_of([c], net, _model(model, kind, names))
+        return r.A, r.const_ns
+    for x in others:
+        if all(_rows_below(rows({**dict(zip(dims, ctx)), d: x}, c), rows({**dict(zip(dims, ctx)), d: TREE}, c))
+               for ctx in contexts for c in colls):
+            return x
+    return None
