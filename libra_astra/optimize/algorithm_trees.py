@@ -7,6 +7,11 @@ ASTRA-sim crashes on):
 - a one-dimensional network whose workload has sub-group collectives of the kind (flat rings):
   ASTRA-sim uses a one-entry list as written for them, takes the group's ring for a tree and
   crashes (system_rows refuses the same setting under --system);
+- an all-gather dimension that another dimension follows in some all-gather (its phases run from
+  the last dimension down): a tree runs an all-reduce of the chunk and leaves it ungathered, so
+  the dimensions after it carry a chunk ``n`` times smaller than the all-gather's, and ASTRA-sim's
+  time is that of less data than the collective moves (a win the model would find, and which is
+  no real all-gather);
 - a dimension a hierarchical collective covers only part of: emit splits it into pieces, one
   logical dimension each, and every collective over the whole dimension would run one tree per
   piece, which the model (one tree over the dimension) does not time.
@@ -29,7 +34,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..model.collectives import P2P
+from ..model.collectives import ALL_GATHER, P2P
 from ..model.network import Network
 from ..timing.astra_settings import KINDS
 from ..timing.model import TimeModel
@@ -45,6 +50,8 @@ def tree_refusals(workloads, net: Network, free: Sequence[tuple[str, int]]) -> d
     colls = [c for w in workloads for rc in w.demand.rank_classes for c in rc.collectives]
     split = {d for c in colls if c.algorithm == "hierarchical" and c.type != P2P
              for d, p in enumerate(c.participants) if 1 < p < net.dims[d].npus}
+    after = {d for c in colls if c.type == ALL_GATHER and c.algorithm == "hierarchical"
+             for d in range(net.num_dims) if c.participants[d] > 1 and any(p > 1 for p in c.participants[:d])}
     out = {}
     for kind, d in free:
         n = net.dims[d].npus
@@ -54,6 +61,9 @@ def tree_refusals(workloads, net: Network, free: Sequence[tuple[str, int]]) -> d
         elif net.num_dims == 1 and sub is not None:
             out[(kind, d)] = (f"sub-group {kind} of {sub.participants[0]} NPUs with a one-entry list (ASTRA-sim "
                               "uses the group's ring as a tree and crashes)")
+        elif kind == ALL_GATHER and d in after:
+            out[(kind, d)] = ("the all-gather goes on to lower dimensions: a tree would leave the chunk ungathered "
+                              "for them (ASTRA-sim times less data than the all-gather moves)")
         elif d in split:
             out[(kind, d)] = ("a group covers part of the dimension: emit splits it and ASTRA-sim would run one "
                               "tree per piece, which the model does not time")
