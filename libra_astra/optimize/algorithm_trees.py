@@ -21,9 +21,10 @@ A tree is dropped on (kind, dimension) when some other candidate X gives every h
 collective of the kind rows each no larger, coefficient by coefficient and constant by constant,
 than one of the tree's rows: then the maximum over X's rows is no larger at every bandwidth. It
 is checked with every combination of the candidates of the kind's other dimensions (a tree there
-changes what reaches this one), so the tree cannot give a better optimum of the rows in any
-combination. (Where rows only bound a collective's time, as for the queues that reorder, it is
-the bound that is compared, as for the other implementations.)
+changes what reaches this one), so the tree cannot give a better optimum in any combination.
+X's rows must be its time (no queue that reorders: system_rows.bounded_flows finds none), while
+the tree's rows are its time or a lower bound of it; so X takes no longer than the tree's time
+either way (ASTRA-sim's, the slowest rank's, as the model counts a collective).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from ..model.collectives import ALL_GATHER, P2P
 from ..model.network import Network
 from ..timing.astra_settings import KINDS
 from ..timing.model import TimeModel
-from ..timing.system_rows import system_rows_of
+from ..timing.system_rows import bounded_flows, system_rows_of
 
 TREE = "doubleBinaryTree"
 # contexts (combinations of the kind's other dimensions) beyond which a tree is kept unproven
@@ -99,8 +100,9 @@ def tree_dominated(workloads, net: Network, model: TimeModel, kind: str, d: int,
     def rows(names: dict[int, str], c) -> tuple[np.ndarray, np.ndarray]:
         r = system_rows_of([c], net, _model(model, kind, names))
         return r.A, r.const_ns
-    for x in others:
-        if all(_rows_below(rows({**dict(zip(dims, ctx)), d: x}, c), rows({**dict(zip(dims, ctx)), d: TREE}, c))
-               for ctx in contexts for c in colls):
-            return x
-    return None
+
+    def below(x: str, ctx: tuple, c) -> bool:
+        names = dict(zip(dims, ctx))
+        return (not bounded_flows([c], net, _model(model, kind, {**names, d: x}))
+                and _rows_below(rows({**names, d: x}, c), rows({**names, d: TREE}, c)))
+    return next((x for x in others if all(below(x, ctx, c) for ctx in contexts for c in colls)), None)
