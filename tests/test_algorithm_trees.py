@@ -49,16 +49,18 @@ def _ar(size, count=1.0):
     return lambda net: make_collective("ALL_REDUCE", size, net.npus_per_dim, net=net, count=count)
 
 
-def _each_combination_alone(net, wl, model, free, cons) -> float:
-    """The least objective over every combination of the candidates, each solved by optimize."""
-    best = float("inf")
+def _each_combination_alone(net, wl, model, free, cons) -> dict[bool, float]:
+    """The least objective over every combination of the candidates with a tree (True) and
+    without (False), each solved by optimize."""
+    best = {True: float("inf"), False: float("inf")}
     for choice in itertools.product(*(candidates(k, net.dims[d], trees=True) for k, d in free)):
         lists = [list(v) for v in model.system.implementations]
         for (k, d), impl in zip(free, choice):
             lists[KINDS.index(k)][d] = impl
         m = replace(model, system=replace(model.system, implementations=tuple(tuple(v) for v in lists)))
         try:
-            best = min(best, optimize(wl, net, unpriced(net), constraints=cons, model=m, baselines=False).fun)
+            fun = optimize(wl, net, unpriced(net), constraints=cons, model=m, baselines=False).fun
+            best[T in choice] = min(best[T in choice], fun)
         except InfeasibleError:
             pass
     return best
@@ -97,8 +99,11 @@ def test_auto_tree_equals_every_combination_solved_alone(case):
                                                              for k, d in brute.free))))
     assert not brute.pruned and auto.combinations <= brute.combinations
     assert auto.result.fun == pytest.approx(brute.result.fun, rel=1e-9)
-    assert auto.result.fun == pytest.approx(_each_combination_alone(net, wl, model, auto.free, cons), rel=1e-9)
-    assert auto.tree_chosen == (case in (0, 1, 2, 5))
+    alone = _each_combination_alone(net, wl, model, auto.free, cons)
+    assert auto.result.fun == pytest.approx(min(alone.values()), rel=1e-9)
+    assert auto.tree_chosen == (case in (0, 1, 2, 5)) == (alone[True] < alone[False])
+    assert brute.tree_best.fun == pytest.approx(alone[True], rel=1e-9)
+    assert auto.tree_free.fun == pytest.approx(alone[False], rel=1e-9)
     # the best without trees is auto's own choice
     plain = choose_algorithms(wl, net, unpriced(net), constraints=cons, model=model)
     assert auto.tree_free.fun == pytest.approx(plain.result.fun, rel=1e-9)
@@ -169,6 +174,22 @@ def _demand(tmp_path, count: float) -> tuple[Path, Path]:
     path = tmp_path / f"ar{count:g}.json"
     path.write_text(json.dumps(demand_to_dict(d)))
     return path, net_file
+
+
+def test_cli_reports_the_best_tree_combination_when_none_is_chosen():
+    """The DLRM sample with 4 splits: no tree is pruned (the other implementations' rows only
+    bound their time there), none is chosen; the best with one is printed, and the choice is auto's."""
+    args = ("optimize", ROOT / "traces/dlrm_16/dlrm", "-n", ROOT / "network_configs/sample_4x4.yml", "--total-bw", 200,
+            "--splits", 4, "--json")
+    tree = json.loads(run(*args, "--algorithms", "auto-tree").output)
+    plain = json.loads(run(*args, "--algorithms", "auto").output)
+    assert tree["algorithms"]["combinations_solved"] == 4 and plain["algorithms"]["combinations_solved"] == 1
+    assert tree["optimum"] == plain["optimum"]
+    assert tree["algorithms"]["implementations"] == plain["algorithms"]["implementations"]
+    best = tree["algorithms"]["trees"]["best_with_trees"]
+    assert not tree["algorithms"]["trees"]["chosen"] and best["objective_value"] > tree["objective_value"]
+    text = run(*args[:-1], "--algorithms", "auto-tree").output
+    assert "  best with a tree: " in text and "(each tree collective its slowest rank: ASTRA-sim can run" in text
 
 
 AUTO_TREE = ("--total-bw", 200, "--splits", 2, "--local-mem-bw", 1600, "--algorithms", "auto-tree")

@@ -126,6 +126,9 @@ def _print_choice(choice, net: Network) -> None:
             click.echo(f"  best without trees: {free}; with trees each tree collective counts its slowest rank, an "
                        "upper bound on ASTRA-sim's time of a chain of them ('libra-astra predict' on the emitted "
                        "run times every rank)")
+        elif choice.tree_best is not None:
+            click.echo(f"  best with a tree: {r_value(choice.tree_best)} (each tree collective its slowest rank: "
+                       "ASTRA-sim can run a chain of them faster; 'libra-astra predict' on its emitted run tells)")
     if choice.ring is None:
         click.echo(f"  vs ring everywhere: infeasible -> {r_value(choice.result)}")
         return

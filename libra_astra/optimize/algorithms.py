@@ -63,6 +63,7 @@ class AlgorithmChoice:
     trees: bool = False                     # doubleBinaryTree was a candidate (auto-tree)
     refused: tuple[tuple[str, int, str], ...] = ()  # (kind, dimension, why) where a tree is no candidate
     tree_free: OptimizeResult | None = None  # the best combination without a tree (auto-tree)
+    tree_best: OptimizeResult | None = None  # the best combination with one (None: all pruned or infeasible)
 
     @property
     def tree_chosen(self) -> bool:
@@ -85,6 +86,9 @@ class AlgorithmChoice:
                 "best_without_trees": None if self.tree_free is None else {
                     "objective_value": self.tree_free.fun, "time_ns": self.tree_free.best.time_ns,
                     "bandwidth_gbps": list(self.tree_free.bw_gbps)},
+                "best_with_trees": None if self.tree_best is None else {
+                    "objective_value": self.tree_best.fun, "time_ns": self.tree_best.best.time_ns,
+                    "bandwidth_gbps": list(self.tree_best.bw_gbps)},
                 "time_is": ("the slowest rank of each tree collective, summed along a chain: an upper bound on "
                             "ASTRA-sim's time (libra-astra predict times every rank)") if self.tree_chosen else
                            "as with auto (no tree chosen)"}
@@ -198,7 +202,7 @@ def choose_algorithms(workloads: Sequence[Workload], net: Network, cost: CostMod
             lists[KINDS.index(kind)][d] = impl
         return replace(model, system=replace(base, implementations=tuple(tuple(v) for v in lists)))
 
-    best = best_model = first_error = tree_free = None
+    best = best_model = first_error = tree_free = tree_best = None
     bounds = []
     for i, choice in enumerate(itertools.product(*options)):
         if on_progress:
@@ -215,6 +219,8 @@ def choose_algorithms(workloads: Sequence[Workload], net: Network, cost: CostMod
             best, best_model = r, m
         if trees and TREE not in choice and (tree_free is None or r.fun < tree_free.fun * (1 - 1e-12)):
             tree_free = r
+        if TREE in choice and (tree_best is None or r.fun < tree_best.fun * (1 - 1e-12)):
+            tree_best = r
     if best_model is None:
         assert first_error is not None
         raise first_error
@@ -229,4 +235,4 @@ def choose_algorithms(workloads: Sequence[Workload], net: Network, cost: CostMod
         ring = None
     open_ = sum(1 for lb in bounds if lb < best.fun * (1 - 10 * rel_gap)) - (0 if best.success else 1)
     return AlgorithmChoice(result, best_model.system, ring, total, tuple(pruned), tuple(free), max(open_, 0), trees,
-                           tuple((k, d, why) for (k, d), why in refused.items()), tree_free)
+                           tuple((k, d, why) for (k, d), why in refused.items()), tree_free, tree_best)
