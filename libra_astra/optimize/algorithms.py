@@ -192,7 +192,7 @@ def choose_algorithms(workloads: Sequence[Workload], net: Network, cost: CostMod
         options.append(keep)
     total = math.prod(len(o) for o in options)
     if total > MAX_COMBINATIONS:
-        raise LibraError(f"--algorithms auto: {total:,} combinations of implementations remain after pruning (at most "
+        raise LibraError(f"--algorithms {'auto-tree' if trees else 'auto'}: {total:,} combinations of implementations remain after pruning (at most "
                          f"{MAX_COMBINATIONS:,}); fix some in --system and choose fewer")
     base = model.system
 
