@@ -192,8 +192,9 @@ def choose_algorithms(workloads: Sequence[Workload], net: Network, cost: CostMod
         options.append(keep)
     total = math.prod(len(o) for o in options)
     if total > MAX_COMBINATIONS:
-        raise LibraError(f"--algorithms {'auto-tree' if trees else 'auto'}: {total:,} combinations of implementations remain after pruning (at most "
-                         f"{MAX_COMBINATIONS:,}); fix some in --system and choose fewer")
+        value = "auto-tree" if trees else "auto"
+        raise LibraError(f"--algorithms {value}: {total:,} combinations of implementations remain after pruning (at "
+                         f"most {MAX_COMBINATIONS:,}); fix some in --system and choose fewer")
     base = model.system
 
     def with_choice(choice: Sequence[str]) -> TimeModel:
