@@ -82,15 +82,15 @@ def _print_result(r: OptimizeResult, net: Network, cost: CostModel | None, n_wor
 
 
 
-def _auto_base(tm, net: Network, record: dict | None):
+def _auto_base(tm, net: Network, record: dict | None, value: str = "auto"):
     """(model, system record) that --algorithms auto chooses within: the user's system.json, or
     the one emit writes (ring everywhere)."""
     from ..astra.emit import system_config
     from ..timing.system_phases import timing_of
 
     if tm.kind != "pipelined":
-        raise LibraError("--algorithms auto applies to --model pipelined only (the LIBRA model has no algorithms); "
-                         "drop --model libra")
+        raise LibraError(f"--algorithms {value} applies to --model pipelined only (the LIBRA model has no "
+                         "algorithms); drop --model libra")
     if record is None:
         settings = system_config(net.num_dims, splits=tm.splits, endpoint_delay_ns=1,
                                  local_mem_bw_gbps=float(tm.local_mem_bw_gbps), peak_perf_tflops=1000.0,
@@ -118,6 +118,17 @@ def _print_choice(choice, net: Network) -> None:
     if choice.open_combinations:
         click.echo(f"  {choice.open_combinations} other combination{'s' if choice.open_combinations != 1 else ''} "
                    "could be better: their optimum is only bounded (see the solver line)")
+    if choice.trees:
+        for kind, d, why in choice.refused:
+            click.echo(f"  no doubleBinaryTree for {IMPLEMENTATION_KEYS[kind]} on {net.dims[d].name}: {why}")
+        if choice.tree_chosen:
+            free = "infeasible" if choice.tree_free is None else r_value(choice.tree_free)
+            click.echo(f"  best without trees: {free}; with trees each tree collective counts its slowest rank, an "
+                       "upper bound on ASTRA-sim's time of a chain of them ('libra-astra predict' on the emitted "
+                       "run times every rank)")
+        elif choice.tree_best is not None:
+            click.echo(f"  best with a tree: {r_value(choice.tree_best)} (each tree collective its slowest rank: "
+                       "ASTRA-sim can run a chain of them faster; 'libra-astra predict' on its emitted run tells)")
     if choice.ring is None:
         click.echo(f"  vs ring everywhere: infeasible -> {r_value(choice.result)}")
         return
@@ -163,10 +174,13 @@ def _x(v: float | None, why: str = "time 0") -> str:
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="perf", show_default=True, help=OBJECTIVE_HELP)
 @click.option("--budget", type=FiniteFloat(), help="Upper bound on network cost, USD.")
 @click.option("--time-target", type=FiniteFloat(), help="Time target in ns for --objective min-cost.")
-@click.option("--algorithms", type=click.Choice(["system", "auto"]), default="system", show_default=True,
+@click.option("--algorithms", type=click.Choice(["system", "auto", "auto-tree"]), default="system",
+              show_default=True,
               help="Collective implementation per dimension and kind: as the system settings give them (--system, "
                    "else ring, as emit writes), or auto: chosen with the bandwidths among ring, direct and "
-                   "halvingDoubling, every combination solved (the design keeps the choice for emit).")
+                   "halvingDoubling, every combination solved (the design keeps the choice for emit); auto-tree: "
+                   "doubleBinaryTree a candidate too where ASTRA-sim runs it (a chain of tree collectives is then "
+                   "timed from above).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the design JSON here (for 'emit').")
 @plot_option("bandwidth per dimension and the time breakdown, optimum vs baselines")
@@ -211,9 +225,9 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, algo
     tm = shared.time_model()
     if gpu_faithful and not measured:
         raise LibraError("--gpu-faithful optimizes a measured run: give its Kineto traces with --measured KINETO")
-    if gpu_faithful and algorithms == "auto":
+    if gpu_faithful and algorithms != "system":
         raise LibraError("--gpu-faithful takes the implementations as the system settings give them; drop "
-                         "--algorithms auto (or choose them first and pass the design's system.json with --system)")
+                         f"--algorithms {algorithms} (or choose them first and pass the design's system.json with --system)")
     if objective != "min-cost" and time_target is not None:
         raise LibraError("--time-target only applies to --objective min-cost")
     net, cost, workloads, cons = shared.load(budget, time_target, objective=objective)
@@ -221,14 +235,14 @@ def optimize_command(shared: SharedOptions, objective, budget, time_target, algo
     system_record = None if shared.user_system is None else shared.user_system.to_dict()
     choice = None
     with Progress("optimize") as p:
-        if algorithms == "auto":
+        if algorithms != "system":
             from ..optimize.algorithms import choose_algorithms
 
-            tm, system_record = _auto_base(tm, net, system_record)
+            tm, system_record = _auto_base(tm, net, system_record, algorithms)
             p.note(f"choosing algorithms ({objective})")
             choice = choose_algorithms(workloads, net, cost, objective=objective, constraints=cons, model=tm,
                                        on_progress=lambda i, n: p(i, n, "combinations"), power=power,
-                                       tco=shared.tco())
+                                       tco=shared.tco(), trees=algorithms == "auto-tree")
             r, tm = choice.result, replace(tm, system=choice.timing)
             system_record = _chosen_record(system_record, choice.timing)
         else:
