@@ -254,7 +254,11 @@ def test_fastest_under_an_energy_or_tco_cap_against_brute_force(cap_kind, where)
         hi = np.array([min(d.bw_max_gbps or math.inf, prob["total"]) for d in net.dims])
         bf, _ = brute_force(ref, "perf", lo, hi, extra=np.array(least.bw_gbps),
                             value=lambda B, t: np.where(value(B, t) <= cap, t, np.inf))
-        assert math.isfinite(bf)
+        if not math.isfinite(bf):
+            # the cap is within round-off of the least value: the reference's own energy of the
+            # least design lands on the other side of it, so there is nothing to compare
+            assert cap - least.fun <= 1e-9 * cap
+            return
         assert bf >= r.dual_bound * (1 - 1e-9)
         assert r.fun <= bf * (1 + 1e-6)
 

@@ -15,6 +15,9 @@ on p between the least-product design's M and the fastest design's M keeps
 - p_out: where p_out x (certified lower bound of tau(p_out)) > e, so p_out > p_hi and
   T* >= tau(p_out) >= that lower bound.
 
+A level where neither holds lies within the solve's gap of p_hi; the bisection then narrows
+both sides of that band, below it for p_in and above it for p_out.
+
 The answer is the design at p_in, its certificate the lower bound at p_out (or the fastest
 design's, before any p_out is proven): a proven gap, like the other objectives'.
 """
@@ -30,7 +33,7 @@ from .constraints import LinearConstraint
 from .energy import J_PER_NJ, Affine, energy_rate, peak_power
 from .tco import tco_rate
 
-MAX_BISECTIONS = 80
+MAX_BISECTIONS = 160
 
 
 @dataclass(frozen=True)
@@ -68,20 +71,31 @@ def fastest_within(cap: float, const: float, scale: float, mult: Affine, what: s
                               f"({least_val:.9g} found, {least_lb:.9g} proven); raise it a little")
     p_in, best = mult.at(least_sol.bw_gbps), least_sol
     p_out, lower = mult.at(top.bw_gbps), top.time_lower_bound_ns
+    band = None                  # (lowest, highest) level found undecided, between p_in and p_out
     for _ in range(MAX_BISECTIONS):
-        if best.time_ns - lower <= rel_gap * best.time_ns or p_out - p_in <= 1e-15 * p_out:
+        if best.time_ns - lower <= rel_gap * best.time_ns:
             break
-        p = math.sqrt(p_in * p_out) if p_in > 0 else 0.5 * (p_in + p_out)
+        sides = [(p_in, p_out)] if band is None else [(p_in, band[0]), (band[1], p_out)]
+        lo, hi = max(sides, key=lambda s: s[1] / s[0] if s[0] > 0 else math.inf)
+        if hi - lo <= 1e-15 * hi:
+            break
+        p = math.sqrt(lo * hi) if lo > 0 else 0.5 * (lo + hi)
         row = LinearConstraint(mult.per_gbps, "<=", p - mult.offset, f"{what} (power level {p:.9g})")
         s = fastest((row,))
         if p * s.time_ns <= e:
             p_in = p
             if s.time_ns < best.time_ns:
                 best = s
-        else:
+        elif p * s.time_lower_bound_ns > e:
             p_out = p
-            if p * s.time_lower_bound_ns > e:
-                lower = max(lower, s.time_lower_bound_ns)
+            lower = max(lower, s.time_lower_bound_ns)
+        else:
+            # Within the solve's own gap of p_hi, neither side is proven at p: close in on that
+            # band from below (a faster feasible design) and from above (a level proven past
+            # p_hi), or the certificate would stay at the last level proven before it.
+            band = (p, p) if band is None else (min(band[0], p), max(band[1], p))
+        if band is not None and not p_in < band[0] <= band[1] < p_out:
+            band = None if band[0] >= p_out or band[1] <= p_in else (max(band[0], p_in), min(band[1], p_out))
     gap = (best.time_ns - lower) / best.time_ns if best.time_ns > 0 else 0.0
     done = "certified" if gap <= 10 * rel_gap else "not certified: the bisection stopped"
     return best, lower, f"{what}: {done}, relative gap {gap:.1e}"
