@@ -32,7 +32,13 @@ def _rank():
             _gpu(cio.coll_node(3, "ncclKernel_AllReduce", "ALL_REDUCE", 4096, ctrl_deps=[2]), 20),
             cio.comp_node(4, "aten::relu", 2, ctrl_deps=[2], is_cpu_op=True),
             _gpu(cio.comp_node(5, "relu_kernel", 1, ctrl_deps=[4]), 7),
-            cio.comp_node(6, "aten::item", 1, ctrl_deps=[4], is_cpu_op=True)]
+            # a CPU tensor's value: launches nothing, waits for nothing
+            cio.comp_node(6, "aten::item", 1, ctrl_deps=[4], is_cpu_op=True),
+            # a GPU tensor's value: launches the device-to-host copy, so it synchronizes
+            cio.comp_node(7, "aten::_local_scalar_dense", 4, ctrl_deps=[6], is_cpu_op=True),
+            _gpu(cio.comp_node(8, "Memcpy DtoH (Device -> Pageable)", 1, ctrl_deps=[7]), 7),
+            cio.comp_node(9, "aten::add", 1, ctrl_deps=[7], is_cpu_op=True),
+            cio.comp_node(10, "cudaDeviceSynchronize", 3, ctrl_deps=[9], is_cpu_op=True)]
 
 
 def test_each_rule_adds_its_dependency():
@@ -41,9 +47,25 @@ def test_each_rule_adds_its_dependency():
     deps = {n.id: sorted(n.ctrl_deps) for n in nodes}
     assert deps[3] == [1, 2]          # the collective after the compute launched before it
     assert deps[5] == [1, 3, 4]       # stream order, and after the collective
-    assert deps[6] == [4, 5]          # the CPU blocks until the GPU is done
+    assert deps[6] == [4]             # a CPU tensor's item: no wait
+    assert deps[7] == [5, 6]          # the value copy that launched a copy waits for the GPU before it
+    assert deps[8] == [5, 7]          # stream order
+    assert deps[9] == [7] and deps[10] == [8, 9]   # a synchronization waits, launched or not
     assert deps[0] == [] and deps[2] == [0]
-    assert sum(counts.values()) == 4
+    assert counts == Counter({"GPU nodes wait for the previous node of their stream": 2,
+                              "collectives wait for the GPU compute launched before them": 1,
+                              "GPU compute waits for the collectives launched before it on other streams": 1,
+                              "CPU operators that synchronize wait for the GPU node launched before them": 2})
+
+
+def test_a_value_copy_launched_through_its_data_dependency_waits():
+    nodes = [cio.comp_node(0, "aten::mm", 5, is_cpu_op=True),
+             _gpu(cio.comp_node(1, "gemm", 3, ctrl_deps=[0]), 7),
+             cio.comp_node(2, "aten::item", 1, ctrl_deps=[0], is_cpu_op=True),
+             _gpu(cio.comp_node(3, "Memcpy DtoH (Device -> Pageable)", 1), 7)]
+    nodes[3].data_deps.append(2)
+    add_gpu_order(nodes, Counter())
+    assert list(nodes[2].ctrl_deps) == [0, 1]
 
 
 def test_adding_twice_adds_nothing_more():
@@ -65,6 +87,8 @@ def test_dlrm_copy(tmp_path):
     assert "GPU nodes wait for the previous node of their stream" in res.output
     # 8 collectives per rank, each after the compute before it and before the compute after it
     assert "collectives wait for the GPU compute launched before them: 64" in res.output
+    # its 57 aten::item per rank read CPU tensors (no CUDA call in the profile, no copy in the ET)
+    assert "CPU operators that synchronize" not in res.output
     _, nodes = cio.read_et(tmp_path / "d.0.et")
     ids = {n.id for n in nodes}
     assert all(d in ids and d < n.id for n in nodes for d in n.ctrl_deps)   # acyclic, in launch order

@@ -117,3 +117,48 @@ def test_astra_sim_runs_the_fixed_set_at_the_predicted_times(tmp_path, run):
     assert got[3] == 572_348_001 and got[1] == 570_615_678
     # the other ranks start their all-reduces before the last member arrives (predict's stated limit)
     assert all(abs(got[r] - 570_615_678) < 15_000 for r in (0, 2, 4, 5, 6, 7))
+
+
+def test_gpu_order_copy(tmp_path, run):
+    """--gpu-order: one value copy per rank reads a GPU tensor (its Memcpy DtoH), the other 44
+    aten::item (and their aten::_local_scalar_dense) read CPU tensors and wait for nothing; made
+    to wait, they chained every host to every all-reduce (1118.4 ms predicted, 1113.1 ms simulated)."""
+    from libra_astra.doctor.attrs import first_attrs, is_cpu_op
+    from libra_astra.traces import chakra_io as cio
+
+    net, _, m = run
+    write_calibration(calibrate(m, net), tmp_path)
+    res = fix(MEGATRON, tmp_path / "g", gpu_order=True)
+    assert ("CPU operators that synchronize wait for the GPU node launched before them", 8) in res.actions
+    for r in range(8):
+        _, nodes = cio.read_et(tmp_path / f"g.{r}.et")
+        cpu = {n.id for n in nodes if is_cpu_op(first_attrs(n).get("is_cpu_op"))}
+        waits = [n for n in nodes if n.id in cpu and any(d not in cpu for d in n.ctrl_deps)]   # CPU after GPU
+        assert [n.name for n in waits] == ["aten::_local_scalar_dense"]
+        assert any(n.name.startswith("Memcpy DtoH") and waits[0].id in (*n.data_deps, *n.ctrl_deps) for n in nodes)
+    args = ["predict", str(tmp_path / "g"), "--network-configuration", str(tmp_path / "astra-network.yml"),
+            "--system-configuration", str(tmp_path / "system.json"), "--json"]
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 0, out.output
+    got = [r["finished_ns"] for r in json.loads(out.output)["ranks"]]
+    # rank 3's chain of CPU operators (567.626 ms), then the GPU after the last all-reduces
+    assert got == [573_055_191, 573_057_191, 573_055_191, 573_055_191, 573_055_191, 573_056_191, 573_055_191,
+                   573_054_191]
+
+
+@pytest.mark.astra
+@pytest.mark.skipif(not (BIN and os.access(BIN, os.X_OK)),
+                    reason="set ASTRA_SIM_BIN to an AstraSim_Analytical_Congestion_Unaware binary to run this")
+def test_astra_sim_runs_the_gpu_order_copy_near_the_prediction(tmp_path, run):
+    net, _, m = run
+    write_calibration(calibrate(m, net), tmp_path)
+    fix(MEGATRON, tmp_path / "g", gpu_order=True)
+    proc = subprocess.run([BIN, "--workload-configuration=g", "--system-configuration=system.json",
+                           "--network-configuration=astra-network.yml", "--remote-memory-configuration=memory.json"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = {int(r): int(t) for r, t in re.findall(r"sys\[(\d+)\] finished, (\d+) cycles", proc.stdout)}
+    # 573.026 ms mean (predicted 573.055 ms: the early ranks begin the last all-reduces before the
+    # last member arrives); every value copy waiting, the binary gave 1113.092 ms
+    assert [got[r] for r in range(8)] == [573_026_692, 573_030_525, 573_029_358, 573_029_191, 573_021_360,
+                                          573_024_193, 573_023_026, 573_023_859]

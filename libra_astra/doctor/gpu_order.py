@@ -13,8 +13,10 @@ semantics (docs/time-models.md, "Measured runs and the GPU-faithful model") add,
    collective waits for it (the next layer uses its result; for an asynchronous collective whose
    wait comes later this is early, and the profile's recorded waits say better);
 4. **the CPU blocks where it synchronizes**: a CPU operator that copies a GPU value to the host
-   (``aten::_local_scalar_dense``, ``aten::item``) or synchronizes waits for the GPU node launched
-   last before it.
+   (an ``aten::_local_scalar_dense`` or ``aten::item`` that launched a GPU node, the device-to-host
+   copy) or synchronizes (``*synchronize*``) waits for the GPU node launched last before it. A
+   value copy that launched nothing read a CPU tensor and waited for nothing (Megatron's TP8 step:
+   44 of its 45 ``aten::item`` per rank; made to wait, they chained every host to every all-reduce).
 
 Only dependencies are added; nodes, durations and attributes are kept.
 """
@@ -26,7 +28,7 @@ from collections import Counter
 from ..traces.schema import COMM_NODE_TYPES, pb
 from .attrs import first_attrs, int_attr, is_cpu_op
 
-_SYNC_OPS = ("aten::_local_scalar_dense", "aten::item")
+_VALUE_COPIES = ("aten::_local_scalar_dense", "aten::item")
 
 
 def _stream(n) -> int | None:
@@ -34,8 +36,18 @@ def _stream(n) -> int | None:
     return int_attr(a) if a is not None else None
 
 
-def _is_sync(name: str) -> bool:
-    return name in _SYNC_OPS or "synchronize" in name.lower()
+def _is_sync(n, launched: set[int]) -> bool:
+    """Whether CPU operator ``n`` waits for the GPU: a synchronization, or a value copy that
+    launched a GPU node (``launched``: the ids GPU nodes depend on)."""
+    if n.name in _VALUE_COPIES:
+        return n.id in launched
+    return "synchronize" in n.name.lower()
+
+
+def _is_gpu(n) -> bool:
+    if n.type in COMM_NODE_TYPES:
+        return True
+    return n.type == pb.COMP_NODE and is_cpu_op(first_attrs(n).get("is_cpu_op")) is False
 
 
 def add_gpu_order(nodes: list, counts: Counter) -> None:
@@ -44,11 +56,11 @@ def add_gpu_order(nodes: list, counts: Counter) -> None:
     last_compute = None          # (node, stream) of the GPU compute node launched last
     last_gpu = None
     pending_colls: list = []     # collectives no compute node has waited for yet
+    launched = {d for n in nodes if _is_gpu(n) for d in (*n.data_deps, *n.ctrl_deps)}
     for n in sorted(nodes, key=lambda x: x.id):
-        cpu = is_cpu_op(first_attrs(n).get("is_cpu_op"))
         comm = n.type in COMM_NODE_TYPES
-        if not comm and (n.type != pb.COMP_NODE or cpu is not False):
-            if last_gpu is not None and _is_sync(n.name):
+        if not _is_gpu(n):
+            if last_gpu is not None and _is_sync(n, launched):
                 _dep(n, last_gpu, counts, "CPU operators that synchronize wait for the GPU node launched before them")
             continue
         s = _stream(n)
