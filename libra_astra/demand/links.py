@@ -196,16 +196,20 @@ def _senders(cols, programs: list[Program], rank_prog: np.ndarray, ranks: tuple[
     when some rank's source is not a valid other rank (the links then say only the class)."""
     if not nodes:
         return ()
-    per_prog: dict[int, list[int]] = {}
+    per_prog: dict[int, np.ndarray] = {}
     rows = []
-    for r in ranks:
-        p = int(rank_prog[r])
+    at = np.asarray(nodes, dtype=np.int64)
+    comm_src = cols["comm_src"]
+    # an array by topological index rather than a dict per program: every rank of a large set can
+    # run a program of its own
+    for p in rank_prog[list(ranks)].tolist():
         got = per_prog.get(p)
         if got is None:
             info = programs[p]
             recv = np.flatnonzero(info.prog.types == COMM_RECV_NODE)
-            src_of = dict(zip(info.topo_of[recv].tolist(), cols["comm_src"][info.prog.attr[recv]].tolist()))
-            got = per_prog[p] = [int(src_of.get(v, -1)) for v in nodes]
+            src = np.full(max(int(info.topo_of.max(initial=-1)), int(at.max())) + 1, -1, dtype=np.int64)
+            src[info.topo_of[recv]] = comm_src[info.prog.attr[recv]]
+            got = per_prog[p] = src[at]
         rows.append(got)
     m = np.asarray(rows, dtype=np.int64)
     if ((m < 0) | (m >= npus) | (m == np.asarray(ranks, dtype=np.int64)[:, None])).any():
