@@ -17,6 +17,7 @@ figures for it are the estimate.
 
     python tools/bench_predict.py                               # 64, 256, 1024, 4096 ranks, 8 layers
     python tools/bench_predict.py --sizes 64 256 --layers 4
+    python tools/bench_predict.py --sizes 4096 --no-binary --workdir /tmp/bp   # predict alone, set kept
     python tools/bench_predict.py --sizes --prefix /tmp/gpt/gpt3 --groups /tmp/gpt/gpt3.groups.json \\
         --network network_configs/paper_3d.yml
 """
@@ -121,12 +122,16 @@ def main() -> int:
     ap.add_argument("--prefix", help="an existing trace set to predict (with --groups and --network)")
     ap.add_argument("--groups")
     ap.add_argument("--network", help="its network (libra_astra's format; --bandwidth 200,100,50 is used)")
+    ap.add_argument("--no-binary", action="store_true",
+                    help="time predict only (the binary's figures are the estimate); no ASTRA_SIM_BIN needed")
     args = ap.parse_args()
-    try:
-        binary = resolve_binary()       # $ASTRA_SIM_BIN, checked as simulate checks it
-    except LibraError as e:
-        print(e, file=sys.stderr)
-        return 2
+    binary = None
+    if not args.no_binary:
+        try:
+            binary = resolve_binary()       # $ASTRA_SIM_BIN, checked as simulate checks it
+        except LibraError as e:
+            print(e, file=sys.stderr)
+            return 2
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_predict_"))
     work.mkdir(parents=True, exist_ok=True)
     env = child_env()
@@ -146,7 +151,7 @@ def main() -> int:
         out, pcpu, prss = timed([*PY, "predict", str(run), "--json"], env=env)
         pred = json.loads(out)
         sim, err = None, "binary not run (estimate)"
-        if nodes / 1e6 * SEC_PER_MNODE <= args.max_binary_s:
+        if binary is not None and nodes / 1e6 * SEC_PER_MNODE <= args.max_binary_s:
             m = load_manifest(run)
             sim = timed([binary, *m.simulator.args, f"--logging-folder={run / 'log'}"], cwd=run)
             ranks_out = {r.rank: r.finished_ns for r in parse_output(sim[0]).ranks}

@@ -196,18 +196,26 @@ def _senders(cols, programs: list[Program], rank_prog: np.ndarray, ranks: tuple[
     when some rank's source is not a valid other rank (the links then say only the class)."""
     if not nodes:
         return ()
-    per_prog: dict[int, list[int]] = {}
-    rows = []
-    for r in ranks:
-        p = int(rank_prog[r])
-        got = per_prog.get(p)
-        if got is None:
-            info = programs[p]
-            recv = np.flatnonzero(info.prog.types == COMM_RECV_NODE)
-            src_of = dict(zip(info.topo_of[recv].tolist(), cols["comm_src"][info.prog.attr[recv]].tolist()))
-            got = per_prog[p] = [int(src_of.get(v, -1)) for v in nodes]
-        rows.append(got)
-    m = np.asarray(rows, dtype=np.int64)
+    at = np.asarray(nodes, dtype=np.int64)
+    progs, inv = np.unique(rank_prog[list(ranks)], return_inverse=True)
+    # programs sharing a shape have their receives at the same positions: their sources are read
+    # as one matrix, not program by program (every rank of a large set can run its own program)
+    by_shape: dict[int, list[int]] = {}
+    for k, p in enumerate(progs.tolist()):
+        by_shape.setdefault(id(programs[p].shape), []).append(k)
+    got = np.full((progs.size, at.size), -1, dtype=np.int64)
+    for ks in by_shape.values():
+        info = programs[int(progs[ks[0]])]
+        recv = np.flatnonzero(info.prog.types == COMM_RECV_NODE)
+        which = np.full(max(int(info.topo_of.max(initial=-1)), int(at.max())) + 1, -1, dtype=np.int64)
+        which[info.topo_of[recv]] = np.arange(recv.size)
+        j = which[at]     # the receive at each wanted node, or -1
+        if (j >= 0).any():
+            rows = np.stack([programs[p].prog.attr[recv] for p in progs[ks].tolist()])
+            src = cols["comm_src"][rows[:, np.maximum(j, 0)]]
+            src[:, j < 0] = -1
+            got[ks] = src
+    m = got[inv.reshape(-1)]
     if ((m < 0) | (m >= npus) | (m == np.asarray(ranks, dtype=np.int64)[:, None])).any():
         return ()
     return tuple(map(tuple, m.T.tolist()))

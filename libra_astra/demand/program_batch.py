@@ -24,8 +24,9 @@ from .program import Program, _shape, analyze, digest, program_of, resolve_rows
 from .row_memo import UNRESOLVED
 
 # Programs are fingerprinted in chunks of about this many nodes, so the temporary arrays of a
-# 10 M-node read stay small next to the programs themselves.
-_CHUNK_NODES = 1 << 20
+# 10 M-node read stay small next to the programs themselves (at 1 << 20 they were the peak of a
+# 4,096-rank prediction, 8 MB over this, for no less CPU).
+_CHUNK_NODES = 1 << 18
 
 _FIELDS = ("types", "duration_micros", "attr", "dep_ptr", "dep_index")
 
@@ -220,7 +221,8 @@ def _seq_digests(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) ->
 
 
 # Program x comm-node cells worked on at a time, so the temporaries of a 10 M-node read stay small
-_BLOCK_CELLS = 1 << 20
+# (at 1 << 20, 8 MB each, they were the peak of a 4,096-rank prediction)
+_BLOCK_CELLS = 1 << 17
 
 
 def _blocks(count: int, width: int) -> list[slice]:
@@ -306,6 +308,7 @@ def _programs_of_block(ctx: Context, progs: Sequence[RankProgram], ranks_of: Seq
     key_bounds = np.concatenate(([0], np.cumsum(np.bincount(run_p[key_at], minlength=n_p)))).tolist()
     comms = list(zip(run_key.tolist(), (run_code % base - 1).tolist()))
     counts_l, keys_l, firsts_l = lengths.tolist(), run_key[key_at].tolist(), key_first.tolist()
+    pids, sems, invs = _shared_rows(cpid), _shared_rows(csem), _shared_rows(cinv)
     for li, j in enumerate(members.tolist()):
         a0, a1 = comm_bounds[li], comm_bounds[li + 1]
         b0, b1 = key_bounds[li], key_bounds[li + 1]
@@ -313,7 +316,18 @@ def _programs_of_block(ctx: Context, progs: Sequence[RankProgram], ranks_of: Seq
         counts = dict(sh.counts)
         counts["zero_size"] = zero[li]
         out[j] = program_of(progs[j], tuple(ranks_of[j]), sh.struct, sh.comm_pos, c_send, ca[li], sh.comm_node,
-                            ckey[li], cpid[li], csem[li], (ckey[li], cinv[li]), sh.comp_ns, sh.kinds_coll, sh.kinds,
+                            ckey[li], pids[li], sems[li], (ckey[li], invs[li]), sh.comp_ns, sh.kinds_coll, sh.kinds,
                             sh.edges_u, sh.edges_v, sh.topo_of, dict(zip(comms[a0:a1], hashes[a0:a1])), used,
                             dict(zip(used, firsts_l[b0:b1])), dict(zip(comms[a0:a1], counts_l[a0:a1])), counts,
                             sh.compute_ns, sh.cpu_ns, sh)
+
+
+def _shared_rows(mat: np.ndarray) -> list[np.ndarray]:
+    """Each row of ``mat``, equal rows one array: the programs of a shape mostly share their physics
+    ids, (type, size) ids and involved dimensions, held once rather than once per program
+    (megabytes at thousands of ranks)."""
+    if 0 in mat.shape:
+        return list(mat)
+    first, inv = row_groups(mat)
+    shared = mat[first]
+    return [shared[g] for g in inv.tolist()]

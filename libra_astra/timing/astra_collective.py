@@ -29,6 +29,7 @@ from typing import Any, NamedTuple, Sequence
 from ..errors import LibraError, NeverEnds
 from ..model.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
 from .astra_settings import IMPLEMENTATION_KEYS, KINDS, SystemSettings, parse_implementation
+from .rank_coords import tree_coords
 
 TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
 
@@ -286,22 +287,21 @@ def rank_times(plans: list, links: tuple[Link, ...], settings: SystemSettings,
     the other, the first at ``starts[rank]`` (default 0 on every rank)."""
     trees = sorted({p.tree[0] for plan in plans for ch in plan for p in ch if p.tree})
     sizes = [link.npus for link in links]
-    coords = [[r // math.prod(sizes[:d]) % sizes[d] for d in range(len(sizes))] for r in range(math.prod(sizes))]
-    place = [tuple(c[d] for d in trees) for c in coords]
+    place, outside = tree_coords(tuple(sizes), tuple(trees))
     if not starts:
         finish = _Replay(plans, [sizes[d] for d in trees], trees, settings).run({})
         return tuple(finish[x] for x in place)
     # ranks that differ outside the tree dimensions are in other trees: each set apart
     sets: dict = {}
-    for r, c in enumerate(coords):
-        sets.setdefault(tuple(v for d, v in enumerate(c) if d not in trees), {})[place[r]] = starts[r]
+    for r, key in enumerate(outside):
+        sets.setdefault(key, {})[place[r]] = starts[r]
     seen: dict = {}
     for key, first in sets.items():
         pattern = tuple(sorted(first.items()))
         if pattern not in seen:
             seen[pattern] = _Replay(plans, [sizes[d] for d in trees], trees, settings).run(first)
         sets[key] = seen[pattern]
-    return tuple(sets[tuple(v for d, v in enumerate(c) if d not in trees)][place[r]] for r, c in enumerate(coords))
+    return tuple(sets[key][place[r]] for r, key in enumerate(outside))
 
 
 def chain_time_ns(colls: Sequence[Coll], links: Sequence[Link], settings: SystemSettings) -> int:

@@ -75,8 +75,9 @@ def rank_files(prefix: str | Path, num_ranks: int, network_name: str = "network"
 def read_file_bytes(path: str | Path) -> bytes:
     """Whole file contents, gunzipped if it is gzip (by magic number, not by name)."""
     try:
-        # plain open(): on a set of small rank files, making Path objects cost more than the reads
-        with open(path, "rb") as f:
+        # plain, unbuffered open(): on a set of small rank files, making Path objects (or a buffer
+        # the whole file is read past) cost more than the reads
+        with open(path, "rb", buffering=0) as f:
             raw = f.read()
     except OSError:
         raw = read_bytes(path, "trace")  # raises the one-line error naming the file

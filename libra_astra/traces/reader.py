@@ -61,7 +61,9 @@ class RankProgram:
     """
 
     path: str
-    node_ids: np.ndarray        # uint64
+    # uint64 node ids; None when they are 0, 1, ..., n - 1 (as generators write them), which
+    # :attr:`node_ids` gives without holding 8 bytes per node of every program read
+    stored_ids: np.ndarray | None
     types: np.ndarray           # int8, NodeType
     duration_micros: np.ndarray  # uint64
     attr: np.ndarray            # int32 row of the AttrTable
@@ -76,6 +78,10 @@ class RankProgram:
     @property
     def num_nodes(self) -> int:
         return int(self.types.shape[0])
+
+    @property
+    def node_ids(self) -> np.ndarray:
+        return np.arange(self.num_nodes, dtype=np.uint64) if self.stored_ids is None else self.stored_ids
 
     def type_counts(self) -> np.ndarray:
         return np.bincount(self.types.astype(np.int64), minlength=8)
@@ -225,8 +231,9 @@ class TraceReader:
             lo, hi = int(first[f]), int(first[f + 1])
             d_lo, d_hi = int(dep_first[lo]), int(dep_first[hi])
             dep_ptr = dep_first[lo:hi + 1] - d_lo
-            if resolved[f]:
-                progs.append(_program(where, versions[f], w.ids[lo:hi], w.durs[lo:hi], types8[lo:hi], attr32[lo:hi],
+            if resolved[f]:  # ids strictly increasing: from 0 to n - 1 they are 0, 1, ..., n - 1
+                ids = None if hi > lo and w.ids[lo] == 0 and w.ids[hi - 1] == hi - lo - 1 else w.ids[lo:hi]
+                progs.append(_program(where, versions[f], ids, w.durs[lo:hi], types8[lo:hi], attr32[lo:hi],
                                       dep_ptr, dep_pos[d_lo:d_hi], tuple(pg_info[f]), ()))
             else:
                 progs.append(_finish(where, versions[f], w.ids[lo:hi], w.durs[lo:hi], w.types[lo:hi],
@@ -256,7 +263,7 @@ def _unknown_type(types: np.ndarray) -> np.ndarray:
     return (types < 0) | (types > 7)
 
 
-def _program(where: str, version: str, node_ids: np.ndarray, durations: np.ndarray, types: np.ndarray,
+def _program(where: str, version: str, node_ids: np.ndarray | None, durations: np.ndarray, types: np.ndarray,
              attr: np.ndarray, dep_ptr: np.ndarray, dep_index: np.ndarray, pg_info: tuple, dangling: tuple
              ) -> RankProgram:
     """The program of checked, resolved arrays, with its digest."""
