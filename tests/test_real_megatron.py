@@ -106,14 +106,7 @@ def test_predict_measured(tmp_path, run):
 @pytest.mark.skipif(not (BIN and os.access(BIN, os.X_OK)),
                     reason="set ASTRA_SIM_BIN to an AstraSim_Analytical_Congestion_Unaware binary to run this")
 def test_astra_sim_runs_the_fixed_set_at_the_predicted_times(tmp_path, run):
-    net, _, m = run
-    write_calibration(calibrate(m, net), tmp_path)
-    fix(MEGATRON, tmp_path / "w")
-    proc = subprocess.run([BIN, "--workload-configuration=w", "--system-configuration=system.json",
-                           "--network-configuration=astra-network.yml", "--remote-memory-configuration=memory.json"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = {int(r): int(t) for r, t in re.findall(r"sys\[(\d+)\] finished, (\d+) cycles", proc.stdout)}
+    got = _simulated_fixed_copy(tmp_path, run, gpu_order=False)
     assert got[3] == 572_348_001 and got[1] == 570_615_678
     # the other ranks start their all-reduces before the last member arrives (predict's stated limit)
     assert all(abs(got[r] - 570_615_678) < 15_000 for r in (0, 2, 4, 5, 6, 7))
@@ -150,15 +143,20 @@ def test_gpu_order_copy(tmp_path, run):
 @pytest.mark.skipif(not (BIN and os.access(BIN, os.X_OK)),
                     reason="set ASTRA_SIM_BIN to an AstraSim_Analytical_Congestion_Unaware binary to run this")
 def test_astra_sim_runs_the_gpu_order_copy_near_the_prediction(tmp_path, run):
-    net, _, m = run
-    write_calibration(calibrate(m, net), tmp_path)
-    fix(MEGATRON, tmp_path / "g", gpu_order=True)
-    proc = subprocess.run([BIN, "--workload-configuration=g", "--system-configuration=system.json",
-                           "--network-configuration=astra-network.yml", "--remote-memory-configuration=memory.json"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = {int(r): int(t) for r, t in re.findall(r"sys\[(\d+)\] finished, (\d+) cycles", proc.stdout)}
+    got = _simulated_fixed_copy(tmp_path, run, gpu_order=True)
     # 573.026 ms mean (predicted 573.055 ms: the early ranks begin the last all-reduces before the
     # last member arrives); every value copy waiting, the binary gave 1113.092 ms
     assert [got[r] for r in range(8)] == [573_026_692, 573_030_525, 573_029_358, 573_029_191, 573_021_360,
                                           573_024_193, 573_023_026, 573_023_859]
+
+
+def _simulated_fixed_copy(tmp_path, run, gpu_order: bool) -> dict[int, int]:
+    """Each rank's finish (cycles) as the binary gives it for the doctor-fixed set on the calibration."""
+    net, _, m = run
+    write_calibration(calibrate(m, net), tmp_path)
+    fix(MEGATRON, tmp_path / "w", gpu_order=gpu_order)
+    proc = subprocess.run([BIN, "--workload-configuration=w", "--system-configuration=system.json",
+                           "--network-configuration=astra-network.yml", "--remote-memory-configuration=memory.json"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return {int(r): int(t) for r, t in re.findall(r"sys\[(\d+)\] finished, (\d+) cycles", proc.stdout)}
