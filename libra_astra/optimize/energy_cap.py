@@ -95,7 +95,7 @@ def fastest_within(cap: float, const: float, scale: float, mult: Affine, what: s
             # p_hi), or the certificate would stay at the last level proven before it.
             band = (p, p) if band is None else (min(band[0], p), max(band[1], p))
         if band is not None and not p_in < band[0] <= band[1] < p_out:
-            band = None if band[0] >= p_out or band[1] <= p_in else (max(band[0], p_in), min(band[1], p_out))
+            band = None      # a probe beside the band proved a level past it: the band is behind
     gap = (best.time_ns - lower) / best.time_ns if best.time_ns > 0 else 0.0
     done = "certified" if gap <= 10 * rel_gap else "not certified: the bisection stopped"
     return best, lower, f"{what}: {done}, relative gap {gap:.1e}"
