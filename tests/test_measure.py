@@ -160,6 +160,10 @@ def test_cli_table(dlrm):
     res = CliRunner().invoke(main, ["measure", str(DLRM), "-n", str(REAL / "ring8.yml")])
     assert res.exit_code == 0, res.output
     assert "step: mean 16.0078 ms, max 19.9010 ms (rank 1); start to end across ranks 20.8230 ms" in res.output
+    # one profiled step: no spread columns, and the output says the spread is not measured
+    assert res.output.splitlines()[2].split() == ["rank", "step", "GPU", "compute", "exposed", "comm", "CPU-bound", "idle", "starts", "after", "first"]
+    assert ("note: one profiled step per rank: how much the step varies is not measured (profile several steps: "
+            "torch.profiler's schedule with active=N)") in res.output.splitlines()
 
 
 def test_several_steps_are_averaged_and_spanned_per_step(tmp_path):
@@ -176,6 +180,9 @@ def test_several_steps_are_averaged_and_spanned_per_step(tmp_path):
     assert [r.steps for r in m.ranks] == [2, 2] and m.ranks[0].step_ns == 1_000_000
     assert m.span_ns == 1_010_000        # per step: rank 0's start to rank 1's end, not first to last step
     assert len(m.collectives) == 4
+    # two equal steps: the mean is exact
+    assert all(r.step_durations_ns == (1_000_000, 1_000_000) and r.step_sem_ns == 0 for r in m.ranks)
+    assert m.step_noise == (0.0, 1)
 
 
 def test_a_cpu_gloo_run_measures_its_gloo_operators(tmp_path):

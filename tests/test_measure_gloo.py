@@ -70,6 +70,37 @@ def test_step_per_rank_is_the_raw_profiler_steps_mean(which, request):
         assert r.gpu_compute_ns == 0 and min(parts) >= 0 and sum(parts) == pytest.approx(r.step_ns)
 
 
+@pytest.mark.parametrize("which", list(SETS))
+def test_step_noise_is_the_standard_error_of_the_raw_steps(which, request):
+    import statistics
+
+    m, prefix = request.getfixturevalue(which), SETS[which][0]
+    rel = {}
+    for r in m.ranks:
+        steps = [_ns(e["dur"]) for e in _raw(prefix, r.rank) if e["name"].startswith("ProfilerStep#")]
+        assert list(r.step_durations_ns) == steps
+        assert r.step_sem_ns == pytest.approx(statistics.stdev(steps) / 3 ** 0.5, rel=1e-12)
+        rel[r.rank] = statistics.stdev(steps) / 3 ** 0.5 / (sum(steps) / 3)
+    worst = max(rel, key=rel.get)
+    assert m.step_noise == (pytest.approx(rel[worst], rel=1e-12), worst)
+
+
+def test_pipeline_noise_is_named_by_measure_and_predict(tmp_path):
+    groups = ["--cpu-collective-groups", str(PIPE_GROUPS)]
+    res = CliRunner().invoke(main, ["measure", str(PIPE), "-n", str(REAL / "ring2x2.yml")] + groups)
+    assert res.exit_code == 0, res.output
+    # rank 2's steps: 26.064, 9.741 and 41.357 ms
+    line = ("note: the measured steps vary (rank 2's 3 steps take 9.741 to 41.357 ms): its mean step is known to "
+            "+-35.5% (standard error), so errors within about twice that are inside the measurement's own noise; "
+            "profile more steps to narrow it")
+    assert line in res.output.splitlines()
+    assert "shortest" in res.output.splitlines()[2]
+    res = CliRunner().invoke(main, ["measure", str(PIPE), "--json"] + groups)
+    data = json.loads(res.output)
+    assert data["step_sem_rel_max"] == pytest.approx(0.355, abs=5e-4)
+    assert data["ranks"][2]["steps_ns"] == [26064045, 9740630, 41357008]
+
+
 def test_ddp_collectives_are_its_two_buckets_each_step(ddp):
     # DDP issues the 8320-float bucket first on every rank, though gloo starts them out of order
     assert [(c.kind, c.size_bytes) for c in ddp.collectives] == [("ALL_REDUCE", 33280), ("ALL_REDUCE", 16640)] * 3
@@ -305,3 +336,5 @@ def test_pipeline_sends_calibrate_their_dimension(tmp_path):
     assert not any("does not time" in n for n in out["notes"])       # the sends are the network's now
     assert out["transfer_modelled_ns"] == pytest.approx(out["transfer_measured_ns"], rel=1e-3)
     assert out["mean"]["gpu_faithful_error"] == pytest.approx(-0.146, abs=1e-3)
+    # the error is inside the measurement's own noise, and the comparison says so
+    assert any(n.startswith("the measured steps vary (rank 2's 3 steps") for n in out["notes"])

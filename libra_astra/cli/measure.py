@@ -42,6 +42,7 @@ def measure_command(kineto: tuple[str, ...], network: str | None, as_json: bool,
       libra-astra measure tests/fixtures/real/measured/tpdp4k/tpdp4k -n tests/fixtures/real/ring2x2.yml \\
           --cpu-collective-groups tests/fixtures/real/measured/tpdp4k/tpdp4k.groups.yml
     """
+    from ..measure.compare import step_noise_note
     from ..measure.measurement import measure, measurement_to_dict
     from ..model.network import load_network
 
@@ -63,13 +64,20 @@ def measure_command(kineto: tuple[str, ...], network: str | None, as_json: bool,
     click.echo(f"step: mean {fmt_time(m.mean_step_ns)}, max {fmt_time(m.max_step_ns)} (rank {slow.rank}); "
                f"start to end across ranks {fmt_time(m.span_ns)}")
     first = min(r.start_ns for r in m.ranks)
-    rows = [["rank", "step", "GPU compute", "exposed comm", "CPU-bound", "idle", "starts after first"]]
+    several = m.step_noise is not None
+    rows = [["rank", "step", *(["shortest", "longest"] if several else []), "GPU compute", "exposed comm",
+             "CPU-bound", "idle", "starts after first"]]
     for r in m.ranks:
-        rows.append([str(r.rank), fmt_time(r.step_ns, 3), fmt_time(r.gpu_compute_ns, 3),
+        spread = [fmt_time(min(r.step_durations_ns), 3), fmt_time(max(r.step_durations_ns), 3)] if several else []
+        rows.append([str(r.rank), fmt_time(r.step_ns, 3), *spread, fmt_time(r.gpu_compute_ns, 3),
                      fmt_time(r.exposed_comm_ns, 3), fmt_time(r.cpu_bound_ns, 3), fmt_time(r.idle_ns, 3),
                      fmt_time(r.start_ns - first, 3)])
-    for line in table(rows, right={1, 2, 3, 4, 5, 6}):
+    for line in table(rows, right=set(range(1, len(rows[0])))):
         click.echo(line)
+    noise = step_noise_note(m)
+    click.echo(f"note: {noise}" if noise else
+               "note: one profiled step per rank: how much the step varies is not measured (profile several "
+               "steps: torch.profiler's schedule with active=N)")
     click.echo("collectives (transfer: the shortest instance across the ranks; wait: the rest, per rank):")
     rows = [["#", "kind", "size", "group", "dimension", "transfer", "on rank", "wait mean", "wait max"]]
     for c, d in zip(m.collectives, m.dims):

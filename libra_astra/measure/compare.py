@@ -101,12 +101,27 @@ def compare(m: Measurement, profiles: Sequence[RankProfile], net: Network, links
     baseline = run(lambda c: c.transfer_ns)
     if not m.host_only:
         notes += _host_bound_note(m, baseline)
+    noise = step_noise_note(m)
+    if noise:
+        notes.append(noise)
     rows = []
     for s, p, b in zip(m.ranks, predicted, baseline):
         astra = float(astra_finish_ns[s.rank]) if astra_finish_ns is not None else None
         rows.append(RankComparison(s.rank, s.step_ns, float(p.step_ns), float(b.step_ns), astra))
     return Comparison(m.source, model, tuple(rows), sum(c.transfer_ns for c in m.collectives), sum(modelled),
                       tuple(notes), label)
+
+
+def step_noise_note(m: Measurement) -> str | None:
+    """How well the measurement itself knows the mean step, in one line (None: one step per rank)."""
+    if m.step_noise is None:
+        return None
+    rel, rank = m.step_noise
+    r = m.step_of(rank)
+    d = r.step_durations_ns
+    return (f"the measured steps vary (rank {rank}'s {len(d)} steps take {min(d) / 1e6:.3f} to {max(d) / 1e6:.3f} ms): "
+            f"its mean step is known to +-{rel:.1%} (standard error), so errors within about twice that are "
+            "inside the measurement's own noise; profile more steps to narrow it")
 
 
 def _host_bound_note(m: Measurement, replayed: Sequence[ReplayedRank]) -> list[str]:

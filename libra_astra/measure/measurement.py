@@ -51,6 +51,15 @@ class Measurement:
         return sum(max(r.windows[k][1] for r in self.ranks) - min(r.windows[k][0] for r in self.ranks)
                    for k in range(n)) / n
 
+    @property
+    def step_noise(self) -> tuple[float, int] | None:
+        """(the largest relative standard error of a rank's mean step, that rank); None when some
+        rank profiled one step: a prediction cannot be judged closer than this error."""
+        if any(len(r.windows) < 2 for r in self.ranks):
+            return None
+        rel, rank = max((r.step_sem_ns / r.step_ns, r.rank) for r in self.ranks)
+        return rel, rank
+
     def step_of(self, rank: int) -> RankStep:
         for r in self.ranks:
             if r.rank == rank:
@@ -112,10 +121,11 @@ def measurement_to_dict(m: Measurement) -> dict[str, Any]:
         "format": "libra_astra.measurement", "version": 1, "source": m.source, "world_size": m.world_size,
         "host_only": m.host_only,
         "step_mean_ns": m.mean_step_ns, "step_max_ns": m.max_step_ns, "start_to_end_ns": m.span_ns,
+        "step_sem_rel_max": None if m.step_noise is None else m.step_noise[0],
         "ranks": [{"rank": r.rank, "steps": r.steps, "start_ns": r.start_ns, "end_ns": r.end_ns,
                    "step_ns": r.step_ns, "gpu_compute_ns": r.gpu_compute_ns, "exposed_comm_ns": r.exposed_comm_ns,
                    "cpu_bound_ns": r.cpu_bound_ns, "idle_ns": r.idle_ns, "comm_ns": r.comm_ns,
-                   "clock_offset_ns": off}
+                   "clock_offset_ns": off, "steps_ns": list(r.step_durations_ns), "step_sem_ns": r.step_sem_ns}
                   for r, off in zip(m.ranks, m.clock_offsets_ns)],
         "collectives": [{"index": c.index, "kind": c.kind, "size_bytes": c.size_bytes, "group": list(c.group),
                          "group_name": c.group_name, "dims": d, "ranks": list(c.ranks),

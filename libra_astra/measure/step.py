@@ -43,6 +43,19 @@ class RankStep:
     comm_ns: float          # communication activity inside the steps, exposed or not
     windows: tuple[tuple[int, int], ...] = ()   # each step's (start, end) on the corrected clock
 
+    @property
+    def step_durations_ns(self) -> tuple[int, ...]:
+        return tuple(e - s for s, e in self.windows)
+
+    @property
+    def step_sem_ns(self) -> float:
+        """Standard error of the mean step (sample standard deviation / sqrt(steps)); 0 for one step,
+        which says nothing about how much the step varies."""
+        d = self.step_durations_ns
+        if len(d) < 2:
+            return 0.0
+        return float(np.std(np.asarray(d, dtype=np.float64), ddof=1)) / len(d) ** 0.5
+
 
 def _active(spans: Sequence[tuple[int, int]], points: np.ndarray) -> np.ndarray:
     """Whether some span [start, end) holds each point."""
