@@ -56,8 +56,8 @@ PY = [sys.executable, "-c", "import sys; from libra_astra.cli import main; sys.a
 # reading every rank file with the completion check's blake2b digest. Its CPU bounds the ratio
 # any reader could reach on this machine.
 FLOOR = [sys.executable, "-c", "import hashlib, sys, numpy; from libra_astra.cli import main; "
-         "import libra_astra.astra.predict_inputs; "
-         "[hashlib.blake2b(open(p, 'rb').read(), digest_size=20).digest() for p in sys.argv[1:]]"]
+         "import libra_astra.astra.predict_inputs; from libra_astra.traces.files import read_file_bytes; "
+         "[hashlib.blake2b(read_file_bytes(p), digest_size=20).digest() for p in sys.argv[1:]]"]
 
 
 def spec(ranks: int, layers: int) -> dict:

@@ -42,8 +42,7 @@ def measure_command(kineto: tuple[str, ...], network: str | None, as_json: bool,
       libra-astra measure tests/fixtures/real/measured/tpdp4k/tpdp4k -n tests/fixtures/real/ring2x2.yml \\
           --cpu-collective-groups tests/fixtures/real/measured/tpdp4k/tpdp4k.groups.yml
     """
-    from ..measure.compare import step_noise_note
-    from ..measure.measurement import measure, measurement_to_dict
+    from ..measure.measurement import measure, measurement_to_dict, step_noise_note
     from ..model.network import load_network
 
     check_plot(plot_out, force)

@@ -27,7 +27,7 @@ from ..traces.cpu_groups import GroupMap
 from .cpu_replay import MODEL_NAME as CPU_MODEL_NAME
 from .cpu_replay import cpu_replay
 from .kineto import RankProfile
-from .measurement import Measurement, collective_dims
+from .measurement import Measurement, collective_dims, step_noise_note
 from .replay import MODEL_NAME, ReplayedRank, replay
 
 
@@ -110,18 +110,6 @@ def compare(m: Measurement, profiles: Sequence[RankProfile], net: Network, links
         rows.append(RankComparison(s.rank, s.step_ns, float(p.step_ns), float(b.step_ns), astra))
     return Comparison(m.source, model, tuple(rows), sum(c.transfer_ns for c in m.collectives), sum(modelled),
                       tuple(notes), label)
-
-
-def step_noise_note(m: Measurement) -> str | None:
-    """How well the measurement itself knows the mean step, in one line (None: one step per rank)."""
-    if m.step_noise is None:
-        return None
-    rel, rank = m.step_noise
-    r = m.step_of(rank)
-    d = r.step_durations_ns
-    return (f"the measured steps vary (rank {rank}'s {len(d)} steps take {min(d) / 1e6:.3f} to {max(d) / 1e6:.3f} ms): "
-            f"its mean step is known to +-{rel:.1%} (standard error), so errors within about twice that are "
-            "inside the measurement's own noise; profile more steps to narrow it")
 
 
 def _host_bound_note(m: Measurement, replayed: Sequence[ReplayedRank]) -> list[str]:

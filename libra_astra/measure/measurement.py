@@ -116,12 +116,25 @@ def measure(inputs: Sequence[str | Path], network: Network | None = None,
     return measure_profiles(profiles, notes, network, str(inputs[0]), group_map)
 
 
+def step_noise_note(m: Measurement) -> str | None:
+    """How well the measurement itself knows the mean step, in one line (None: one step per rank)."""
+    if m.step_noise is None:
+        return None
+    rel, rank = m.step_noise
+    r = m.step_of(rank)
+    d = r.step_durations_ns
+    return (f"the measured steps vary (rank {rank}'s {len(d)} steps take {min(d) / 1e6:.3f} to {max(d) / 1e6:.3f} ms): "
+            f"its mean step is known to +-{rel:.1%} (standard error), so errors within about twice that are "
+            "inside the measurement's own noise; profile more steps to narrow it")
+
+
 def measurement_to_dict(m: Measurement) -> dict[str, Any]:
+    noise = m.step_noise
     return {
         "format": "libra_astra.measurement", "version": 1, "source": m.source, "world_size": m.world_size,
         "host_only": m.host_only,
         "step_mean_ns": m.mean_step_ns, "step_max_ns": m.max_step_ns, "start_to_end_ns": m.span_ns,
-        "step_sem_rel_max": None if m.step_noise is None else m.step_noise[0],
+        "step_sem_rel_max": None if noise is None else noise[0],
         "ranks": [{"rank": r.rank, "steps": r.steps, "start_ns": r.start_ns, "end_ns": r.end_ns,
                    "step_ns": r.step_ns, "gpu_compute_ns": r.gpu_compute_ns, "exposed_comm_ns": r.exposed_comm_ns,
                    "cpu_bound_ns": r.cpu_bound_ns, "idle_ns": r.idle_ns, "comm_ns": r.comm_ns,
