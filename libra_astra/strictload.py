@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -44,22 +43,37 @@ def read_text(path: str | Path, what: str, missing_hint: str = "") -> str:
 
 # ---------------------------------------------------------------- JSON
 
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-
-
 def json_depth(text: str) -> int:
-    """Deepest bracket nesting of JSON text (strings skipped); linear, without recursion, in chunks."""
+    """Deepest bracket nesting of JSON text (brackets inside strings skipped); linear, without recursion,
+    vectorized in chunks (a regular expression over a 40 MB profile takes seconds)."""
     import numpy as np   # here, not at import: the command line's --help loads no numerical library
 
-    bare = _JSON_STRING.sub("", text).encode()
+    raw = text.encode()
     depth = best = 0
-    chunk = 1 << 24
-    for i in range(0, len(bare), chunk):
-        a = np.frombuffer(bare, dtype=np.uint8, count=min(chunk, len(bare) - i), offset=i)
-        step = ((a == 91) | (a == 123)).astype(np.int32) - ((a == 93) | (a == 125))
+    in_string = False   # carried across chunks, as is the run of backslashes a chunk ends with
+    run = 0
+    chunk = 1 << 22
+    for i in range(0, len(raw), chunk):
+        n = min(chunk, len(raw) - i)
+        a = np.frombuffer(raw, dtype=np.uint8, count=n, offset=i)
+        quote = a == 34
+        if run or raw.find(b"\\", i, i + n) >= 0:
+            # a quote after an odd run of backslashes is escaped
+            idx = np.arange(n, dtype=np.int32)
+            last_other = np.maximum.accumulate(np.where(a == 92, -1, idx))
+            before = np.empty(n, dtype=np.int32)
+            before[0] = run
+            before[1:] = idx[:-1] - last_other[:-1] + np.where(last_other[:-1] < 0, run, 0)
+            quote &= before % 2 == 0
+            run = int(n - 1 - last_other[-1]) + (run if last_other[-1] < 0 else 0)
+        # a byte after an odd count of real quotes is inside a string (its closing quote too)
+        inside = (np.cumsum(quote, dtype=np.int32) + in_string) & 1 == 1
+        outside = ~(inside | quote)
+        step = (((a == 91) | (a == 123)) & outside).view(np.int8) - (((a == 93) | (a == 125)) & outside).view(np.int8)
         c = np.cumsum(step, dtype=np.int64) + depth
         best = max(best, int(c.max()))
         depth = int(c[-1])
+        in_string = bool(inside[-1])
     return best
 
 

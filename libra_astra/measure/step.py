@@ -17,8 +17,6 @@ a gloo collective runs on a worker thread, else idle (GPU compute is 0).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
-
 import numpy as np
 
 from .comms import RankComm, is_comm_name
@@ -57,12 +55,18 @@ class RankStep:
         return float(np.std(np.asarray(d, dtype=np.float64), ddof=1)) / len(d) ** 0.5
 
 
-def _active(spans: Sequence[tuple[int, int]], points: np.ndarray) -> np.ndarray:
+def _spans(spans) -> np.ndarray:
+    """Spans as an (n, 2) int64 array (the caller may pass one already, to select from once per window)."""
+    if isinstance(spans, np.ndarray):
+        return spans
+    return np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+
+
+def _active(spans: np.ndarray, points: np.ndarray) -> np.ndarray:
     """Whether some span [start, end) holds each point."""
-    if not spans:
+    if not len(spans):
         return np.zeros(len(points), dtype=bool)
-    arr = np.asarray(spans, dtype=np.int64)
-    starts, ends = np.sort(arr[:, 0]), np.sort(arr[:, 1])
+    starts, ends = np.sort(spans[:, 0]), np.sort(spans[:, 1])
     return (np.searchsorted(starts, points, "right") - np.searchsorted(ends, points, "right")) > 0
 
 
@@ -72,18 +76,17 @@ def breakdown(window: tuple[int, int], comp, comm, cpu, sync,
     ``host_first``: a CPU-only run, where the step thread's work hides communication."""
     lo, hi = window
     # times relative to the window: epoch nanoseconds are beyond a double's exact integers
-    rel = [[(s - lo, e - lo) for s, e in spans if e > lo and s < hi] for spans in (comp, comm, cpu, sync)]
-    cuts = {0, hi - lo}
-    for spans in rel:
-        for s, e in spans:
-            cuts.add(max(s, 0))
-            cuts.add(min(e, hi - lo))
-    edges = np.array(sorted(cuts), dtype=np.int64)
+    rel = []
+    for spans in (comp, comm, cpu, sync):
+        arr = _spans(spans)
+        rel.append(arr[(arr[:, 1] > lo) & (arr[:, 0] < hi)] - lo)
+    edges = np.unique(np.concatenate([np.array([0, hi - lo], dtype=np.int64)]
+                                     + [np.clip(r, 0, hi - lo).ravel() for r in rel]))
     if len(edges) < 2:
         return 0.0, 0.0, 0.0, float(hi - lo), 0.0
     # doubled so that every segment's midpoint is an integer
     mids, width = edges[:-1] + edges[1:], np.diff(edges).astype(np.float64)
-    comp, comm, cpu, sync = ([(2 * s, 2 * e) for s, e in spans] for spans in rel)
+    comp, comm, cpu, sync = (2 * r for r in rel)
     a_comp, a_comm = _active(comp, mids), _active(comm, mids)
     a_cpu = _active(cpu, mids) & ~_active(sync, mids)
     g = float(width[a_comp].sum())
@@ -122,6 +125,7 @@ def rank_step(prof: RankProfile, comms: list[RankComm], offset_ns: int) -> RankS
            if o.tid == main and not o.annotation and not is_comm_name(o.name)]
     sync = [(c.start_ns, c.end_ns) for c in prof.runtime if c.tid == main
             and (c.name.lower().endswith("synchronize") or c.name.lower() in ("cudamemcpy", "cudamemcpy2d"))]
+    comp, comm, cpu, sync = (_spans(x) for x in (comp, comm, cpu, sync))
     sums = np.zeros(5)
     for w in windows:
         sums += breakdown(w, comp, comm, cpu, sync, host_first=not prof.device)
