@@ -25,6 +25,7 @@ thread's waits are the gaps the rules read); with a network's transfers it predi
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -33,7 +34,8 @@ from .collectives import MeasuredCollective
 from .comms import RankComm
 from .gloo import run_comms
 from .kineto import HostOp, RankProfile
-from .replay import ReplayedRank, collective_keys, settle
+from .replay import ReplayedRank, collective_keys
+from .settle import RankEvents, settle, settle_events
 from .step import step_windows
 
 MODEL_NAME = ("host-faithful (CPU run replayed: the step thread's operators in recorded order, gloo collectives "
@@ -68,9 +70,11 @@ def _rank_graph(prof: RankProfile, comms: list[RankComm], coll_of: dict[tuple[in
             and c.end_ns >= lo and c.start_ns <= hi]
     # events in recorded time order: main operators by start, gloo operators by start
     events = sorted([(o.start_ns, 0, i) for i, o in enumerate(main)] + [(c.start_ns, 1, i) for i, c in enumerate(gloo)])
+    main_ends = [o.end_ns for o in main]
+    gloo_ends: list[tuple[int, int]] = []    # (end, node) of the gloo operators so far
     rec: dict[int, tuple[int, int]] = {}
     nodes: list[_Node] = []
-    key_main, key_gloo, end_main = {}, {}, {}
+    key_main, end_main = {}, {}
     last_on: dict[tuple, int] = {}
     prev_main = None
     for _, kind, i in events:
@@ -79,10 +83,10 @@ def _rank_graph(prof: RankProfile, comms: list[RankComm], coll_of: dict[tuple[in
             o = main[i]
             deps = [(prev_main, False)] if prev_main is not None else []
             lo_gap = rec[prev_main][1] if prev_main is not None else lo
-            waited = [(rec[j][1], j) for j in key_gloo.values()
-                      if lo_gap <= rec[j][1] <= o.start_ns + WAIT_TOLERANCE_NS]
-            if waited:
-                deps.append((max(waited)[1], False))
+            # the gloo operator that ended last in the gap before this operator
+            at = bisect.bisect_right(gloo_ends, (o.start_ns + WAIT_TOLERANCE_NS, len(nodes)))
+            if at and gloo_ends[at - 1][0] >= lo_gap:
+                deps.append((gloo_ends[at - 1][1], False))
             start, end = o.start_ns, o.end_ns
             prev_main = k
             key_main[i] = end_main[i] = k
@@ -90,15 +94,22 @@ def _rank_graph(prof: RankProfile, comms: list[RankComm], coll_of: dict[tuple[in
             c = gloo[i]
             deps = []
             # the step thread's operator that made the c10d:: call (none for an unpaired gloo operator)
-            j_caller = next((j for j, o in enumerate(main) if j in key_main
-                             and o.start_ns <= c.launch_ns <= o.end_ns), None) if c.caller else None
+            j_caller = None
+            if c.caller:
+                # outermost operators do not overlap: their ends rise with their starts
+                j = bisect.bisect_left(main_ends, c.launch_ns)
+                while j < len(main) and main[j].start_ns <= c.launch_ns:
+                    if j in key_main:
+                        j_caller = j
+                        break
+                    j += 1
             if j_caller is not None:
                 deps.append((key_main[j_caller], True))
             if c.thread in last_on:
                 deps.append((last_on[c.thread], False))
             start, end = c.start_ns, c.end_ns
             last_on[c.thread] = k
-            key_gloo[i] = k
+            bisect.insort(gloo_ends, (c.end_ns, k))
         refs = [rec[j][0] if from_start else rec[j][1] for j, from_start in deps]
         base = max(refs, default=lo)
         coll = coll_of.get((c.start_ns, c.name)) if kind == 1 else None
@@ -112,9 +123,10 @@ def _rank_graph(prof: RankProfile, comms: list[RankComm], coll_of: dict[tuple[in
             rec[k + 1] = (c.end_ns, o.end_ns)
             end_main[j_caller] = prev_main = k + 1
     bounds = []
+    main_starts = [o.start_ns for o in main]
     for w_lo, w_hi in windows:
-        inside = [i for i, o in enumerate(main) if w_lo <= o.start_ns <= w_hi]
-        bounds.append((w_lo, w_hi, key_main[inside[0]] if inside else None, end_main[inside[-1]] if inside else None))
+        a, b = bisect.bisect_left(main_starts, w_lo), bisect.bisect_right(main_starts, w_hi)
+        bounds.append((w_lo, w_hi, key_main[a] if a < b else None, end_main[b - 1] if a < b else None))
     return nodes, rec, (lo, hi), bounds
 
 
@@ -132,6 +144,21 @@ def _times(nodes: list[_Node], lo: int, release: dict[int, int], transfer: dict[
     return start, end, ready
 
 
+def _events(nodes: list[_Node], lo: int, transfer: dict[int, int], tail: dict[int, int]) -> RankEvents:
+    """The rank's nodes for :func:`settle_events`, timed as :func:`_times` times them."""
+    def start_of(k: int, start: list, end: list) -> int:
+        return max((start[j] if from_start else end[j] for j, from_start in nodes[k].deps), default=lo) + nodes[k].lag_ns
+
+    def end_of(k: int, start: list, end: list, release: int | None) -> int:
+        n, s = nodes[k], start[k]
+        if n.coll is None:
+            return s + n.dur_ns
+        return max(s, max(s, release) + transfer[n.coll] + tail.get(n.coll, 0))
+
+    return RankEvents([[2 * j + (not from_start) for j, from_start in n.deps] for n in nodes],
+                      [()] * len(nodes), [n.coll for n in nodes], start_of, end_of)
+
+
 def cpu_replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCollective],
                transfer_ns: Callable[[MeasuredCollective], int], world: int,
                offsets_ns: Sequence[int] | None = None, group_map: GroupMap | None = None) -> list[ReplayedRank]:
@@ -147,8 +174,10 @@ def cpu_replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCo
         last = max(c.start_ns - off[r] for r, c in inst)
         for r, c in inst:
             tails[r][i] = (c.end_ns - off[r]) - (last + collectives[i].transfer_ns)
-    results = settle(lambda r, release: _times(graphs[r][0], graphs[r][2][0], release, transfer, tails[r]),
-                     list(graphs), len(collectives), off)
+    results = settle_events({r: _events(g[0], g[2][0], transfer, tails[r]) for r, g in graphs.items()}, off)
+    if results is None:
+        results = settle(lambda r, release: _times(graphs[r][0], graphs[r][2][0], release, transfer, tails[r]),
+                         list(graphs), len(collectives), off)
     out = []
     for p in profiles:
         nodes, rec, (lo, _), bounds = graphs[p.rank]

@@ -32,6 +32,7 @@ from ..errors import LibraError
 from .collectives import MeasuredCollective, match
 from .gloo import run_comms
 from .kineto import RankProfile
+from .settle import RankEvents, settle, settle_events
 from .step import step_windows
 
 MODEL_NAME = "GPU-faithful (measured profile replayed: stream order, launches, recorded waits and syncs)"
@@ -174,25 +175,38 @@ def collective_keys(profiles: Sequence[RankProfile], comms: dict, collectives: S
     return coll_of, instances
 
 
-def settle(times: Callable[[int, dict[int, int]], tuple[dict, dict, dict]], ranks: Sequence[int], count: int,
-           off: dict[int, int]) -> dict[int, tuple[dict, dict]]:
-    """Each rank's (start, end) of every node once the collectives' releases reach their fixed
-    point: ``times(rank, releases on its clock)`` replays one rank and gives (start, end, ready
-    of each collective); a release is its last member's readiness on the shared clock."""
-    release: dict[int, int] = {}
-    results: dict[int, tuple[dict, dict]] = {}
-    for _ in range(count + 2):
-        ready_all: dict[int, list[int]] = {}
-        for r in ranks:
-            start, end, ready = times(r, {i: t + off[r] for i, t in release.items()})
-            results[r] = (start, end)
-            for i, t in ready.items():
-                ready_all.setdefault(i, []).append(t - off[r])
-        new = {i: max(ts) for i, ts in ready_all.items()}
-        if new == release:
-            break
-        release = new
-    return results
+def _settle_keyed(graphs: dict, orders: dict, transfer: dict[int, int], off: dict[int, int]) -> dict | None:
+    """:func:`settle_events` on the keyed graphs, timed as :func:`_times` times them; per rank
+    (start, end) by node key, or None for a cycle."""
+    events, keys = {}, {}
+    for r, (nodes, (lo, _), _) in graphs.items():
+        order = orders[r]
+        index = {k: i for i, k in enumerate(order)}
+        items = [nodes[k] for k in order]
+        blocked = [n.sync and len(n.deps) > 1 for n in items]
+        start_needs = [[2 * index[n.deps[0]] + 1] if b else [2 * index[d] + 1 for d in n.deps]
+                       for n, b in zip(items, blocked)]
+        end_needs = [[2 * index[n.deps[-1]] + 1] if b else () for n, b in zip(items, blocked)]
+
+        def start_of(i, start, end, items=items, blocked=blocked, index=index, lo=lo):
+            n = items[i]
+            deps = n.deps[:1] if blocked[i] else n.deps
+            return max((end[index[d]] for d in deps), default=lo) + n.lag_ns
+
+        def end_of(i, start, end, release, items=items, blocked=blocked, index=index):
+            n, s = items[i], start[i]
+            if blocked[i]:      # a synchronizing call: ends after the device op it waits for
+                return max(s, end[index[n.deps[-1]]]) + n.dur_ns
+            if n.coll is not None:
+                return max(s, release) + transfer[n.coll]
+            return s + n.dur_ns
+
+        events[r] = RankEvents(start_needs, end_needs, [n.coll for n in items], start_of, end_of)
+        keys[r] = order
+    solved = settle_events(events, off)
+    if solved is None:
+        return None
+    return {r: (dict(zip(keys[r], s)), dict(zip(keys[r], e))) for r, (s, e) in solved.items()}
 
 
 def replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCollective],
@@ -207,8 +221,10 @@ def replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCollec
     # the release of a collective is when its last member is ready; iterate to the fixed point
     # each rank starts its step when it did; a release is on the shared (corrected) clock
     off = dict(zip((p.rank for p in profiles), offsets_ns or [0] * len(profiles)))
-    results = settle(lambda r, release: _times(graphs[r][0], orders[r], graphs[r][1][0], release, transfer),
-                     list(graphs), len(collectives), off)
+    results = _settle_keyed(graphs, orders, transfer, off)
+    if results is None:
+        results = settle(lambda r, release: _times(graphs[r][0], orders[r], graphs[r][1][0], release, transfer),
+                         list(graphs), len(collectives), off)
     out = []
     for p in profiles:
         nodes, (lo, hi), bounds = graphs[p.rank]
