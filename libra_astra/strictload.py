@@ -43,6 +43,9 @@ def read_text(path: str | Path, what: str, missing_hint: str = "") -> str:
 
 # ---------------------------------------------------------------- JSON
 
+_DEPTH_CHUNK_BYTES = 1 << 22
+
+
 def json_depth(text: str) -> int:
     """Deepest bracket nesting of JSON text (brackets inside strings skipped); linear, without recursion,
     vectorized in chunks (a regular expression over a 40 MB profile takes seconds)."""
@@ -52,7 +55,7 @@ def json_depth(text: str) -> int:
     depth = best = 0
     in_string = False   # carried across chunks, as is the run of backslashes a chunk ends with
     run = 0
-    chunk = 1 << 22
+    chunk = _DEPTH_CHUNK_BYTES
     for i in range(0, len(raw), chunk):
         n = min(chunk, len(raw) - i)
         a = np.frombuffer(raw, dtype=np.uint8, count=n, offset=i)

@@ -234,3 +234,52 @@ def test_bad_limit_value_is_one_line(monkeypatch):
     monkeypatch.setenv("LIBRA_ASTRA_MAX_NESTING_DEPTH", "lots")
     with pytest.raises(LibraError, match=r"LIBRA_ASTRA_MAX_NESTING_DEPTH='lots': must be a positive integer"):
         loads_json("[]", "d.json", "demand")
+
+
+def _depth_by_hand(text: str) -> int:
+    """Bracket depth outside strings, one character at a time (the reference for json_depth)."""
+    depth = best = 0
+    inside = escaped = False
+    for ch in text:
+        if inside:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                inside = False
+        elif ch == '"':
+            inside = True
+        elif ch in "[{":
+            depth += 1
+            best = max(best, depth)
+        elif ch in "]}":
+            depth -= 1
+    return best
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 1 << 22])
+def test_json_depth_skips_brackets_in_strings_across_chunks(monkeypatch, chunk):
+    import json
+    import random
+
+    from libra_astra import strictload
+
+    monkeypatch.setattr(strictload, "_DEPTH_CHUNK_BYTES", chunk)
+    leaves = ['"a\\\\"', '"x[{\\"]"', '"\\\\\\"{"', "1", '"]]]"', "null", '"\\u00e9[["', '"\\\\\\\\\\\\"', '"é{"']
+    rng = random.Random(7)
+
+    def doc(depth: int = 0) -> str:
+        r = rng.random()
+        if depth > 5 or r < 0.3:
+            return rng.choice(leaves)
+        if r < 0.65:
+            return "[" + ",".join(doc(depth + 1) for _ in range(rng.randint(0, 3))) + "]"
+        return "{" + ",".join(f'"k{i}\\\\[":' + doc(depth + 1) for i in range(rng.randint(0, 3))) + "}"
+
+    for _ in range(300):
+        text = doc()
+        json.loads(text)
+        assert strictload.json_depth(text) == _depth_by_hand(text), text
+    # a closing bracket inside a string cannot hide real nesting
+    assert strictload.json_depth('["]]]]", [[[["\\"]"]]]]]') == 5
