@@ -63,7 +63,7 @@ def calibrate_command(kineto: tuple[str, ...], network: str, out_dir: str | None
         q = k.quality
         held = q.held_out_median_abs_error
         rows.append([k.dim, k.kind, str(q.points), fmt_time(k.alpha_ns, 1),
-                     f"{k.bw_gbps:.2f} GB/s" if k.bw_gbps else "-",
+                     f"{k.bw_gbps:.3g} GB/s" if k.bw_gbps else "-",
                      f"{100 * q.median_abs_error:.1f}% / {100 * q.max_abs_error:.1f}%",
                      f"{100 * held:.1f}%" if held is not None else "-"])
     click.echo("alpha-beta per kind: t = latency + ring traffic per NPU / bandwidth")
@@ -73,7 +73,8 @@ def calibrate_command(kineto: tuple[str, ...], network: str, out_dir: str | None
     for d in cal.dims:
         impl = ", ".join(f"{k} {v}" for k, v in d.implementations)
         held = d.quality.held_out_median_abs_error
-        click.echo(f"  {d.dim}: latency {d.latency_ns:.1f} ns per hop, bandwidth {d.bw_gbps:.3f} GB/s; {impl}"
+        click.echo(f"  {d.dim}: latency {d.latency_ns:.1f} ns per hop, bandwidth {d.bw_gbps:.4g} GB/s"
+                   + (f"; {impl}" if impl else "")
                    + (f"; held out median error {100 * held:.1f}%" if held is not None else ""))
     rows = [["#", "kind", "size", "dimension", "measured", "ASTRA-sim", "error"]]
     for r in cal.checks:
