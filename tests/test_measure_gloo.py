@@ -32,6 +32,7 @@ PIPE = REAL / "measured" / "pipeline4k" / "pipeline4k"
 PIPE_GROUPS = REAL / "measured" / "pipeline4k" / "pipeline4k.groups.yml"
 BIN = os.environ.get("ASTRA_SIM_BIN", "")
 SETS = {"ddp": (DDP, None), "tpdp": (TPDP, TPDP_GROUPS), "pipe": (PIPE, PIPE_GROUPS)}
+STEPS = 100   # profiled steps per rank in every set (record.py --steps 100)
 
 
 def _raw(prefix: Path, rank: int) -> list[dict]:
@@ -64,8 +65,8 @@ def test_step_per_rank_is_the_raw_profiler_steps_mean(which, request):
     assert m.host_only and m.world_size == 4
     for r in m.ranks:
         steps = [_ns(e["dur"]) for e in _raw(prefix, r.rank) if e["name"].startswith("ProfilerStep#")]
-        assert len(steps) == r.steps == 3
-        assert r.step_ns == pytest.approx(sum(steps) / 3, abs=1e-6)
+        assert len(steps) == r.steps == STEPS
+        assert r.step_ns == pytest.approx(sum(steps) / STEPS, abs=1e-6)
         parts = (r.gpu_compute_ns, r.exposed_comm_ns, r.cpu_bound_ns, r.idle_ns)
         assert r.gpu_compute_ns == 0 and min(parts) >= 0 and sum(parts) == pytest.approx(r.step_ns)
 
@@ -79,8 +80,8 @@ def test_step_noise_is_the_standard_error_of_the_raw_steps(which, request):
     for r in m.ranks:
         steps = [_ns(e["dur"]) for e in _raw(prefix, r.rank) if e["name"].startswith("ProfilerStep#")]
         assert list(r.step_durations_ns) == steps
-        assert r.step_sem_ns == pytest.approx(statistics.stdev(steps) / 3 ** 0.5, rel=1e-12)
-        rel[r.rank] = statistics.stdev(steps) / 3 ** 0.5 / (sum(steps) / 3)
+        assert r.step_sem_ns == pytest.approx(statistics.stdev(steps) / STEPS ** 0.5, rel=1e-12)
+        rel[r.rank] = statistics.stdev(steps) / STEPS ** 0.5 / (sum(steps) / STEPS)
     worst = max(rel, key=rel.get)
     assert m.step_noise == (pytest.approx(rel[worst], rel=1e-12), worst)
 
@@ -89,27 +90,28 @@ def test_pipeline_noise_is_named_by_measure_and_predict(tmp_path):
     groups = ["--cpu-collective-groups", str(PIPE_GROUPS)]
     res = CliRunner().invoke(main, ["measure", str(PIPE), "-n", str(REAL / "ring2x2.yml")] + groups)
     assert res.exit_code == 0, res.output
-    # rank 2's steps: 26.064, 9.741 and 41.357 ms
-    line = ("note: the measured steps vary (rank 2's 3 steps take 9.741 to 41.357 ms): its mean step is known to "
-            "+-35.5% (standard error), so errors within about twice that are inside the measurement's own noise; "
+    # rank 3's 100 steps: 8.190 to 36.407 ms
+    line = ("note: the measured steps vary (rank 3's 100 steps take 8.190 to 36.407 ms): its mean step is known to "
+            "+-3.0% (standard error), so errors within about twice that are inside the measurement's own noise; "
             "profile more steps to narrow it")
     assert line in res.output.splitlines()
     assert "shortest" in res.output.splitlines()[2]
     res = CliRunner().invoke(main, ["measure", str(PIPE), "--json"] + groups)
     data = json.loads(res.output)
-    assert data["step_sem_rel_max"] == pytest.approx(0.355, abs=5e-4)
-    assert data["ranks"][2]["steps_ns"] == [26064045, 9740630, 41357008]
+    assert data["step_sem_rel_max"] == pytest.approx(0.0301, abs=5e-5)
+    assert len(data["ranks"][2]["steps_ns"]) == STEPS
+    assert data["ranks"][2]["steps_ns"][:3] == [32617817, 27280561, 14641112]
 
 
 def test_ddp_collectives_are_its_two_buckets_each_step(ddp):
     # DDP issues the 8320-float bucket first on every rank, though gloo starts them out of order
-    assert [(c.kind, c.size_bytes) for c in ddp.collectives] == [("ALL_REDUCE", 33280), ("ALL_REDUCE", 16640)] * 3
+    assert [(c.kind, c.size_bytes) for c in ddp.collectives] == [("ALL_REDUCE", 33280), ("ALL_REDUCE", 16640)] * STEPS
     assert all(c.group == (0, 1, 2, 3) and c.complete for c in ddp.collectives) and set(ddp.dims) == {"ring"}
+    raw = {r: {_ns(e["dur"]) for e in _raw(DDP, r) if e["name"] == "gloo:all_reduce"} for r in range(4)}
     for c in ddp.collectives:
         assert c.transfer_ns == min(c.durations_ns)
         for r, d in zip(c.ranks, c.durations_ns):
-            raw = {_ns(e["dur"]) for e in _raw(DDP, r) if e["name"] == "gloo:all_reduce"}
-            assert d in raw
+            assert d in raw[r]
     assert ddp.assumptions == ()
 
 
@@ -121,25 +123,25 @@ def test_tpdp_collectives_have_their_groups_and_sizes(tpdp):
         assert c.complete and c.transfer_ns == min(c.durations_ns)
     assert set(got) == {("ALL_REDUCE", 1024, "tp"), ("ALL_GATHER", 1024, "tp"), ("REDUCE_SCATTER", 4096, "dp"),
                         ("ALL_TO_ALL", 2048, "tp+dp")}
-    # 3 steps: one per TP (DP) group per step, one world all-to-all per step
-    assert sorted(got[("ALL_REDUCE", 1024, "tp")]) == sorted(sorted(tp) * 3)
-    assert sorted(got[("ALL_GATHER", 1024, "tp")]) == sorted(sorted(tp) * 3)
-    assert sorted(got[("REDUCE_SCATTER", 4096, "dp")]) == sorted(sorted(dp) * 3)
-    assert got[("ALL_TO_ALL", 2048, "tp+dp")] == [(0, 1, 2, 3)] * 3
+    # one per TP (DP) group per step, one world all-to-all per step
+    assert sorted(got[("ALL_REDUCE", 1024, "tp")]) == sorted(sorted(tp) * STEPS)
+    assert sorted(got[("ALL_GATHER", 1024, "tp")]) == sorted(sorted(tp) * STEPS)
+    assert sorted(got[("REDUCE_SCATTER", 4096, "dp")]) == sorted(sorted(dp) * STEPS)
+    assert got[("ALL_TO_ALL", 2048, "tp+dp")] == [(0, 1, 2, 3)] * STEPS
     assert tpdp.assumptions == ()
 
 
 def test_pipeline_sends_and_receives_are_between_the_stages(pipe):
     p2p = [(c.group, c.size_bytes, d) for c, d in zip(pipe.collectives, pipe.dims) if c.kind == "P2P"]
     # per step: activations r -> r + 2 and gradients back, 8 x 64 floats each
-    assert sorted(p2p) == sorted([((0, 2), 2048, "dp"), ((1, 3), 2048, "dp")] * 6)
+    assert sorted(p2p) == sorted([((0, 2), 2048, "dp"), ((1, 3), 2048, "dp")] * 2 * STEPS)
     ars = [(c.group, c.size_bytes) for c in pipe.collectives if c.kind == "ALL_REDUCE"]
-    assert sorted(ars) == sorted([(g, b) for g in ((0, 1), (2, 3)) for b in (16384, 256, 16384, 256)] * 3)
+    assert sorted(ars) == sorted([(g, b) for g in ((0, 1), (2, 3)) for b in (16384, 256, 16384, 256)] * STEPS)
     # a send may end before its receive starts: no clock correction for that
     assert pipe.clock_offsets_ns == (0,) * 4 and pipe.assumptions == ()
     for r in pipe.ranks:
         raw = [e for e in _raw(PIPE, r.rank) if e["name"] in ("gloo:send", "gloo:recv")]
-        assert len(raw) == 6
+        assert len(raw) == 2 * STEPS
 
 
 def test_pipeline_each_step_waits_for_both_transfers():
@@ -158,7 +160,7 @@ def test_pipeline_each_step_waits_for_both_transfers():
 def test_tpdp_without_the_groups_says_they_were_guessed():
     # both of a rank's non-world groups have two members: the trace cannot tell TP from DP
     m = measure([str(TPDP)], load_network(REAL / "ring2x2.yml"))
-    assert any(a.startswith("gloo: the process group of 48 collective(s) is not fixed by the trace") and
+    assert any(a.startswith("gloo: the process group of 1600 collective(s) is not fixed by the trace") and
                a.endswith("give --cpu-collective-groups FILE") for a in m.assumptions)
     assert all(c.group == (0, 1, 2, 3) for c in m.collectives)
 
@@ -177,9 +179,9 @@ def test_calibration_held_out_is_a_fit_without_the_point(ddp):
     colls = ddp.collectives
     x = np.array([[1.0, ring_traffic_bytes(c.kind, c.size_bytes, 4)] for c in colls])
     y = np.array([float(c.transfer_ns) for c in colls])
-    assert len(k.quality.held_out) == 6
-    for i in range(6):
-        keep = np.arange(6) != i
+    assert len(k.quality.held_out) == len(colls) == 2 * STEPS
+    for i in range(len(colls)):
+        keep = np.arange(len(colls)) != i
         coef = robust_nnls(x[keep], y[keep])
         assert k.quality.held_out[i] == pytest.approx((x[i] @ coef - y[i]) / y[i], rel=1e-9)
     assert [r.measured_ns for r in cal.checks] == [c.transfer_ns for c in colls]
@@ -241,7 +243,7 @@ def test_measure_cli_takes_the_groups_file():
                                     "--cpu-collective-groups", str(TPDP_GROUPS), "--json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
-    assert data["host_only"] and len(data["collectives"]) == 21 and data["assumptions"] == []
+    assert data["host_only"] and len(data["collectives"]) == 7 * STEPS and data["assumptions"] == []
 
 
 @pytest.mark.parametrize("which", list(SETS))
@@ -280,8 +282,8 @@ def test_predict_measured_table_on_the_tp_dp_run(tmp_path):
 
 @pytest.mark.parametrize("which, network, extra, robust_err, total_err", [
     # mean host-faithful error under each fit, as measured (docs/time-models.md)
-    ("ddp", "ring4.yml", [], -0.327, -0.001),
-    ("tpdp", "ring2x2.yml", ["--cpu-collective-groups", str(TPDP_GROUPS)], -0.249, 0.018),
+    ("ddp", "ring4.yml", [], -0.101, -0.014),
+    ("tpdp", "ring2x2.yml", ["--cpu-collective-groups", str(TPDP_GROUPS)], -0.309, -0.008),
 ])
 def test_total_fit_adds_the_collectives_up_to_the_measured_ones(tmp_path, which, network, extra, robust_err,
                                                                  total_err):
@@ -322,7 +324,7 @@ def test_pipeline_sends_calibrate_their_dimension(tmp_path):
     data = json.loads((cal / "calibration.json").read_text())
     dp = next(d for d in data["dimensions"] if d["dim"] == "dp")
     sends = [r for r in data["astra_sim_check"] if r["kind"] == "P2P"]
-    assert len(sends) == 12 and all(r["dim"] == "dp" for r in sends)
+    assert len(sends) == 4 * STEPS and all(r["dim"] == "dp" for r in sends)
     # one message of 2,048 bytes over one hop of the Ring of 2, as ASTRA-sim times it
     assert all(r["astra_ns"] == int(dp["latency_ns"] + 2048 / dp["bw_gbps"]) for r in sends)
     # the check trace chains the collectives only
@@ -335,6 +337,6 @@ def test_pipeline_sends_calibrate_their_dimension(tmp_path):
     out = json.loads(res.output)["measured"]
     assert not any("does not time" in n for n in out["notes"])       # the sends are the network's now
     assert out["transfer_modelled_ns"] == pytest.approx(out["transfer_measured_ns"], rel=1e-3)
-    assert out["mean"]["gpu_faithful_error"] == pytest.approx(-0.146, abs=1e-3)
+    assert out["mean"]["gpu_faithful_error"] == pytest.approx(-0.039, abs=1e-3)
     # the error is inside the measurement's own noise, and the comparison says so
-    assert any(n.startswith("the measured steps vary (rank 2's 3 steps") for n in out["notes"])
+    assert any(n.startswith("the measured steps vary (rank 3's 100 steps") for n in out["notes"])
