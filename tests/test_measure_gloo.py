@@ -340,3 +340,45 @@ def test_pipeline_sends_calibrate_their_dimension(tmp_path):
     assert out["mean"]["gpu_faithful_error"] == pytest.approx(-0.039, abs=1e-3)
     # the error is inside the measurement's own noise, and the comparison says so
     assert any(n.startswith("the measured steps vary (rank 3's 100 steps") for n in out["notes"])
+
+
+def test_collectives_summed_up_by_kind_size_group_and_dimension(pipe):
+    from libra_astra.measure.summary import collective_classes
+
+    classes = collective_classes(pipe.collectives, pipe.dims)
+    assert sorted((k.kind, k.size_bytes, k.group, k.dim, k.count) for k in classes) == sorted(
+        [("P2P", 2048, g, "dp", 2 * STEPS) for g in ((0, 2), (1, 3))]
+        + [("ALL_REDUCE", b, g, "tp", 2 * STEPS) for g in ((0, 1), (2, 3)) for b in (16384, 256)])
+    for k in classes:
+        inst = [c for c, d in zip(pipe.collectives, pipe.dims) if (c.kind, c.size_bytes, c.group, d)
+                == (k.kind, k.size_bytes, k.group, k.dim)]
+        t = sorted(c.transfer_ns for c in inst)
+        assert (k.transfer_min_ns, k.transfer_max_ns, k.transfer_sum_ns) == (t[0], t[-1], sum(t))
+        assert k.transfer_median_ns == (t[len(t) // 2 - 1] + t[len(t) // 2]) / 2
+        assert k.wait_max_ns == max(c.wait_max_ns for c in inst)
+
+
+def test_calibration_checks_summed_up_add_up_to_each(ddp):
+    from libra_astra.measure.summary import check_classes
+
+    cal = calibrate(ddp, load_network(REAL / "ring4.yml"), "total")
+    classes = check_classes(cal.checks)
+    assert [(k.kind, k.size_bytes, k.count) for k in classes] == [("ALL_REDUCE", 33280, STEPS),
+                                                                 ("ALL_REDUCE", 16640, STEPS)]
+    assert sum(k.measured_sum_ns for k in classes) == sum(r.measured_ns for r in cal.checks)
+    assert sum(k.astra_sum_ns for k in classes) == sum(r.astra_ns for r in cal.checks)
+    # least squares with a latency column: each size's calibrated times add up to its measured ones
+    for k in classes:
+        assert k.astra_sum_ns == pytest.approx(k.measured_sum_ns, rel=2e-3)
+
+
+def test_measure_sums_up_many_collectives_unless_asked_for_each():
+    args = ["measure", str(TPDP), "-n", str(REAL / "ring2x2.yml"), "--cpu-collective-groups", str(TPDP_GROUPS)]
+    out = CliRunner().invoke(main, args).output.splitlines()
+    head = next(i for i, line in enumerate(out) if line.startswith("collectives:"))
+    assert out[head] == ("collectives: 700 in 7 kinds (transfer: the shortest instance across the ranks; wait: the "
+                         "rest, per rank; --each lists every one):")
+    assert [line.split()[5] for line in out[head + 2:head + 9]] == [str(STEPS)] * 7   # size is "1.024 kB"
+    each = CliRunner().invoke(main, args + ["--each"]).output.splitlines()
+    head = next(i for i, line in enumerate(each) if line.startswith("collectives (transfer"))
+    assert [line.split()[0] for line in each[head + 2:head + 2 + 7 * STEPS]] == [str(i) for i in range(7 * STEPS)]

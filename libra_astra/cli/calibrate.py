@@ -30,8 +30,11 @@ def _pct(x: float) -> str:
                    "to about what the run's did, slow instances included (a network whose speed varies, as "
                    "gloo on a loaded CPU).")
 @cpu_groups_option
+@click.option("--each", is_flag=True,
+              help="List every collective's check (by default more than 40 are summed up by kind, size and "
+                   "dimension; --json always lists each).")
 def calibrate_command(kineto: tuple[str, ...], network: str, out_dir: str | None, force: bool,
-                      as_json: bool, fit: str, cpu_groups: str | None) -> None:
+                      as_json: bool, fit: str, cpu_groups: str | None, each: bool) -> None:
     """Calibrate the network from a real run's Kineto traces (as `measure` reads them).
 
     For each network dimension, from the collectives that cross only it (each one's transfer:
@@ -48,6 +51,7 @@ def calibrate_command(kineto: tuple[str, ...], network: str, out_dir: str | None
     from ..measure.calibrate import calibrate, calibration_to_dict
     from ..measure.calibrate_files import write_calibration
     from ..measure.measurement import measure
+    from ..measure.summary import EACH_LIMIT, check_classes
     from ..model.network import load_network
 
     net = load_network(network)
@@ -76,11 +80,25 @@ def calibrate_command(kineto: tuple[str, ...], network: str, out_dir: str | None
         click.echo(f"  {d.dim}: latency {d.latency_ns:.1f} ns per hop, bandwidth {d.bw_gbps:.4g} GB/s"
                    + (f"; {impl}" if impl else "")
                    + (f"; held out median error {100 * held:.1f}%" if held is not None else ""))
-    rows = [["#", "kind", "size", "dimension", "measured", "ASTRA-sim", "error"]]
-    for r in cal.checks:
-        rows.append([str(r.index), r.kind, fmt_bytes(r.size_bytes), r.dim, fmt_time(r.measured_ns, 1),
-                     fmt_time(r.astra_ns, 1), _pct((r.astra_ns - r.measured_ns) / r.measured_ns)])
-    for line in table(rows, right={2, 4, 5, 6}):
+    if each or len(cal.checks) <= EACH_LIMIT:
+        rows = [["#", "kind", "size", "dimension", "measured", "ASTRA-sim", "error"]]
+        for r in cal.checks:
+            rows.append([str(r.index), r.kind, fmt_bytes(r.size_bytes), r.dim, fmt_time(r.measured_ns, 1),
+                         fmt_time(r.astra_ns, 1), _pct((r.astra_ns - r.measured_ns) / r.measured_ns)])
+        right = {2, 4, 5, 6}
+    else:
+        classes = check_classes(cal.checks)
+        click.echo(f"{len(cal.checks)} collectives in {len(classes)} kinds, measured against ASTRA-sim's time under "
+                   "the calibration (--each lists every one):")
+        rows = [["kind", "size", "dimension", "count", "measured median", "ASTRA-sim", "error", "measured sum",
+                 "ASTRA-sim sum", "error"]]
+        for k in classes:
+            rows.append([k.kind, fmt_bytes(k.size_bytes), k.dim, str(k.count), fmt_time(k.measured_median_ns, 1),
+                         fmt_time(k.astra_ns, 1), _pct((k.astra_ns - k.measured_median_ns) / k.measured_median_ns),
+                         fmt_time(k.measured_sum_ns, 1), fmt_time(k.astra_sum_ns, 1),
+                         _pct((k.astra_sum_ns - k.measured_sum_ns) / k.measured_sum_ns)])
+        right = {1, 3, 4, 5, 6, 7, 8, 9}
+    for line in table(rows, right=right):
         click.echo(line)
     for note in cal.notes:
         click.echo(f"note: {note}")

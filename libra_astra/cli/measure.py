@@ -20,8 +20,11 @@ from .measured import cpu_groups_option, load_cpu_groups
 @cpu_groups_option
 @plot_option("each rank's step with every collective's wait and transfer")
 @click.option("--force", is_flag=True, help="Overwrite the --plot file.")
+@click.option("--each", is_flag=True,
+              help="List every collective instance (by default more than 40 are summed up by kind, size, group "
+                   "and dimension; --json always lists each).")
 def measure_command(kineto: tuple[str, ...], network: str | None, as_json: bool, cpu_groups: str | None,
-                    plot_out: str | None, force: bool) -> None:
+                    plot_out: str | None, force: bool, each: bool) -> None:
     """Measure a real run from its ranks' Kineto traces (torch.profiler's JSON, plain or gzipped).
 
     KINETO is a PREFIX (files PREFIX.RANK.json[.gz]), a directory of them, or the files. Prints
@@ -43,6 +46,7 @@ def measure_command(kineto: tuple[str, ...], network: str | None, as_json: bool,
           --cpu-collective-groups tests/fixtures/real/measured/tpdp4k/tpdp4k.groups.yml
     """
     from ..measure.measurement import measure, measurement_to_dict, step_noise_note
+    from ..measure.summary import EACH_LIMIT, collective_classes
     from ..model.network import load_network
 
     check_plot(plot_out, force)
@@ -77,13 +81,30 @@ def measure_command(kineto: tuple[str, ...], network: str | None, as_json: bool,
     click.echo(f"note: {noise}" if noise else
                "note: one profiled step per rank: how much the step varies is not measured (profile several "
                "steps: torch.profiler's schedule with active=N)")
-    click.echo("collectives (transfer: the shortest instance across the ranks; wait: the rest, per rank):")
-    rows = [["#", "kind", "size", "group", "dimension", "transfer", "on rank", "wait mean", "wait max"]]
-    for c, d in zip(m.collectives, m.dims):
-        group = c.group_name or ("world" if len(c.group) == m.world_size else ",".join(map(str, c.group)))
-        rows.append([str(c.index), c.kind, fmt_bytes(c.size_bytes), group, d or "-", fmt_time(c.transfer_ns, 1),
-                     str(c.transfer_rank), fmt_time(c.wait_mean_ns, 1), fmt_time(c.wait_max_ns, 1)])
-    for line in table(rows, right={2, 5, 6, 7, 8}):
+    def group_label(group: tuple[int, ...], name: str) -> str:
+        return name or ("world" if len(group) == m.world_size else ",".join(map(str, group)))
+
+    if each or len(m.collectives) <= EACH_LIMIT:
+        click.echo("collectives (transfer: the shortest instance across the ranks; wait: the rest, per rank):")
+        rows = [["#", "kind", "size", "group", "dimension", "transfer", "on rank", "wait mean", "wait max"]]
+        for c, d in zip(m.collectives, m.dims):
+            rows.append([str(c.index), c.kind, fmt_bytes(c.size_bytes), group_label(c.group, c.group_name), d or "-",
+                         fmt_time(c.transfer_ns, 1), str(c.transfer_rank), fmt_time(c.wait_mean_ns, 1),
+                         fmt_time(c.wait_max_ns, 1)])
+        right = {2, 5, 6, 7, 8}
+    else:
+        classes = collective_classes(m.collectives, m.dims)
+        click.echo(f"collectives: {len(m.collectives)} in {len(classes)} kinds (transfer: the shortest instance "
+                   "across the ranks; wait: the rest, per rank; --each lists every one):")
+        rows = [["kind", "size", "group", "dimension", "count", "transfer min", "median", "max", "sum",
+                 "wait mean", "wait max"]]
+        for k in classes:
+            rows.append([k.kind, fmt_bytes(k.size_bytes), group_label(k.group, k.group_name), k.dim or "-",
+                         str(k.count), fmt_time(k.transfer_min_ns, 1), fmt_time(k.transfer_median_ns, 1),
+                         fmt_time(k.transfer_max_ns, 1), fmt_time(k.transfer_sum_ns, 1), fmt_time(k.wait_mean_ns, 1),
+                         fmt_time(k.wait_max_ns, 1)])
+        right = {1, 4, 5, 6, 7, 8, 9, 10}
+    for line in table(rows, right=right):
         click.echo(line)
     for note in m.assumptions:
         click.echo(f"note: {note}")
