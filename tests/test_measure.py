@@ -132,6 +132,25 @@ def test_malformed_profile_is_one_line(tmp_path, content, message):
     assert len(res.output.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("key, value, shown", [("ts", 1e30, "1e+30"), ("dur", 5e18, "5e+18"), ("ts", -5e15, "-5e+15")])
+def test_a_time_beyond_int64_nanoseconds_is_one_line(tmp_path, key, value, shown):
+    t = _rank_trace(0, 1)
+    t["traceEvents"][1][key] = value
+    (tmp_path / "run.0.json").write_text(json.dumps(t))
+    res = CliRunner().invoke(main, ["measure", str(tmp_path / "run")])
+    assert res.exit_code == 1 and res.output.strip().splitlines() == [
+        f"Error: {tmp_path / 'run.0.json'}: event 'aten::mm' has {key} {shown} us, outside what a Kineto time can be "
+        "(within +-4e+15 us); the trace is corrupt, export it again"]
+
+
+def test_an_odd_category_is_no_category(tmp_path):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    plain = measure([_write(tmp_path / "a", {0: _rank_trace(0, 1)})])
+    odd = _rank_trace(0, 1)
+    odd["traceEvents"].append({**odd["traceEvents"][1], "cat": {"nested": 1}})
+    assert measure([_write(tmp_path / "b", {0: odd})]).ranks == plain.ranks
+
+
 def test_profiles_of_different_steps_are_refused(tmp_path):
     prefix = _write(tmp_path, {0: _rank_trace(0, 2, kinds=("all_reduce",)), 1: _rank_trace(1, 2, kinds=("all_gather",))})
     with pytest.raises(LibraError, match="ALL_REDUCE on rank 0 but ALL_GATHER on rank 1"):

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from libra_astra.cli import main
+from libra_astra.errors import LibraError
 from libra_astra.measure.calibrate import calibrate
 from libra_astra.measure.calibrate_files import write_calibration
 from libra_astra.measure.kineto import parse_profile, read_profiles
@@ -61,6 +62,28 @@ def test_the_transfer_starts_when_the_last_member_arrives():
     _, fast = _replayed(profiles, lambda c: 5_000)
     # both end 15 us earlier: the early rank still waits for the late one
     assert fast == [s - 15_000 for s in base]
+
+
+def test_a_kernel_recorded_before_its_launch_is_a_one_line_error():
+    # a kernel launched after the sync but recorded before the sync's kernel, on its stream: the sync
+    # waits for a kernel that, in stream order, waits for a call after the sync
+    raw = {"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": [
+        _ev("ProfilerStep#1", "user_annotation", 0, 300),
+        _ev("nccl:all_reduce", "user_annotation", 95, 4, **{"Input Dims": [[1024]], "Input type": ["float"]}),
+        _ev("cudaLaunchKernel", "cuda_runtime", 96, 2, correlation=1),
+        _ev("ncclKernel_AllReduce", "kernel", 100, 50, tid=20, stream=20, correlation=1),
+        _ev("cudaLaunchKernel", "cuda_runtime", 102, 2, correlation=2),
+        _ev("gemm", "kernel", 150, 100, tid=7, stream=7, correlation=2),
+        _ev("cudaDeviceSynchronize", "cuda_runtime", 106, 144, correlation=3),
+        _ev("cudaLaunchKernel", "cuda_runtime", 275, 2, correlation=4),
+        _ev("late", "kernel", 110, 5, tid=7, stream=7, correlation=4)]}
+    profiles = [parse_profile(raw, "r0.json", 0)]
+    m = measure_profiles(profiles, [], None, "t")
+    with pytest.raises(LibraError) as e:
+        replay(profiles, m.collectives, lambda c: c.transfer_ns, 1, m.clock_offsets_ns)
+    assert str(e.value) == ("r0.json: the profile's times order its events in a cycle (the device op at ts 110 us "
+                            "starts before the call that launched it, at ts 275 us); the trace is inconsistent, "
+                            "export it again")
 
 
 def test_dlrm_replay_with_measured_transfers_reproduces_every_rank():

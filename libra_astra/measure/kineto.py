@@ -102,6 +102,10 @@ def _groups(info: dict) -> tuple[tuple[int, ...], ...]:
     return tuple(out)
 
 
+# Times are microseconds; start + duration, in ns, must stay an int64 (2^63 ns is 9.2e15 us).
+_LIMIT_US = 4e15
+
+
 def _ns(value: Any) -> int:
     # Microseconds since the epoch exceed a double's exact integers once multiplied by 1000.
     whole = int(value)
@@ -116,6 +120,10 @@ def _span(e: dict, where: str) -> tuple[int, int] | None:
     if dur < 0:
         raise LibraError(f"{where}: event {str(e.get('name'))[:60]!r} has a negative duration {dur}; "
                          "the trace is corrupt, export it again")
+    for key, v in (("ts", ts), ("dur", dur)):
+        if not abs(v) < _LIMIT_US:   # NaN fails this too
+            raise LibraError(f"{where}: event {str(e.get('name'))[:60]!r} has {key} {v:g} us, outside what a "
+                             f"Kineto time can be (within +-{_LIMIT_US:g} us); the trace is corrupt, export it again")
     start = _ns(ts)
     return start, start + _ns(dur)
 
@@ -141,6 +149,7 @@ def parse_profile(data: Any, source: str, rank: int | None) -> RankProfile:
         if span is None:
             continue
         cat, name = e.get("cat"), str(e.get("name", ""))
+        cat = cat if isinstance(cat, str) else None
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
         tid = _int_or_none(e.get("tid"))
         tid = tid if tid is not None else hash(str(e.get("tid")))

@@ -129,6 +129,23 @@ def _rank_graph(prof: RankProfile, coll_of: dict[tuple[int, str], int]) -> tuple
     return nodes, (lo, hi), bounds
 
 
+def _order(nodes: dict, source: str) -> tuple:
+    """The rank's nodes in topological order; a profile whose times make them wait on each other
+    in a cycle is an error that names the first node out of time order."""
+    try:
+        return tuple(graphlib.TopologicalSorter({k: n.deps for k, n in nodes.items()}).static_order())
+    except graphlib.CycleError as e:
+        cycle = e.args[1]
+    # The usual cause: a device op recorded before the call that launched it (a real kernel starts
+    # microseconds after its launch), which the stream order then feeds back to the host thread.
+    early = [k for k in cycle if k[0] == "d" and nodes[k].rec_start < nodes[nodes[k].deps[0]].rec_start]
+    what = (f"the device op at ts {nodes[early[0]].rec_start / 1000:g} us starts before the call that launched "
+            f"it, at ts {nodes[nodes[early[0]].deps[0]].rec_start / 1000:.0f} us") if early else \
+        f"{len(set(cycle))} events from ts {nodes[cycle[0]].rec_start / 1000:.0f} us on wait on each other"
+    raise LibraError(f"{source}: the profile's times order its events in a cycle ({what}); the trace is "
+                     "inconsistent, export it again") from None
+
+
 def _times(nodes: dict, order: Sequence[tuple], lo: int, release: dict[int, int],
            transfer: dict[int, int]) -> tuple[dict, dict, dict]:
     """Replayed (start, end) of every node (``order``: topological); the ready time of each collective kernel."""
@@ -216,8 +233,8 @@ def replay(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredCollec
     transfer = {i: int(transfer_ns(c)) for i, c in enumerate(collectives)}
     graphs = rank_graphs(profiles, collectives, world)
     # the graphs stay the same while the releases iterate: sort each once
-    orders = {r: tuple(graphlib.TopologicalSorter({k: n.deps for k, n in g[0].items()}).static_order())
-              for r, g in graphs.items()}
+    source = {p.rank: p.source for p in profiles}
+    orders = {r: _order(g[0], source[r]) for r, g in graphs.items()}
     # the release of a collective is when its last member is ready; iterate to the fixed point
     # each rank starts its step when it did; a release is on the shared (corrected) clock
     off = dict(zip((p.rank for p in profiles), offsets_ns or [0] * len(profiles)))
