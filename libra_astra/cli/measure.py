@@ -27,7 +27,9 @@ def measure_command(kineto: tuple[str, ...], network: str | None, as_json: bool,
                     plot_out: str | None, force: bool, each: bool) -> None:
     """Measure a real run from its ranks' Kineto traces (torch.profiler's JSON, plain or gzipped).
 
-    KINETO is a PREFIX (files PREFIX.RANK.json[.gz]), a directory of them, or the files. Prints
+    KINETO is a PREFIX (files PREFIX.RANK.json[.gz]), a directory of them, or the files; the
+    linked traces chakra_trace_link writes are read too (collectives and calibration as from
+    Kineto; --measured's replay needs the Kineto traces themselves). Prints
     the step of every rank (its ProfilerStep) with what filled it (GPU compute, exposed
     communication, CPU-bound, idle), start to end across the ranks, and each collective with
     its size, group and dimension: the shortest instance across the ranks is its transfer, the

@@ -27,6 +27,7 @@ from ..traces.cpu_groups import GroupMap
 from .cpu_replay import MODEL_NAME as CPU_MODEL_NAME
 from .cpu_replay import cpu_replay
 from .kineto import RankProfile
+from .linked import require_runtime
 from .measurement import Measurement, collective_dims, step_noise_note
 from .replay import MODEL_NAME, ReplayedRank, replay
 
@@ -86,6 +87,7 @@ def modelled_transfers(m: Measurement, net: Network, links: Sequence[Link], sett
 def compare(m: Measurement, profiles: Sequence[RankProfile], net: Network, links: Sequence[Link],
             settings: SystemSettings, astra_finish_ns: Sequence[float] | None = None) -> Comparison:
     """``astra_finish_ns``: another prediction of every rank's step, by rank (ASTRA-sim's)."""
+    require_runtime(profiles, "the replay against the measurement")
     notes: list[str] = list(m.assumptions)
     modelled = modelled_transfers(m, net, links, settings, notes)
     by_index = {c.index: t for c, t in zip(m.collectives, modelled)}

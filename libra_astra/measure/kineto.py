@@ -13,123 +13,18 @@ memory copies and sets, with their stream) and the ``ProfilerStep#N`` annotation
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import LibraError
 from ..strictload import loads_json
 from ..traces.files import read_file_bytes
+from .linked import LINKED_NOTE, is_linked, parse_linked
+from .profile import (DEVICE_CATS, HOST_CATS, RUNTIME_CATS, STEP_NAME, DeviceOp, HostOp, RankProfile, RuntimeCall,
+                      Step, event_span, int_or_none, pg_groups)
 
-HOST_CATS = frozenset({"cpu_op", "user_annotation"})
-RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime"})
-DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _RANK_NAME = re.compile(r"\.(\d+)\.json(\.gz)?$")
 _WORKER_NAME = re.compile(r"(?:^|[^0-9a-z])(?:worker|rank)[_-]?(\d+)", re.I)
-
-
-@dataclass(frozen=True)
-class HostOp:
-    """A host operator or annotation on one thread: its name, span (ns) and arguments."""
-
-    name: str
-    tid: int
-    start_ns: int
-    end_ns: int
-    args: Any
-    annotation: bool = False     # a user annotation (a named range), not an operator
-
-
-@dataclass(frozen=True)
-class RuntimeCall:
-    """A CUDA runtime/driver call (a launch, a copy, a synchronization) on one host thread."""
-
-    name: str
-    tid: int
-    start_ns: int
-    end_ns: int
-    correlation: int | None
-
-
-@dataclass(frozen=True)
-class DeviceOp:
-    """A kernel, memory copy or memory set on one stream of the device."""
-
-    name: str
-    kind: str          # kernel | memcpy | memset
-    stream: int
-    start_ns: int
-    end_ns: int
-    correlation: int | None
-    args: Any
-
-
-@dataclass(frozen=True)
-class Step:
-    """One ``ProfilerStep#N`` annotation (the host thread that ran the training step)."""
-
-    number: int
-    tid: int
-    start_ns: int
-    end_ns: int
-
-
-@dataclass(frozen=True)
-class RankProfile:
-    """One rank's Kineto trace, reduced to what the measurement reads."""
-
-    rank: int
-    source: str
-    world_size: int | None
-    backend: str | None
-    steps: tuple[Step, ...]
-    host: tuple[HostOp, ...]
-    runtime: tuple[RuntimeCall, ...]
-    device: tuple[DeviceOp, ...]
-    first_ns: int
-    last_ns: int
-    # the rank's process groups as ``distributedInfo.pg_config`` lists them (ranks, ascending)
-    groups: tuple[tuple[int, ...], ...] = ()
-
-
-def _groups(info: dict) -> tuple[tuple[int, ...], ...]:
-    out = []
-    for pg in info.get("pg_config") or ():
-        ranks = pg.get("ranks") if isinstance(pg, dict) else None
-        if isinstance(ranks, list) and ranks and all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
-            out.append(tuple(sorted(ranks)))
-    return tuple(out)
-
-
-# Times are microseconds; start + duration, in ns, must stay an int64 (2^63 ns is 9.2e15 us).
-_LIMIT_US = 4e15
-
-
-def _ns(value: Any) -> int:
-    # Microseconds since the epoch exceed a double's exact integers once multiplied by 1000.
-    whole = int(value)
-    return whole * 1000 + int(round((value - whole) * 1000))
-
-
-def _span(e: dict, where: str) -> tuple[int, int] | None:
-    ts, dur = e.get("ts"), e.get("dur", 0)
-    if isinstance(ts, bool) or isinstance(dur, bool) or not isinstance(ts, (int, float)) \
-            or not isinstance(dur, (int, float)):
-        return None
-    if dur < 0:
-        raise LibraError(f"{where}: event {str(e.get('name'))[:60]!r} has a negative duration {dur}; "
-                         "the trace is corrupt, export it again")
-    for key, v in (("ts", ts), ("dur", dur)):
-        if not abs(v) < _LIMIT_US:   # NaN fails this too
-            raise LibraError(f"{where}: event {str(e.get('name'))[:60]!r} has {key} {v:g} us, outside what a "
-                             f"Kineto time can be (within +-{_LIMIT_US:g} us); the trace is corrupt, export it again")
-    start = _ns(ts)
-    return start, start + _ns(dur)
-
-
-def _int_or_none(v: Any) -> int | None:
-    return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def parse_profile(data: Any, source: str, rank: int | None) -> RankProfile:
@@ -139,44 +34,44 @@ def parse_profile(data: Any, source: str, rank: int | None) -> RankProfile:
         raise LibraError(f"{source}: not a Kineto trace (no 'traceEvents' list); give the JSON that "
                          "torch.profiler's export_chrome_trace writes")
     info = data.get("distributedInfo") if isinstance(data.get("distributedInfo"), dict) else {}
-    own_rank = _int_or_none(info.get("rank"))
+    own_rank = int_or_none(info.get("rank"))
     host, runtime, device, steps = [], [], [], []
     first, last = None, None
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
-        span = _span(e, source)
+        span = event_span(e, source)
         if span is None:
             continue
         cat, name = e.get("cat"), str(e.get("name", ""))
         cat = cat if isinstance(cat, str) else None
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
-        tid = _int_or_none(e.get("tid"))
+        tid = int_or_none(e.get("tid"))
         tid = tid if tid is not None else hash(str(e.get("tid")))
         first = span[0] if first is None else min(first, span[0])
         last = span[1] if last is None else max(last, span[1])
         if cat in HOST_CATS:
-            m = _STEP.match(name)
+            m = STEP_NAME.match(name)
             if m:
                 steps.append(Step(int(m.group(1)), tid, *span))
             else:
                 host.append(HostOp(name, tid, span[0], span[1], args, cat == "user_annotation"))
         elif cat in RUNTIME_CATS:
-            runtime.append(RuntimeCall(name, tid, span[0], span[1], _int_or_none(args.get("correlation"))))
+            runtime.append(RuntimeCall(name, tid, span[0], span[1], int_or_none(args.get("correlation"))))
         elif cat in DEVICE_CATS:
-            stream = _int_or_none(args.get("stream"))
+            stream = int_or_none(args.get("stream"))
             device.append(DeviceOp(name, DEVICE_CATS[cat], stream if stream is not None else tid, span[0], span[1],
-                                   _int_or_none(args.get("correlation")), args))
+                                   int_or_none(args.get("correlation")), args))
     if first is None:
         raise LibraError(f"{source}: the Kineto trace holds no timed event; profile at least one step")
-    world = _int_or_none(info.get("world_size"))
+    world = int_or_none(info.get("world_size"))
     backend = info.get("backend") if isinstance(info.get("backend"), str) else None
     host.sort(key=lambda o: (o.start_ns, -o.end_ns))
     device.sort(key=lambda o: (o.start_ns, o.end_ns))
     steps.sort(key=lambda s: s.start_ns)
     return RankProfile(own_rank if own_rank is not None else (rank if rank is not None else 0), source, world,
                        backend, tuple(steps), tuple(host), tuple(runtime), tuple(device), first, last,
-                       _groups(info))
+                       pg_groups(info))
 
 
 def read_profile(path: str | Path, rank: int | None = None) -> RankProfile:
@@ -186,7 +81,10 @@ def read_profile(path: str | Path, rank: int | None = None) -> RankProfile:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise LibraError(f"{path}: not UTF-8 text; give the Kineto JSON (plain or gzipped)") from None
-    return parse_profile(loads_json(text, str(path), "Kineto trace"), str(path), rank)
+    data = loads_json(text, str(path), "Kineto trace")
+    if is_linked(data):
+        return parse_linked(data, str(path), rank)
+    return parse_profile(data, str(path), rank)
 
 
 def _name_rank(path: Path) -> int | None:
@@ -234,6 +132,8 @@ def read_profiles(inputs: Sequence[str | Path]) -> tuple[list[RankProfile], list
             raise LibraError(f"{prof.source}: rank {prof.rank} again (also {by_rank[prof.rank].source}); "
                              "give one profile per rank")
         by_rank[prof.rank] = prof
+    if any(p.linked for p in profiles):
+        notes.append(LINKED_NOTE)
     if any(p.world_size is None for p in profiles):
         notes.append("rank taken from the file name or the order given where the trace has no distributedInfo.rank")
     worlds = {p.world_size for p in profiles if p.world_size is not None}

@@ -32,6 +32,7 @@ from ..errors import LibraError
 from .collectives import MeasuredCollective, match
 from .gloo import run_comms
 from .kineto import RankProfile
+from .linked import require_runtime
 from .settle import RankEvents, settle, settle_events
 from .step import step_windows
 
@@ -172,6 +173,7 @@ def rank_graphs(profiles: Sequence[RankProfile], collectives: Sequence[MeasuredC
     """Per rank: its replay graph (nodes by key), the span of its steps, and per step (start, end,
     first and last host call of the step's thread); collective kernels carry the index of their
     measured collective."""
+    require_runtime(profiles, "the GPU-faithful replay")
     comms = run_comms(profiles, world, [])
     coll_of, _ = collective_keys(profiles, comms, collectives, world)
     return {p.rank: _rank_graph(p, coll_of[p.rank]) for p in profiles}
