@@ -16,28 +16,17 @@ from libra_astra.measure.measurement import measure_profiles
 from libra_astra.measure.replay import replay
 from libra_astra.model.network import network_from_dict
 
+from kineto_events import step_events
+
 NET = network_from_dict({"name": "pair", "dimensions": [{"name": "a", "topology": "Ring", "npus": 2}]})
 HOSTILE = st.one_of(st.none(), st.booleans(), st.integers(-5, 300), st.integers(2 ** 62, 2 ** 80),
                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8), st.just({"a": 1}),
                     st.just([1, 2]), st.sampled_from(["kernel", "cuda_runtime", "cpu_op", "user_annotation", "X"]))
 
 
-def _ev(name, cat, ts, dur, tid=1, **args):
-    return {"ph": "X", "cat": cat, "name": name, "pid": 0 if cat == "kernel" else 1, "tid": tid, "ts": ts,
-            "dur": dur, "args": args}
-
-
 def _rank(rank: int, arrive: int, comm: int) -> dict:
-    end = arrive + comm
-    return {"distributedInfo": {"rank": rank, "world_size": 2, "backend": "nccl"}, "traceEvents": [
-        _ev("ProfilerStep#1", "user_annotation", 0, end + 150),
-        _ev("nccl:all_reduce", "user_annotation", arrive - 5, 4, **{"Input Dims": [[1024]], "Input type": ["float"]}),
-        _ev("cudaLaunchKernel", "cuda_runtime", arrive - 4, 2, correlation=1),
-        _ev("ncclKernel_AllReduce", "kernel", arrive, comm, tid=20, stream=20, correlation=1),
-        _ev("cudaLaunchKernel", "cuda_runtime", arrive + 2, 2, correlation=2),
-        _ev("gemm", "kernel", end, 100, tid=7, stream=7, correlation=2),
-        _ev("cudaDeviceSynchronize", "cuda_runtime", arrive + 6, end + 100 - arrive - 6, correlation=3),
-        _ev("aten::add", "cpu_op", end + 120, 10)]}
+    return {"distributedInfo": {"rank": rank, "world_size": 2, "backend": "nccl"},
+            "traceEvents": step_events(arrive, comm)}
 
 
 # rank 0 arrives 30 us early and waits for rank 1: both all-reduces end at 180 us

@@ -18,29 +18,16 @@ from libra_astra.measure.measurement import measure_profiles
 from libra_astra.measure.replay import replay
 from libra_astra.model.network import load_network
 
+from kineto_events import ev as _ev, step_events
+
 REAL = Path(__file__).parent / "fixtures" / "real"
 DLRM = REAL / "param_dlrm8" / "param_dlrm8"
 
 
-def _ev(name, cat, ts, dur, tid=1, **args):
-    return {"ph": "X", "cat": cat, "name": name, "pid": 0 if cat == "kernel" else 1, "tid": tid, "ts": ts,
-            "dur": dur, "args": args}
-
-
 def _rank(rank, world, arrive=100, comm_dur=50):
     """A step whose compute kernel waits for the all-reduce and whose host synchronizes at the end."""
-    nccl_end = arrive + comm_dur
-    ev = [_ev("ProfilerStep#1", "user_annotation", 0, nccl_end + 150),
-          _ev("nccl:all_reduce", "user_annotation", arrive - 5, 4, **{"Input Dims": [[1024]], "Input type": ["float"]}),
-          _ev("cudaLaunchKernel", "cuda_runtime", arrive - 4, 2, correlation=1),
-          _ev("ncclKernel_AllReduce", "kernel", arrive, comm_dur, tid=20, stream=20, correlation=1),
-          _ev("cudaLaunchKernel", "cuda_runtime", arrive + 2, 2, correlation=2),
-          # recorded: it started when the all-reduce ended (a cross-stream wait)
-          _ev("gemm", "kernel", nccl_end, 100, tid=7, stream=7, correlation=2),
-          _ev("cudaDeviceSynchronize", "cuda_runtime", arrive + 6, nccl_end + 100 - arrive - 6, correlation=3),
-          _ev("aten::add", "cpu_op", nccl_end + 120, 10)]
-    return parse_profile({"distributedInfo": {"rank": rank, "world_size": world}, "traceEvents": ev},
-                         f"r{rank}", rank)
+    return parse_profile({"distributedInfo": {"rank": rank, "world_size": world},
+                          "traceEvents": step_events(arrive, comm_dur)}, f"r{rank}", rank)
 
 
 def _replayed(profiles, transfer):
@@ -67,14 +54,7 @@ def test_the_transfer_starts_when_the_last_member_arrives():
 def test_a_kernel_recorded_before_its_launch_is_a_one_line_error():
     # a kernel launched after the sync but recorded before the sync's kernel, on its stream: the sync
     # waits for a kernel that, in stream order, waits for a call after the sync
-    raw = {"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": [
-        _ev("ProfilerStep#1", "user_annotation", 0, 300),
-        _ev("nccl:all_reduce", "user_annotation", 95, 4, **{"Input Dims": [[1024]], "Input type": ["float"]}),
-        _ev("cudaLaunchKernel", "cuda_runtime", 96, 2, correlation=1),
-        _ev("ncclKernel_AllReduce", "kernel", 100, 50, tid=20, stream=20, correlation=1),
-        _ev("cudaLaunchKernel", "cuda_runtime", 102, 2, correlation=2),
-        _ev("gemm", "kernel", 150, 100, tid=7, stream=7, correlation=2),
-        _ev("cudaDeviceSynchronize", "cuda_runtime", 106, 144, correlation=3),
+    raw = {"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": step_events()[:-1] + [
         _ev("cudaLaunchKernel", "cuda_runtime", 275, 2, correlation=4),
         _ev("late", "kernel", 110, 5, tid=7, stream=7, correlation=4)]}
     profiles = [parse_profile(raw, "r0.json", 0)]
@@ -152,14 +132,7 @@ def test_loop_measured_sets_the_simulated_ranks_beside_the_run(tmp_path):
 def test_several_steps_replay_to_their_mean():
     ev = []
     raw = {"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": []}
-    base = [_ev("ProfilerStep#1", "user_annotation", 0, 300),
-            _ev("nccl:all_reduce", "user_annotation", 95, 4, **{"Input Dims": [[1024]], "Input type": ["float"]}),
-            _ev("cudaLaunchKernel", "cuda_runtime", 96, 2, correlation=1),
-            _ev("ncclKernel_AllReduce", "kernel", 100, 50, tid=20, stream=20, correlation=1),
-            _ev("cudaLaunchKernel", "cuda_runtime", 102, 2, correlation=2),
-            _ev("gemm", "kernel", 150, 100, tid=7, stream=7, correlation=2),
-            _ev("cudaDeviceSynchronize", "cuda_runtime", 106, 144, correlation=3),
-            _ev("aten::add", "cpu_op", 270, 10)]
+    base = step_events()
     for k, shift in enumerate((0, 400)):       # two steps of 300 us, 100 us apart
         for e in base:
             e = dict(e, ts=e["ts"] + shift, args=dict(e["args"]))
