@@ -332,8 +332,8 @@ def _run(argv: list[str], cwd: Path, tmp: Path, timeout_s: float):
             _kill(proc)
         timer = threading.Timer(timeout_s, stop)
         timer.daemon = True
-        timer.start()
-        try:
+        try:    # from here on an interruption ends the simulator: it may already be running
+            timer.start()
             assert proc.stdout is not None
             for chunk, starts in line_chunks(proc.stdout, max_line):
                 out.write(chunk)
