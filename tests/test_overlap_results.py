@@ -7,6 +7,10 @@ shipped pipeline sample, both time models and two totals.
 The replay and the path generation get rewritten for speed; the recorded numbers are what they gave
 before (the code before the fixed-order pass was compiled). Only an intended change of results
 rewrites the file: ``python tests/test_overlap_results.py --write``.
+
+The numbers were recorded with the compiled Newton system. Its numpy fallback (no C compiler, or
+``LIBRA_ASTRA_NUMPY_NEWTON=1``) takes the same Newton steps but rounds differently, so without the
+kernel the floats are compared to 1e-9 relative (the gap, itself ~1e-11, to 1e-12 absolute).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import pytest
 from libra_astra.demand.from_traces import demand_from_traces
 from libra_astra.model.cost import load_cost
 from libra_astra.model.network import load_network
+from libra_astra.optimize import solver
 from libra_astra.optimize.optimizer import Constraints, Evaluation, OptimizeResult, Workload, optimize
 from libra_astra.timing.model import TimeModel
 
@@ -82,6 +87,18 @@ def _key(name: str, model: str, total: float, objective: str) -> str:
     return f"{name} {model} {total:g} {objective}"
 
 
+def _close(got, want, key: str = "") -> bool:
+    """``got == want``, floats (exact hex) within round-off of the numpy Newton system."""
+    if isinstance(want, dict):
+        return isinstance(got, dict) and got.keys() == want.keys() and all(_close(got[k], want[k], k) for k in want)
+    if isinstance(want, list):
+        return isinstance(got, list) and len(got) == len(want) and all(_close(g, w, key) for g, w in zip(got, want))
+    if isinstance(want, str) and want.lstrip("-").startswith("0x") and isinstance(got, str):
+        g, w = float.fromhex(got), float.fromhex(want)
+        return abs(g - w) <= (1e-12 if key == "rel_gap" else 1e-9 * abs(w))
+    return got == want
+
+
 @pytest.fixture(scope="module")
 def recorded() -> dict:
     return json.loads(RECORDED.read_text())
@@ -95,8 +112,21 @@ def test_every_case_is_recorded(recorded):
 def test_overlap_optimize_gives_the_recorded_numbers(recorded, name, model, total, objective):
     got = _result(name, model, total, objective)
     want = recorded[_key(name, model, total, objective)]
-    assert got == want
+    if solver._kernel is not None:
+        assert got == want
+    else:
+        assert _close(got, want), (got, want)
     assert "dependency paths" in got["message"]
+
+
+def test_the_round_off_comparison_still_tells_results_apart(recorded):
+    want = recorded[_key(*CASES[0])]
+    assert _close(want, want)
+    moved = json.loads(json.dumps(want))
+    moved["best"]["time_ns"] = _hex(float.fromhex(want["best"]["time_ns"]) * (1 + 1e-7))
+    assert not _close(moved, want)
+    steps = dict(want, newton_steps=want["newton_steps"] + 1)
+    assert not _close(steps, want)
 
 
 if __name__ == "__main__":
