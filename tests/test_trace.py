@@ -166,6 +166,14 @@ def test_bulk_attribute_decode_equals_the_per_block_decode(seed, compiled, monke
     assert got == _outcome(_per_block_reader(), bufs)
 
 
+@pytest.fixture
+def numpy_walk(monkeypatch):
+    """The numpy framing and walk, whose template files these tests are about (the compiled walk
+    reads every message; tests/test_trace_walk.py holds it to the numpy one)."""
+    from libra_astra.traces import batch
+    monkeypatch.setattr(batch, "_kernel", None)
+
+
 def _unshared_outcome(bufs, monkeypatch):
     """The outcome with every file's messages read by itself (no template files)."""
     from libra_astra.traces import templates as tpl
@@ -175,7 +183,7 @@ def _unshared_outcome(bufs, monkeypatch):
 
 
 @pytest.mark.parametrize("seed", range(24))
-def test_files_sharing_a_template_read_as_when_read_alone(seed, monkeypatch):
+def test_files_sharing_a_template_read_as_when_read_alone(seed, monkeypatch, numpy_walk):
     # copies of a few files with bytes changed in place (names, attributes, ids, length prefixes,
     # the GlobalMetadata, anything): same length, so each copy is compared with a template
     rng = random.Random(3000 + seed)
@@ -196,7 +204,7 @@ def test_files_sharing_a_template_read_as_when_read_alone(seed, monkeypatch):
     assert _outcome(TraceReader(), bufs) == _unshared_outcome(bufs, monkeypatch)
 
 
-def test_template_files_share_most_messages_and_step_aside_on_a_moved_boundary(monkeypatch):
+def test_template_files_share_most_messages_and_step_aside_on_a_moved_boundary(monkeypatch, numpy_walk):
     from libra_astra.traces import templates as tpl
     seen = []
     real = tpl.repeated_messages
@@ -542,7 +550,7 @@ def test_wanted_names_are_told_apart_from_near_misses():
     assert got.tolist() == [n in _WANTED_BYTES for n in names]
 
 
-def test_files_that_differ_throughout_stop_being_compared_with_many_templates(monkeypatch):
+def test_files_that_differ_throughout_stop_being_compared_with_many_templates(monkeypatch, numpy_walk):
     # every node id differs from rank to rank: no file fits another; after a run of such files
     # each one is compared with the latest file of its length only
     from libra_astra.traces import templates as tpl

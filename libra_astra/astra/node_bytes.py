@@ -66,8 +66,9 @@ def _minimal(arr: np.ndarray, begin: np.ndarray, after: np.ndarray) -> np.ndarra
 
 def _packed(arr: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Values, count per range and a per-range "all varints minimal" flag of packed varint ranges
-    (every range non-empty and ending on a varint's last byte)."""
-    vals, counts = wire._packed(arr, off, length)
+    (every range non-empty and ending on a varint's last byte); a varint of more than 10 bytes
+    is not minimal either."""
+    vals, counts, too_long = wire._packed(arr, off, length)
     total = int(length.sum())
     if total == 0:
         return vals, counts, np.ones(off.size, bool)
@@ -80,7 +81,9 @@ def _packed(arr: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[np.nd
     prev_cont[1:] = b[:-1] >= 0x80
     prev_cont[first] = False
     bad = (b == 0) & prev_cont
-    return vals, counts, np.add.reduceat(bad.astype(np.int64), first) == 0
+    minimal = np.add.reduceat(bad.astype(np.int64), first) == 0
+    minimal[too_long] = False
+    return vals, counts, minimal
 
 
 def _frame_file(buf: bytes, where: str) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray] | None:

@@ -8,15 +8,14 @@ backend the parse itself is cheap (~0.4 us per node), but every repeated field o
 touched from Python costs 150-300 ns, which makes such a reader 3-4x slower than a bare parse.
 Instead, files are decoded in batches, and per batch:
 
-- one Python loop finds where each message starts (the length prefixes chain), and a file that
-  repeats an earlier one of its batch but for a few messages takes that file's offsets
-  (:mod:`.framing`, :mod:`.templates`);
-- the top-level fields of all messages (id, type, duration, dependencies) are read in lockstep
-  with numpy, in the schema's field order, with tags taken from the schema's descriptors
-  (:mod:`.wire`); a message that repeats its template's bytes takes that message's fields;
-- the attribute block of each node is looked up by its bytes, and decoded with the schema's own
-  ``AttributeProto`` class only the first time a block (or a single attribute) is seen
-  (:mod:`.attr_blocks`);
+- every message is framed and its top-level fields (id, type, duration, dependencies) read, in
+  the schema's field order with tags taken from the schema's descriptors: in one compiled pass
+  where it is built, else with numpy, where a file that repeats an earlier one of its batch but
+  for a few messages takes that file's offsets and fields (:mod:`.batch`, :mod:`.framing`,
+  :mod:`.templates`, :mod:`.wire`);
+- the attribute block of each node is looked up by its wanted attributes' bytes, and decoded
+  with the schema's own ``AttributeProto`` class only the first time a block (or a single
+  attribute) is seen (:mod:`.attr_blocks`);
 - anything unusual (METADATA nodes, repeated, unknown or out-of-order fields) falls back to a
   full ``Node`` parse of that message, so the fast path never changes the result;
 - dependencies are resolved to node positions (:mod:`.graph`) and each file becomes a program.
@@ -40,7 +39,7 @@ from ..errors import LibraError
 from .attr_blocks import AttrBlocks
 from .attrs import AttrTable, NodeAttrs, _attrs_from_protos
 from .files import read_file_bytes
-from .framing import frames_each, frames_together
+from .batch import walk_batch
 from .graph import resolve_deps, resolve_deps_many
 from .process_groups import metadata_groups
 from .schema import METADATA_NODE, need_chakra, pb
@@ -157,16 +156,8 @@ class TraceReader:
         """Decode several rank files at once (their messages are walked together)."""
         buf = bufs[0] if len(bufs) == 1 else b"".join(bufs)
         arr = np.frombuffer(buf, dtype=np.uint8)
-        framed = None
-        try:
-            framed = frames_together(bufs, wheres, arr)
-        except LibraError:
-            pass
-        if framed is None:  # a damaged file: frame file by file, which raises the first file's error
-            framed = frames_each(bufs, wheres)
-        versions, starts, ends, heads_l, first, rep = framed
+        versions, starts, ends, first, w, rep, head_of = walk_batch(bufs, wheres, buf, arr)
         n = starts.size
-        w = wire.walk_shared(arr, starts, ends, wire.TAGS, rep)
         slow = w.slow | (w.types == METADATA_NODE)
 
         def where_of(i: int) -> tuple[int, str]:
@@ -174,7 +165,7 @@ class TraceReader:
             return f, wheres[f]
 
         # attribute blocks: one dict lookup per node, schema decode once per distinct block
-        # a message that repeats an earlier one (rep) takes its attribute row: the first node of
+        # a message whose rep is another takes that message's attribute row: the first node of
         # every distinct block is read itself, so rows are interned (and errors named) as before
         aid = np.zeros(n, dtype=np.int64)
         read = w.has_attr & ~slow
@@ -202,7 +193,7 @@ class TraceReader:
                 got = _generic_node(buf[int(starts[i]):int(ends[i])], where)
                 if got is None:
                     raise LibraError(
-                        f"{where}: corrupt node message at byte offset {int(heads_l[f][i - first[f]])} "
+                        f"{where}: corrupt node message at byte offset {head_of(f, i)} "
                         "(protobuf cannot decode it); the file is damaged or not a Chakra ET file"
                     )
                 nid, typ, dur, extra, attrs, node = got

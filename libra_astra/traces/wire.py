@@ -18,8 +18,12 @@ from ..ranges import concat_ranges
 from .schema import pb
 
 
+# No length is this long: a longer one is a damaged file (and would not fit numpy's int64 offsets)
+MAX_LENGTH = 1 << 62
+
+
 def _varint_more(buf: bytes, pos: int, first: int) -> tuple[int, int]:
-    """Finish a varint whose first byte (``first`` >= 0x80) was at pos - 1."""
+    """Finish a length varint whose first byte (``first`` >= 0x80) was at pos - 1."""
     result = first & 0x7F
     shift = 7
     while True:
@@ -27,6 +31,8 @@ def _varint_more(buf: bytes, pos: int, first: int) -> tuple[int, int]:
         pos += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
+            if result >= MAX_LENGTH:
+                raise ValueError("length beyond 2**62")
             return result, pos
         shift += 7
         if shift >= 70:
@@ -148,14 +154,15 @@ def _varints(arr: np.ndarray, pos: np.ndarray, limit: np.ndarray) -> tuple[np.nd
     return val, pos, ok
 
 
-def _packed(arr: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Decode packed varint ranges [off, off + length); returns (values, count per range).
+def _packed(arr: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Decode packed varint ranges [off, off + length); returns (values, count per range, the
+    ranges holding a varint of more than 10 bytes: protobuf rejects those).
 
     Every range must end on a varint's last byte (checked by the caller).
     """
     total = int(length.sum())
     if total == 0:
-        return np.zeros(0, np.uint64), np.zeros(off.size, np.int64)
+        return np.zeros(0, np.uint64), np.zeros(off.size, np.int64), np.zeros(0, np.int64)
     first = np.zeros(off.size, dtype=np.int64)
     np.cumsum(length[:-1], out=first[1:])
     byte_idx = np.repeat(off - first, length) + np.arange(total, dtype=np.int64)
@@ -171,7 +178,8 @@ def _packed(arr: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[np.nd
     values = np.bitwise_or.reduceat(contrib, vstart)
     cum = np.concatenate(([0], np.cumsum(term, dtype=np.int64)))
     counts = cum[first + length] - cum[first]
-    return values, counts
+    too_long = vstart[ends - vstart >= 10]
+    return values, counts, np.searchsorted(first, too_long, side="right") - 1
 
 
 class _Walk(NamedTuple):
@@ -214,7 +222,8 @@ def _walk(arr: np.ndarray, starts: np.ndarray, ends: np.ndarray, t: "_Tags") -> 
         lim = ends[idx]
         v, p, ok = _varints(arr, cur[idx] + 1, lim)
         if kind == "len" or kind == "deps":
-            p = p + v.astype(np.int64)
+            ok &= v < np.uint64(MAX_LENGTH)
+            p = p + np.where(ok, v, 0).astype(np.int64)
             ok &= p <= lim
         if not ok.all():
             bad[idx[~ok]] = True
@@ -230,7 +239,8 @@ def _walk(arr: np.ndarray, starts: np.ndarray, ends: np.ndarray, t: "_Tags") -> 
                 if torn.any():
                     bad[idx[torn]] = True
                     idx, off, length = idx[~torn], off[~torn], length[~torn]
-                vals, counts = _packed(arr, off, length)
+                vals, counts, too_long = _packed(arr, off, length)
+                bad[idx[too_long]] = True
                 dep_frames.append(np.repeat(idx, counts))
                 dep_vals.append(vals)
         elif kind == "id":
