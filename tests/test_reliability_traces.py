@@ -173,6 +173,28 @@ def test_same_size_change_is_caught_by_the_digest(tmp_path):
         demand_from_traces(tmp_path / "g", _net(), comm_groups=tmp_path / "g.groups.json")
 
 
+def test_markers_record_sha256_and_version_1_markers_are_checked_by_blake2b(tmp_path):
+    import hashlib
+    gen_mod.generate(SPEC, tmp_path / "g")
+    m = tmp_path / "g.set.json"
+    marker = json.loads(m.read_text())
+    data = (tmp_path / "g.0.et").read_bytes()
+    assert marker["version"] == 2 and marker["files"][0]["sha256"] == hashlib.sha256(data).hexdigest()
+    # a set written before version 2: blake2b-160 digests, read and checked as they are
+    marker["version"] = 1
+    for f in marker["files"]:
+        f["blake2b"] = hashlib.blake2b((tmp_path / f["file"]).read_bytes(), digest_size=20).hexdigest()
+        del f["sha256"]
+    m.write_text(json.dumps(marker))
+    d, _ = demand_from_traces(tmp_path / "g", _net(), comm_groups=tmp_path / "g.groups.json")
+    assert d.rank_classes
+    changed = bytearray(data)
+    changed[changed.index(b"\x10") + 1] ^= 1
+    (tmp_path / "g.0.et").write_bytes(bytes(changed))
+    with pytest.raises(LibraError, match=r"g\.0\.et: content differs from the digest in the trace set's completion"):
+        demand_from_traces(tmp_path / "g", _net(), comm_groups=tmp_path / "g.groups.json")
+
+
 def test_gzipped_after_writing_is_still_checked_by_content(tmp_path):
     gen_mod.generate(SPEC, tmp_path / "g")
     for r in range(16):

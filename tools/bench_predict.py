@@ -11,7 +11,7 @@ the emitted node count: about 107 s and 1.5 KB per million nodes) are predicted 
 project's bytecode is compiled once before the runs (into its __pycache__ directories, as pip
 does on install), so predict is timed as an installed package runs, not compiling its sources.
 Beside them, the floor: the CPU of a child that only starts the command (interpreter and imports)
-and reads every rank file with the blake2b digest of the completion check; the binary's CPU over
+and reads every rank file with the SHA-256 digest of the completion check; the binary's CPU over
 the floor is the ceiling on the ratio that any reader of these files could reach on this machine.
 
 ``--prefix P --groups G --network N`` adds an existing set (such as the 96-layer 4,096-rank set
@@ -53,11 +53,11 @@ BW_GBPS = (200.0, 100.0, 50.0)
 SEC_PER_MNODE, BYTES_PER_NODE = 107.0, 1500.0      # the binary, measured (docs/astra-sim.md)
 PY = [sys.executable, "-c", "import sys; from libra_astra.cli import main; sys.argv[0] = 'libra-astra'; main()"]
 # What predict cannot avoid, in a child of its own: the interpreter, the command's imports, and
-# reading every rank file with the completion check's blake2b digest. Its CPU bounds the ratio
+# reading every rank file with the completion check's SHA-256 digest. Its CPU bounds the ratio
 # any reader could reach on this machine.
 FLOOR = [sys.executable, "-c", "import hashlib, sys, numpy; from libra_astra.cli import main; "
          "import libra_astra.astra.predict_inputs; from libra_astra.traces.files import read_file_bytes; "
-         "[hashlib.blake2b(read_file_bytes(p), digest_size=20).digest() for p in sys.argv[1:]]"]
+         "[hashlib.sha256(read_file_bytes(p)).digest() for p in sys.argv[1:]]"]
 
 
 def spec(ranks: int, layers: int) -> dict:
@@ -183,7 +183,7 @@ def main() -> int:
         row(Path(args.prefix).name + " (given)", len(pred["ranks"]), nodes, None, (pred["time_ns"], pcpu, prss),
             floor_cpu(files, env), "binary not run (estimate)")
     print("~: the binary's figure estimated from the node count (about 107 s and 1.5 KB per million nodes)")
-    print("floor: CPU s of starting the command and reading every rank file with its blake2b check, nothing "
+    print("floor: CPU s of starting the command and reading every rank file with its SHA-256 check, nothing "
           "decoded; ceiling: the binary's CPU / floor, the most any reader of these files could reach")
     return 0
 

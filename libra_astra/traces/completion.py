@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -20,16 +21,33 @@ from ..errors import LibraError
 from ..files import write_text_atomic
 
 FORMAT = "libra_astra.trace_set"
-VERSION = 1
+# Version 2 records each file's SHA-256; version 1 (still read) recorded its blake2b-160. SHA-256
+# because CPUs hash it in hardware (SHA-NI, ARMv8 crypto): 2.7x faster than blake2b here, and
+# checking the digests was a tenth of predict's time on a 4,096-rank set.
+VERSION = 2
+DIGEST = "sha256"
+_HASHERS = {"sha256": hashlib.sha256, "blake2b": lambda data: hashlib.blake2b(data, digest_size=20)}
 
 
 def marker_path(prefix: str | Path) -> Path:
     return Path(f"{prefix}.set.json")
 
 
-def digest(data: bytes) -> str:
+def digest(data: bytes, algorithm: str = DIGEST) -> str:
     """Digest of a rank file's (uncompressed) content, as readers compute it."""
-    return hashlib.blake2b(data, digest_size=20).hexdigest()
+    return _HASHERS[algorithm](data).hexdigest()
+
+
+def hasher(algorithm: str):
+    """The hash function of ``algorithm`` (a name :class:`Expected` gives)."""
+    return _HASHERS[algorithm]
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a set's marker says each rank file's content must hash to."""
+    algorithm: str                    # "sha256" (version 2) or "blake2b" (blake2b-160, version 1)
+    digests: Mapping[str, str]        # rank file path -> hex digest
 
 
 def begin(prefix: str | Path, num_ranks: int, writer: str, overwrite: bool) -> Path:
@@ -42,7 +60,7 @@ def record(path: str | Path, data: bytes | None = None) -> dict[str, Any]:
     """The marker's entry for one rank file: its name, size and content digest (``data`` or read back)."""
     if data is None:
         data = Path(path).read_bytes()
-    return {"file": Path(path).name, "size_bytes": len(data), "blake2b": digest(data)}
+    return {"file": Path(path).name, "size_bytes": len(data), DIGEST: digest(data)}
 
 
 def finish(prefix: str | Path, records: Sequence[Mapping[str, Any]], writer: str,
@@ -73,7 +91,7 @@ def check_complete(prefix: str | Path) -> dict[str, Any] | None:
 
 
 def expected_digests(prefix: str | Path, paths: Sequence[str | Path],
-                     marker: dict[str, Any] | None) -> dict[str, str] | None:
+                     marker: dict[str, Any] | None) -> Expected | None:
     """Check the set's marker against ``paths`` (rank order); the content digest each file must have.
 
     None when the set has no marker. Raises LibraError when the marker says the set is
@@ -91,6 +109,7 @@ def expected_digests(prefix: str | Path, paths: Sequence[str | Path],
         n = len(files) if isinstance(files, list) else "?"
         raise LibraError(f"{prefix}: trace set has {len(paths)} rank files but {m.name} lists {n}; {fix}")
     out: dict[str, str] = {}
+    algorithm = "blake2b" if data.get("version") == 1 else DIGEST
     # str and os calls rather than a Path per file: the marker of a large set lists thousands
     for r, (entry, path) in enumerate(zip(files, paths)):
         text = str(path) if isinstance(path, Path) else str(Path(path))
@@ -109,7 +128,7 @@ def expected_digests(prefix: str | Path, paths: Sequence[str | Path],
             if size != entry.get("size_bytes"):
                 raise LibraError(f"{text}: {size} bytes but {m.name} recorded {entry.get('size_bytes')!r} "
                                  f"(the file was changed after the set was written); {fix}")
-        if isinstance(entry.get("blake2b"), str):
-            out[text] = entry["blake2b"]
-    return out
+        if isinstance(entry.get(algorithm), str):
+            out[text] = entry[algorithm]
+    return Expected(algorithm, out)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from .attr_blocks import AttrBlocks
 from .attrs import AttrTable, NodeAttrs, _attrs_from_protos
 from .files import read_file_bytes
 from .batch import walk_batch
+from .completion import DIGEST, Expected, hasher
 from .graph import resolve_deps, resolve_deps_many
 from .process_groups import metadata_groups
 from .schema import METADATA_NODE, need_chakra, pb
@@ -114,19 +115,21 @@ class TraceReader:
     def read(self, path: str | Path) -> RankProgram:
         return self.read_many([path])[0]
 
-    def read_many(self, paths: Sequence[str | Path], expect: Mapping[str, str] | None = None) -> list[RankProgram]:
+    def read_many(self, paths: Sequence[str | Path], expect: Expected | None = None) -> list[RankProgram]:
         """Programs of ``paths`` in order. Files with identical bytes are decoded once, and small
         files are decoded in batches: the per-call overhead of the array walk is paid per batch.
 
-        ``expect`` maps a path to the hex blake2b-160 digest its content must have (the trace
-        set's completion marker)."""
+        ``expect``: the digest each path's content must have (the trace set's completion marker);
+        files are told apart by that digest (SHA-256 without a marker)."""
         out: list[RankProgram | bytes] = []
         batch: dict[bytes, tuple[bytes, str]] = {}
         size = 0
+        digests = expect.digests if expect is not None else None
+        content_hash = hasher(expect.algorithm if expect is not None else DIGEST)
         for p in paths:
             data = read_file_bytes(p)
-            key = hashlib.blake2b(data, digest_size=20).digest()
-            if expect is not None and expect.get(str(p), key.hex()) != key.hex():
+            key = content_hash(data).digest()
+            if digests is not None and digests.get(str(p), key.hex()) != key.hex():
                 raise LibraError(f"{p}: content differs from the digest in the trace set's completion marker (the "
                                  "file was changed after the set was written); write the set again, or delete the "
                                  "marker PREFIX.set.json if the files are right")
