@@ -252,3 +252,15 @@ def test_progress_on_a_terminal_and_quiet_with_q(monkeypatch, tmp_path):
     r = run("generate", ROOT / "traces/resnet50_dp16/spec.yml", "--out", tmp_path / "g")
     assert "16/16 (100%)" in r.stderr
     assert run("-q", "demand", DLRM, "--network", NET).stderr == ""
+
+
+def test_commands_run_numpys_blas_on_one_thread_unless_the_user_chose(monkeypatch, tmp_path):
+    # the BLAS thread pool spins at numpy's import: CPU for nothing on the command line's small matrices
+    import os
+    from cli_run import run
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    run("show", tmp_path / "missing.json", ok=False)
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
+    run("show", tmp_path / "missing.json", ok=False)
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "4"

@@ -55,7 +55,8 @@ PY = [sys.executable, "-c", "import sys; from libra_astra.cli import main; sys.a
 # What predict cannot avoid, in a child of its own: the interpreter, the command's imports, and
 # reading every rank file with the completion check's SHA-256 digest. Its CPU bounds the ratio
 # any reader could reach on this machine.
-FLOOR = [sys.executable, "-c", "import hashlib, sys, numpy; from libra_astra.cli import main; "
+FLOOR = [sys.executable, "-c", "import hashlib, sys; from libra_astra.cli import main; "
+         "from libra_astra.cli.app import one_blas_thread; one_blas_thread(); import numpy; "
          "import libra_astra.astra.predict_inputs; from libra_astra.traces.files import read_file_bytes; "
          "[hashlib.sha256(read_file_bytes(p)).digest() for p in sys.argv[1:]]"]
 

@@ -23,7 +23,6 @@ from ..model.numbers import check_number
 from ..model.collectives import P2P
 from ..timing.astra_aware import check_aware_links
 from ..timing.astra_collective import Link, astra_bw_gbps
-from ..traces.files import find_rank_files
 from ..timing.astra_durations import AstraSystem
 from ..timing.astra_predict import AstraPrediction, predict_astra
 from ..timing.astra_settings import IMPLEMENTATION_KEYS, KINDS, settings_from_json
@@ -203,7 +202,7 @@ def predict_inputs(inputs: SimInputs, on_progress: Callable[[int, int], None] | 
                          inputs.comm_groups or "the traces' METADATA process groups", inputs.backend,
                          read_custom(inputs.system, base))
     notes = []
-    gz = sum(p.name.endswith(".gz") for p in find_rank_files(prefix).values())
+    gz = summary.gzipped_files
     if gz:
         notes.append(f"{gz} rank file(s) of {prefix} are gzipped, which ASTRA-sim cannot read (it opens "
                      "PREFIX.RANK.et): these are its times for them unpacked ('libra-astra doctor --fix' writes them so)")

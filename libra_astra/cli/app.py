@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -28,10 +29,19 @@ class Command(click.Command):
             return super().invoke(ctx)
 
 
+def one_blas_thread() -> None:
+    """numpy's OpenBLAS starts a thread per core when numpy is imported, and they spin before they
+    sleep: 0.13 s of CPU per command on two cores, for matrices (the solver's Newton systems) too
+    small to gain from them (tools/bench_optimize.py solves as fast on one). One thread, unless
+    OPENBLAS_NUM_THREADS says otherwise; set before the command imports numpy."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 class Group(click.Group):
     command_class = Command
 
     def invoke(self, ctx: click.Context):
+        one_blas_thread()
         with one_line_errors():
             return super().invoke(ctx)
 

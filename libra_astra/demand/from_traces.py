@@ -327,7 +327,8 @@ def demand_from_traces(prefix: str | Path, network: Network,
                      "that PyTorch's Chakra converter leaves untyped (gloo runs): they are timed as CPU ops and "
                      "carry no network demand; pass --type-cpu-collectives to count them as communication")
     summary = replace(summary, notes=tuple(notes), untyped_cpu_collectives=untyped[0],
-                      cpu_groups=tally.counts if type_cpu_collectives else {}, cpu_groups_guessed=tally.guessed())
+                      cpu_groups=tally.counts if type_cpu_collectives else {}, cpu_groups_guessed=tally.guessed(),
+                      gzipped_files=sum(p.name.endswith(".gz") for p in paths))
     name = Path(str(prefix)).name
     demand = Demand(name, network.npus_per_dim, tuple(rank_classes), tuple(notes), network.dim_names)
     return demand, summary

@@ -69,6 +69,7 @@ class TraceSummary:
     # (given, named, fixed, guessed; traces/cpu_groups.py), summed over ranks; {} when not typed
     cpu_groups: Mapping[str, int] = field(default_factory=dict)
     cpu_groups_guessed: tuple[GuessedOp, ...] = ()   # the guessed ones, by op, occurrence, size and guess
+    gzipped_files: int = 0             # rank files read gunzipped (ASTRA-sim opens PREFIX.RANK.et only)
 
 
 def summarize(ctx: Context, prefix: str, programs: list[Program], rank_classes: list[RankClass],
@@ -81,14 +82,18 @@ def summarize(ctx: Context, prefix: str, programs: list[Program], rank_classes: 
     use: dict[tuple[int, int], int] = {}
     missing = 0
     examples: list[tuple[int, int, int]] = []
-    for info in programs:
-        m = len(info.ranks)
-        missing += len(info.prog.dangling) * m
-        for r in info.ranks[:8]:
-            examples.extend((r, node, dep) for node, dep in info.prog.dangling[:8])
-        type_counts += info.counts["types"] * m
+    # one program per distinct rank file: thousands on a large set, so the per-type counts are summed at once
+    weights = np.asarray([len(info.ranks) for info in programs], dtype=np.int64)
+    if programs:
+        type_counts = weights @ np.stack([np.asarray(info.counts["types"], dtype=np.int64) for info in programs])
+    for info, m in zip(programs, weights.tolist()):
+        if info.prog.dangling:
+            missing += len(info.prog.dangling) * m
+            for r in info.ranks[:8]:
+                examples.extend((r, node, dep) for node, dep in info.prog.dangling[:8])
+        counts = info.counts
         for k in agg:
-            agg[k] += info.counts.get(k, 0) * m
+            agg[k] += counts.get(k, 0) * m
         cpu_ns += info.cpu_ns * m
         for k, c in info.group_use.items():
             use[k] = use.get(k, 0) + c * m

@@ -52,18 +52,14 @@ class AttrTable:
     def columns(self) -> dict[str, np.ndarray]:
         """Column arrays indexed by attribute row (pg_name and involved_dim as small ints)."""
         if self._columns is None or len(self._columns["comm_type"]) != len(self.rows):
-            cols: dict[str, Any] = {f: [] for f in _INT_FIELDS}
-            cpu, pg, inv = [], [], []
-            for r in self.rows:
-                for f in _INT_FIELDS:
-                    cols[f].append(getattr(r, f))
-                cpu.append(r.is_cpu_op)
-                pg.append(self.pg_names.index(r.pg_name))
-                inv.append(self.involved.index(r.involved_dim))
-            out = {f: np.asarray(v, dtype=np.int64) for f, v in cols.items()}
-            out["is_cpu_op"] = np.asarray(cpu, dtype=bool)
-            out["pg"] = np.asarray(pg, dtype=np.int32)
-            out["involved"] = np.asarray(inv, dtype=np.int32)
+            # column by column (a row count of ranks x peers on large sets); the small interned
+            # values are numbered in first-seen order, as row by row would number them
+            by_field = dict(zip(NodeAttrs._fields, zip(*self.rows)))
+            out = {f: np.asarray(by_field[f], dtype=np.int64) for f in _INT_FIELDS}
+            out["is_cpu_op"] = np.asarray(by_field["is_cpu_op"], dtype=bool)
+            for key, field, table in (("pg", "pg_name", self.pg_names), ("involved", "involved_dim", self.involved)):
+                ids = {v: table.index(v) for v in dict.fromkeys(by_field[field])}
+                out[key] = np.asarray([ids[v] for v in by_field[field]], dtype=np.int32)
             self._columns = out
         return self._columns
 
