@@ -152,8 +152,14 @@ def walk_batch(const uint8_t[::1] arr, const int64_t[::1] lo, const int64_t[::1]
     cdef uint64_t v = 0, h, slot
     cdef int k
     cdef bint bad, plain, keep, found
+    cdef int last
+    cdef int step_of[256]          # step of each one-byte tag (wire._Tags.steps), -1: not walked
     cdef int64_t[::1] dfv
     cdef uint64_t[::1] dvv
+    for k in range(256):
+        step_of[k] = -1
+    for k in range(nsteps):
+        step_of[tags[k]] = k
     meta_s = np.empty(nf, dtype=np.int64)
     meta_e = np.empty(nf, dtype=np.int64)
     first = np.empty(nf + 1, dtype=np.int64)
@@ -217,10 +223,12 @@ def walk_batch(const uint8_t[::1] arr, const int64_t[::1] lo, const int64_t[::1]
                 st[i], en[i] = s, e
                 pos = e
                 # the top-level fields, in the schema's field order (wire._walk)
-                cur, bad = s, False
-                for k in range(nsteps):
-                    if cur >= e or a[cur] != tags[k]:
-                        continue
+                cur, bad, last = s, False, -1
+                while cur < e:
+                    k = step_of[a[cur]]
+                    if k <= last:          # not a walked field, or out of order: left for the schema
+                        break
+                    last = k
                     if not _varint(a, cur + 1, e, &v, &p):
                         bad = True
                         break
@@ -266,6 +274,14 @@ def walk_batch(const uint8_t[::1] arr, const int64_t[::1] lo, const int64_t[::1]
                 if bad:
                     slw[i] = 1
                 if not has[i] or bad or ty[i] == t_metadata:
+                    i += 1
+                    continue
+                # rank files of a job repeat each other: the message at the same place in the
+                # previous file, with the same block bytes, settles it without hashing
+                j = i - fi[f] + fi[f - 1] if f else -1
+                if 0 <= j < fi[f] and has[j] and not slw[j] and ty[j] != t_metadata and \
+                        en[j] - at[j] == e - cur and memcmp(a + at[j], a + cur, e - cur) == 0:
+                    rep[i] = rep[j]
                     i += 1
                     continue
                 # a block with the bytes of an earlier one takes its rep: most blocks repeat exactly
