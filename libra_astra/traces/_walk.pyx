@@ -12,8 +12,10 @@ message) gives None, so that the caller frames file by file and raises that file
 
 Attribute blocks are keyed as _attr_keys.pyx keys them (the block without the attributes whose
 name says they are not wanted), and each plain block points to the first block of the batch with
-the same key: only those are decoded. reader.py keeps the numpy path, used wherever this module
-is not built.
+the same key: only those are decoded. A block with the bytes of an earlier one (the one at the
+same place in the previous file, else any, found by a hash) takes that block's pointer without
+being keyed. batch.py falls back to the numpy path (framing.py, wire.py) wherever this module is
+not built.
 """
 
 import numpy as np
