@@ -11,7 +11,8 @@ from libra_astra.traces import chakra_io as cio
 from libra_astra.traces.reader import TraceReader
 from test_trace import _outcome, encode, framed, random_nodes_with_blocks
 
-pytestmark = pytest.mark.skipif(batch._kernel is None, reason="the compiled walk is not built here (no C compiler), or LIBRA_ASTRA_PYTHON_WALK=1 turns it off")
+pytestmark = pytest.mark.skipif(batch._kernel is None, reason="the compiled walk is not built here (no C compiler), "
+                                                             "or LIBRA_ASTRA_PYTHON_WALK=1 turns it off")
 
 
 def _both(bufs, monkeypatch):
