@@ -260,12 +260,22 @@ def test_signal_to_simulate_ends_the_simulator_and_cleans_up(tmp_path, fake_sim,
     exe = fake_sim(RING8, sleep=60)
     pid_file = tmp_path / "child.pid"
     monkeypatch.setenv("FAKE_PID", str(pid_file))
-    proc = subprocess.Popen([sys.executable, "-c", "from libra_astra.cli import main; main()", "simulate", str(tmp_path / "run"),
-                             "--astra-sim", exe], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGUSR1 makes the command print where each of its threads is: the report if it does not stop
+    code = ("import faulthandler, signal; faulthandler.register(signal.SIGUSR1); "
+            "from libra_astra.cli import main; main()")
+    proc = subprocess.Popen([sys.executable, "-c", code, "simulate", str(tmp_path / "run"), "--astra-sim", exe],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for(pid_file)
     child = int(pid_file.read_text())
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=30)
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"the command did not stop within 30 s of {signal.Signals(sig).name}; where it was:\n{err}")
     assert proc.returncode == 128 + sig
     name = signal.Signals(sig).name
     assert err.strip().splitlines() == [f"Error: interrupted by {name}; temporary files removed; nothing was "
